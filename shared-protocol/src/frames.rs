@@ -1,0 +1,43 @@
+//! Frames of the device event stream (`GET /api/devices/self/events`).
+//!
+//! Frames only wake the device; persisted job and lease state is authoritative, so a lost
+//! frame costs latency, never correctness.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{DecisionId, JobId};
+
+/// A frame the server sends to a device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ServerFrame {
+    /// Work may be queued: claim.
+    Wake,
+    /// The owner asked to stop this run.
+    #[serde(rename = "job.cancel", rename_all = "camelCase")]
+    JobCancel { job_id: JobId },
+    /// A decision of this device was answered on the web.
+    #[serde(rename = "decision.answered", rename_all = "camelCase")]
+    DecisionAnswered { decision_id: DecisionId },
+    /// The device was revoked: forget the token.
+    #[serde(rename = "device.revoked")]
+    DeviceRevoked,
+    /// Keep-alive.
+    Ping,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_tagged_by_type() {
+        let frame = ServerFrame::JobCancel { job_id: JobId::generate() };
+        let json = serde_json::to_value(&frame).unwrap_or_default();
+        assert_eq!(json["type"], "job.cancel");
+        assert!(json["jobId"].is_string());
+        let wake: Result<ServerFrame, _> = serde_json::from_str(r#"{"type":"wake"}"#);
+        assert_eq!(wake.ok(), Some(ServerFrame::Wake));
+    }
+}

@@ -1,0 +1,263 @@
+//! Jobs, their leases and their progress.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::decisions::Decision;
+use crate::ids::{DeviceId, JobId};
+
+/// How much a run may do before it asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Commands and edits ask unless the folder is trusted locally.
+    Ask,
+    /// Work in the run's folder goes ahead; anything beyond it asks.
+    Review,
+    /// Never waits: takes the recommended answer and lists it in the result.
+    Unattended,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 3] = [Mode::Ask, Mode::Review, Mode::Unattended];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Ask => "ask",
+            Mode::Review => "review",
+            Mode::Unattended => "unattended",
+        }
+    }
+}
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    Queued,
+    Running,
+    /// Running, with a decision pending.
+    Waiting,
+    Succeeded,
+    Failed,
+    Blocked,
+    Cancelled,
+    Interrupted,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 8] = [
+        JobState::Queued,
+        JobState::Running,
+        JobState::Waiting,
+        JobState::Succeeded,
+        JobState::Failed,
+        JobState::Blocked,
+        JobState::Cancelled,
+        JobState::Interrupted,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Waiting => "waiting",
+            JobState::Succeeded => "succeeded",
+            JobState::Failed => "failed",
+            JobState::Blocked => "blocked",
+            JobState::Cancelled => "cancelled",
+            JobState::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Option<JobState> {
+        JobState::ALL.into_iter().find(|state| state.as_str() == raw)
+    }
+
+    /// Whether the job has ended for good.
+    pub fn is_final(self) -> bool {
+        !matches!(self, JobState::Queued | JobState::Running | JobState::Waiting)
+    }
+}
+
+/// How a device may end a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Succeeded,
+    Failed,
+    Blocked,
+    Cancelled,
+    /// Set by the server only: the lease ran out or the device was revoked.
+    Interrupted,
+}
+
+impl Outcome {
+    pub fn state(self) -> JobState {
+        match self {
+            Outcome::Succeeded => JobState::Succeeded,
+            Outcome::Failed => JobState::Failed,
+            Outcome::Blocked => JobState::Blocked,
+            Outcome::Cancelled => JobState::Cancelled,
+            Outcome::Interrupted => JobState::Interrupted,
+        }
+    }
+}
+
+/// `POST /api/jobs`: what the web asks a device to do. Never argv, never a device path.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NewJobParams {
+    pub device_id: DeviceId,
+    pub title: String,
+    pub prompt: String,
+    /// A label the device shares.
+    pub folder: String,
+    /// An engine name the device publishes.
+    pub engine: String,
+    pub mode: Mode,
+    /// Whether the run may reach the network.
+    pub network: bool,
+    pub timeout_minutes: u32,
+    #[serde(default)]
+    pub secrets: Vec<String>,
+}
+
+/// The part of a job the device receives when it claims it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobSpec {
+    pub title: String,
+    pub prompt: String,
+    pub folder: String,
+    pub engine: String,
+    pub mode: Mode,
+    pub network: bool,
+    pub timeout_minutes: u32,
+    #[serde(default)]
+    pub secrets: Vec<String>,
+}
+
+/// One line of a job's timeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobEvent {
+    pub seq: i64,
+    pub at: DateTime<Utc>,
+    /// `output` (a line the run printed), `status` (what the run says it is doing) or
+    /// `system` (what the server recorded: claimed, interrupted, cancel requested).
+    pub kind: String,
+    pub text: String,
+}
+
+/// How a job ended, as the device (or the sweeper) recorded it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobOutcome {
+    pub outcome: Outcome,
+    pub summary: String,
+    pub exit_code: Option<i32>,
+    pub report: Option<serde_json::Value>,
+}
+
+/// A job as the web sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Job {
+    pub id: JobId,
+    pub device_id: DeviceId,
+    pub title: String,
+    pub spec: JobSpec,
+    pub state: JobState,
+    pub attempt: u32,
+    pub cancel_requested: bool,
+    pub outcome: Option<JobOutcome>,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub ended_at: Option<DateTime<Utc>>,
+    /// The timeline; empty in lists, complete on `GET /api/jobs/{id}`.
+    pub events: Vec<JobEvent>,
+    pub decisions: Vec<Decision>,
+    pub evidence: Vec<Evidence>,
+}
+
+/// A file a run attached to its result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Evidence {
+    pub id: String,
+    pub kind: String,
+    pub name: String,
+    pub size: u64,
+    pub sha256: String,
+    pub mime: Option<String>,
+    /// Kept on the computer rather than uploaded.
+    pub local: bool,
+}
+
+/// A claimed job, with the lease that fences every write about it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimedJob {
+    pub id: JobId,
+    pub attempt: u32,
+    pub lease_token: String,
+    pub lease_expires_at: DateTime<Utc>,
+    pub spec: JobSpec,
+}
+
+/// Answer of `POST /api/devices/self/claim` when a job was claimed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimResponse {
+    pub job: ClaimedJob,
+}
+
+/// Most output lines one progress call may carry.
+pub const MAX_LINES_PER_PROGRESS: usize = 200;
+/// Longest output line kept, in bytes; longer lines are cut.
+pub const MAX_LINE_BYTES: usize = 4096;
+
+/// `POST /api/devices/self/jobs/{id}/progress`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProgressParams {
+    /// Increases by one per call of an attempt; a repeat is answered without effect.
+    pub seq: u64,
+    #[serde(default)]
+    pub lines: Vec<String>,
+    pub status: Option<String>,
+}
+
+/// Answer of a progress call.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProgressResponse {
+    pub lease_expires_at: DateTime<Utc>,
+    pub cancel_requested: bool,
+}
+
+/// `POST /api/devices/self/jobs/{id}/complete`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompleteParams {
+    pub outcome: Outcome,
+    pub summary: String,
+    pub exit_code: Option<i32>,
+    pub report: Option<serde_json::Value>,
+}
+
+/// Answer of complete, and of cancel.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobResponse {
+    pub job: Job,
+}
+
+/// `POST /api/devices/self/jobs/{id}/reattach`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReattachParams {
+    pub attempt: u32,
+    pub lease_token: String,
+}

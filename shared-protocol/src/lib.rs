@@ -1,0 +1,21 @@
+//! Tether's wire protocol, version 1.
+//!
+//! The single source of truth for what crosses the network between the web, the server and
+//! the agent on each paired computer. Types only: no I/O.
+
+pub mod auth;
+pub mod capabilities;
+pub mod decisions;
+pub mod devices;
+pub mod error;
+pub mod frames;
+pub mod ids;
+pub mod jobs;
+pub mod pairing;
+pub mod routes;
+
+pub use error::{Code, ErrorBody, ErrorDetail};
+pub use ids::{AccountId, DecisionId, DeviceId, IdError, JobId, TokenId, UserId};
+
+/// The protocol version this crate describes, sent by agents in [`routes::PROTOCOL_HEADER`].
+pub const PROTOCOL_VERSION: u32 = 1;

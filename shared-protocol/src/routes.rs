@@ -1,0 +1,29 @@
+//! Route paths and header names shared by the server and the agent.
+
+/// Sent by agents on every device route: the protocol version they speak.
+pub const PROTOCOL_HEADER: &str = "x-tether-protocol";
+/// The lease token on lease-bound device routes.
+pub const LEASE_HEADER: &str = "x-tether-lease";
+/// Evidence metadata (base64url JSON) on an evidence upload.
+pub const EVIDENCE_HEADER: &str = "x-tether-evidence";
+/// The CSRF token a page sends with cookie-authenticated changes.
+pub const CSRF_HEADER: &str = "x-tether-csrf";
+/// The request id echoed on every answer.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// Prefix of API tokens made by web users.
+pub const USER_TOKEN_PREFIX: &str = "tut_";
+/// Prefix of device tokens.
+pub const DEVICE_TOKEN_PREFIX: &str = "tdt_";
+
+pub const PAIR: &str = "/api/devices/pair";
+pub const REGISTER: &str = "/api/devices/register";
+pub const DEVICE_SELF: &str = "/api/devices/self";
+pub const HEARTBEAT: &str = "/api/devices/self/heartbeat";
+pub const CLAIM: &str = "/api/devices/self/claim";
+pub const EVENTS: &str = "/api/devices/self/events";
+
+/// `/api/devices/self/jobs/{id}/{action}` for a lease-bound job route.
+pub fn device_job(job_id: &str, action: &str) -> String {
+    format!("/api/devices/self/jobs/{job_id}/{action}")
+}
