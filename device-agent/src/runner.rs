@@ -1,0 +1,626 @@
+//! Running one claimed job: resolve it against local configuration, run the recipe in its
+//! own process group, stream its output, enforce its timeout and stops, and complete it.
+//!
+//! **Architecture Invariant:** nothing the server sends becomes argv or a path. The job's
+//! `folder` and `engine` are looked up among the owner's shared folders and recipes; an
+//! unknown one ends the job `blocked`.
+
+use std::ffi::OsString;
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tether_protocol::jobs::{ClaimedJob, CompleteParams, Outcome};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
+use tokio::process::Command;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+use crate::backoff::Backoff;
+use crate::client::{ApiError, DeviceClient};
+use crate::process_group::{self, Signal, TERMINATE_GRACE};
+use crate::progress::report_output;
+use crate::state::{Config, Recipe, SharedFolder};
+
+/// Lines waiting for the reporter; when it is behind (server slow), the run's pipe fills and
+/// the run waits, instead of the agent's memory growing.
+const LINE_BUFFER: usize = 1024;
+/// How long output may keep flowing after the run's first process exited, before whatever
+/// it left behind in its group is killed.
+const DRAIN_GRACE: Duration = Duration::from_secs(1);
+
+/// Name fragments of environment variables that usually hold credentials. Matched against
+/// the upper-cased name; a false positive only costs a recipe one variable.
+const CREDENTIAL_NAME_PARTS: &[&str] =
+    &["TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "KEY", "CREDENTIAL", "PRIVATE"];
+/// Variables that are credentials without saying so: agent sockets that sign for the user.
+const CREDENTIAL_NAMES: &[&str] = &["SSH_AUTH_SOCK", "GPG_AGENT_INFO"];
+
+/// Why a run must stop before its program ends, weakest first; when several arrive the
+/// strongest wins (`max`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StopReason {
+    /// The owner asked to stop: end the run and complete it `cancelled`.
+    Cancel,
+    /// The agent is shutting down: end the run, leave the job to the server (interrupted).
+    Shutdown,
+    /// The lease is gone (`stale_lease` or `lost`): stop at once, report nothing more.
+    LeaseLost,
+    /// The device was revoked: stop at once, report nothing more.
+    Revoked,
+}
+
+/// The stop signal of one run, shared by the daemon, the reporter and the supervisor.
+#[derive(Debug, Clone)]
+pub struct RunStop {
+    sender: Arc<watch::Sender<Option<StopReason>>>,
+}
+
+/// How a run task ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnd {
+    /// The server has the outcome (or refused it for good).
+    Completed,
+    /// The run stopped without completing, for this reason.
+    Abandoned(StopReason),
+}
+
+/// How the run's program ended.
+#[derive(Debug)]
+pub enum Ended {
+    Exited(ExitStatus),
+    TimedOut,
+    Stopped(StopReason),
+    SpawnFailed(String),
+}
+
+impl RunStop {
+    pub fn new() -> RunStop {
+        RunStop { sender: Arc::new(watch::channel(None).0) }
+    }
+
+    /// Asks the run to stop; a weaker reason never replaces a stronger one.
+    pub fn raise(&self, reason: StopReason) {
+        self.sender.send_if_modified(|current| {
+            let stronger = current.is_none_or(|current| reason > current);
+            if stronger {
+                *current = Some(reason);
+            }
+            stronger
+        });
+    }
+
+    /// The strongest reason raised so far.
+    pub fn current(&self) -> Option<StopReason> {
+        *self.sender.borrow()
+    }
+
+    /// Resolves once any reason is raised.
+    pub async fn raised(&self) -> StopReason {
+        let mut receiver = self.sender.subscribe();
+        let raised = receiver.wait_for(Option::is_some).await.map(|reason| *reason);
+        match raised {
+            Ok(Some(reason)) => reason,
+            // The sender lives in `self`, so it cannot be dropped while we wait.
+            Ok(None) | Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// Sleeps `delay`; returns `true` early if a reason at least `min` is raised.
+    pub async fn wait_at_least(&self, min: StopReason, delay: Duration) -> bool {
+        let mut receiver = self.sender.subscribe();
+        let strong_enough = receiver.wait_for(|reason| reason.is_some_and(|reason| reason >= min));
+        tokio::select! {
+            result = strong_enough => result.is_ok(),
+            () = tokio::time::sleep(delay) => false,
+        }
+    }
+}
+
+impl Default for RunStop {
+    fn default() -> Self {
+        RunStop::new()
+    }
+}
+
+/// Runs a claimed job to its end and reports it. `config` is the owner's configuration at
+/// claim time.
+pub async fn run_job(client: DeviceClient, job: ClaimedJob, config: Config, stop: RunStop) -> RunEnd {
+    let outcome = execute(&client, &job, &config, &stop).await;
+    match outcome {
+        Ok(params) => {
+            tracing::info!(job = %job.id, outcome = ?params.outcome, "{}", params.summary);
+            complete(&client, &job, &params, &stop).await
+        }
+        Err(reason) => {
+            tracing::warn!(job = %job.id, ?reason, "run stopped without completing");
+            RunEnd::Abandoned(reason)
+        }
+    }
+}
+
+/// Runs the job; the completion to report, or why nothing may be reported.
+async fn execute(
+    client: &DeviceClient,
+    job: &ClaimedJob,
+    config: &Config,
+    stop: &RunStop,
+) -> Result<CompleteParams, StopReason> {
+    let spec = &job.spec;
+    let Some(folder) = config.folder(&spec.folder) else {
+        return Ok(blocked(format!("this computer shares no folder labelled {:?}", spec.folder)));
+    };
+    let Some(recipe) = config.recipe(&spec.engine) else {
+        return Ok(blocked(format!("this computer has no recipe named {:?}", spec.engine)));
+    };
+    if !folder.path.is_dir() {
+        return Ok(blocked(format!(
+            "the folder shared as {:?} ({}) no longer exists",
+            folder.label,
+            folder.path.display()
+        )));
+    }
+    let (line_sender, line_receiver) = mpsc::channel(LINE_BUFFER);
+    let reporter = tokio::spawn(report_output(
+        client.clone(),
+        job.id.clone(),
+        job.lease_token.clone(),
+        line_receiver,
+        stop.clone(),
+    ));
+    let command = recipe_command(recipe, folder, job, std::env::vars_os());
+    let ended = supervise(command, timeout_of(job), stop, line_sender).await;
+    // The reporter ends once every line is sent (or the lease is gone).
+    let _ = reporter.await;
+    completion(ended, job, recipe, stop.current())
+}
+
+/// Maps how the program ended to the completion to report.
+fn completion(
+    ended: Ended,
+    job: &ClaimedJob,
+    recipe: &Recipe,
+    stop: Option<StopReason>,
+) -> Result<CompleteParams, StopReason> {
+    // Once the lease or the token is gone, nothing more may be reported, however it ended.
+    if let Some(reason) = stop.filter(|reason| *reason >= StopReason::LeaseLost) {
+        return Err(reason);
+    }
+    let (outcome, summary, exit_code) = match ended {
+        Ended::Exited(status) => exited(status),
+        Ended::TimedOut => (
+            Outcome::Failed,
+            format!("timed out after {} min", job.spec.timeout_minutes.max(1)),
+            None,
+        ),
+        Ended::Stopped(StopReason::Cancel) => (Outcome::Cancelled, "cancelled".to_owned(), None),
+        Ended::Stopped(reason) => return Err(reason),
+        Ended::SpawnFailed(err) => {
+            (Outcome::Failed, format!("could not start {:?}: {err}", recipe.program), None)
+        }
+    };
+    Ok(CompleteParams { outcome, summary, exit_code, report: None })
+}
+
+fn exited(status: ExitStatus) -> (Outcome, String, Option<i32>) {
+    match status.code() {
+        Some(0) => (Outcome::Succeeded, "exit code 0".to_owned(), Some(0)),
+        Some(code) => (Outcome::Failed, format!("exit code {code}"), Some(code)),
+        None => (Outcome::Failed, killed_by(status), None),
+    }
+}
+
+#[cfg(unix)]
+fn killed_by(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status.signal() {
+        Some(signal) => format!("killed by signal {signal}"),
+        None => "ended without an exit code".to_owned(),
+    }
+}
+
+#[cfg(not(unix))]
+fn killed_by(_status: ExitStatus) -> String {
+    "ended without an exit code".to_owned()
+}
+
+fn blocked(summary: String) -> CompleteParams {
+    CompleteParams { outcome: Outcome::Blocked, summary, exit_code: None, report: None }
+}
+
+fn timeout_of(job: &ClaimedJob) -> Duration {
+    Duration::from_secs(u64::from(job.spec.timeout_minutes.max(1)) * 60)
+}
+
+/// Reports the outcome, retrying while the server cannot be reached, until it answers.
+async fn complete(client: &DeviceClient, job: &ClaimedJob, params: &CompleteParams, stop: &RunStop) -> RunEnd {
+    let mut backoff = Backoff::new();
+    loop {
+        match client.complete(&job.id, &job.lease_token, params).await {
+            Ok(()) => return RunEnd::Completed,
+            Err(ApiError::StaleLease) => {
+                tracing::warn!(job = %job.id, "the server no longer holds this run's lease; outcome not recorded");
+                return RunEnd::Abandoned(StopReason::LeaseLost);
+            }
+            Err(ApiError::Revoked) => return RunEnd::Abandoned(StopReason::Revoked),
+            Err(err) if err.is_transient() => {
+                tracing::warn!(job = %job.id, "completion not delivered, retrying: {err}");
+                if stop.wait_at_least(StopReason::Shutdown, backoff.next_delay()).await {
+                    return RunEnd::Abandoned(stop.current().unwrap_or(StopReason::Shutdown));
+                }
+            }
+            Err(err) => {
+                tracing::error!(job = %job.id, "the server refused the completion: {err}");
+                return RunEnd::Completed;
+            }
+        }
+    }
+}
+
+/// The recipe's command, in the shared folder, as the leader of a new process group, with a
+/// scrubbed environment and no stdin.
+pub fn recipe_command(
+    recipe: &Recipe,
+    folder: &SharedFolder,
+    job: &ClaimedJob,
+    inherited: impl IntoIterator<Item = (OsString, OsString)>,
+) -> Command {
+    let mut command = Command::new(&recipe.program);
+    command
+        .args(&recipe.args)
+        .current_dir(&folder.path)
+        .env_clear()
+        .envs(child_env(inherited, job))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // If the agent itself dies, do not leave the run behind unsupervised.
+        .kill_on_drop(true);
+    #[cfg(unix)]
+    command.process_group(0);
+    command
+}
+
+/// The run's environment: the user's, minus credentials and the agent's own settings, plus
+/// the job's prompt, id and title.
+pub fn child_env(
+    inherited: impl IntoIterator<Item = (OsString, OsString)>,
+    job: &ClaimedJob,
+) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = inherited
+        .into_iter()
+        .filter(|(name, _)| {
+            let name = name.to_string_lossy();
+            !is_credential_name(&name) && !name.starts_with("TETHER_")
+        })
+        .collect();
+    env.push(("TETHER_TASK_PROMPT".into(), job.spec.prompt.clone().into()));
+    env.push(("TETHER_JOB_ID".into(), job.id.as_str().into()));
+    env.push(("TETHER_JOB_TITLE".into(), job.spec.title.clone().into()));
+    env
+}
+
+/// Whether a variable's name suggests it holds a credential.
+pub fn is_credential_name(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    CREDENTIAL_NAME_PARTS.iter().any(|part| upper.contains(part))
+        || CREDENTIAL_NAMES.contains(&upper.as_str())
+}
+
+/// Spawns `command` and waits until it ends, times out or is stopped, sending each output
+/// line (stdout and stderr, interleaved as they come) to `lines`.
+///
+/// On timeout or Cancel the whole group gets SIGTERM, then SIGKILL after a grace; on a lost
+/// lease or revocation it gets SIGKILL at once. Whatever the program left running in its
+/// group after it exited is killed too.
+pub async fn supervise(
+    mut command: Command,
+    timeout: Duration,
+    stop: &RunStop,
+    lines: mpsc::Sender<String>,
+) -> Ended {
+    if let Some(reason) = stop.current() {
+        return Ended::Stopped(reason);
+    }
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(err) => return Ended::SpawnFailed(err.to_string()),
+    };
+    let pgid = child.id().unwrap_or(0);
+    let mut readers = JoinSet::new();
+    if let Some(stdout) = child.stdout.take() {
+        readers.spawn(forward_lines(stdout, lines.clone()));
+    }
+    if let Some(stderr) = child.stderr.take() {
+        readers.spawn(forward_lines(stderr, lines.clone()));
+    }
+    drop(lines);
+
+    let ended = tokio::select! {
+        status = child.wait() => match status {
+            Ok(status) => Ended::Exited(status),
+            Err(err) => Ended::SpawnFailed(format!("lost track of the process: {err}")),
+        },
+        () = tokio::time::sleep(timeout) => {
+            process_group::terminate(&mut child, pgid, TERMINATE_GRACE).await;
+            Ended::TimedOut
+        }
+        reason = stop.raised() => {
+            let grace = if reason >= StopReason::LeaseLost { Duration::ZERO } else { TERMINATE_GRACE };
+            process_group::terminate(&mut child, pgid, grace).await;
+            Ended::Stopped(reason)
+        }
+    };
+    drain(&mut readers, pgid).await;
+    ended
+}
+
+/// Lets the output readers reach end of file; kills the group's leftovers if they hold the
+/// pipes open, and gives up on readers that still do not finish.
+async fn drain(readers: &mut JoinSet<()>, pgid: u32) {
+    if tokio::time::timeout(DRAIN_GRACE, join_all(readers)).await.is_ok() {
+        if process_group::group_alive(pgid) {
+            // Background processes that closed their output live on; the run is over.
+            let _ = process_group::signal_group(pgid, Signal::Kill);
+        }
+        return;
+    }
+    let _ = process_group::signal_group(pgid, Signal::Kill);
+    if tokio::time::timeout(DRAIN_GRACE, join_all(readers)).await.is_err() {
+        // Someone outside the group holds the pipe; stop reading it.
+        readers.abort_all();
+    }
+}
+
+async fn join_all(readers: &mut JoinSet<()>) {
+    while readers.join_next().await.is_some() {}
+}
+
+/// Reads `pipe` line by line into `lines`. A line longer than the protocol's limit is cut,
+/// and the rest of it skipped, so a program that never prints a newline cannot make the
+/// agent buffer without bound.
+async fn forward_lines(pipe: impl AsyncRead + Unpin, lines: mpsc::Sender<String>) {
+    let limit = tether_protocol::jobs::MAX_LINE_BYTES as u64 + 1;
+    let mut reader = BufReader::new(pipe);
+    let mut buffer = Vec::new();
+    let mut skipping = false;
+    loop {
+        buffer.clear();
+        match (&mut reader).take(limit).read_until(b'\n', &mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let complete_line = buffer.last() == Some(&b'\n');
+        if !skipping {
+            let text = String::from_utf8_lossy(&buffer);
+            let text = text.trim_end_matches(['\n', '\r']).to_owned();
+            if lines.send(text).await.is_err() {
+                // The reporter gave up (lease lost); the run is being stopped.
+                return;
+            }
+        }
+        skipping = !complete_line;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tether_protocol::jobs::{JobSpec, Mode};
+    use tether_protocol::JobId;
+
+    fn job(prompt: &str, timeout_minutes: u32) -> ClaimedJob {
+        ClaimedJob {
+            id: JobId::parse("job1").unwrap_or_else(|_| JobId::generate()),
+            attempt: 1,
+            lease_token: "lease".into(),
+            lease_expires_at: chrono::Utc::now(),
+            spec: JobSpec {
+                title: "Title".into(),
+                prompt: prompt.into(),
+                folder: "work".into(),
+                engine: "tests".into(),
+                mode: Mode::Unattended,
+                network: false,
+                timeout_minutes,
+                secrets: Vec::new(),
+            },
+        }
+    }
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+        pairs.iter().map(|(name, value)| ((*name).into(), (*value).into())).collect()
+    }
+
+    #[test]
+    fn credentials_are_scrubbed_from_the_child_environment() {
+        let inherited = vars(&[
+            ("PATH", "/usr/bin"),
+            ("HOME", "/home/me"),
+            ("LANG", "C.UTF-8"),
+            ("GIT_AUTHOR_NAME", "Me"),
+            ("GITHUB_TOKEN", "ghp_x"),
+            ("AWS_SECRET_ACCESS_KEY", "x"),
+            ("AWS_ACCESS_KEY_ID", "x"),
+            ("OPENAI_API_KEY", "x"),
+            ("db_password", "x"),
+            ("PGPASSWORD", "x"),
+            ("GOOGLE_APPLICATION_CREDENTIALS", "/x.json"),
+            ("SSH_AUTH_SOCK", "/tmp/agent"),
+            ("MY_PRIVATE_THING", "x"),
+            ("TETHER_AGENT_HOME", "/secret/place"),
+            ("TETHER_TASK_PROMPT", "forged"),
+        ]);
+        let env = child_env(inherited, &job("fix the tests", 5));
+        let names: Vec<String> = env.iter().map(|(name, _)| name.to_string_lossy().into_owned()).collect();
+        assert_eq!(
+            names,
+            [
+                "PATH",
+                "HOME",
+                "LANG",
+                "GIT_AUTHOR_NAME",
+                "TETHER_TASK_PROMPT",
+                "TETHER_JOB_ID",
+                "TETHER_JOB_TITLE"
+            ]
+        );
+        let prompt = env.iter().find(|(name, _)| name == "TETHER_TASK_PROMPT").map(|(_, v)| v.clone());
+        assert_eq!(prompt, Some("fix the tests".into()));
+    }
+
+    #[test]
+    fn outcomes_follow_how_the_program_ended() {
+        let recipe = Recipe { name: "tests".into(), program: "nope".into(), args: Vec::new() };
+        let job = job("p", 7);
+        let check = |ended: Ended, stop: Option<StopReason>| {
+            completion(ended, &job, &recipe, stop)
+                .map(|params| (params.outcome, params.summary, params.exit_code))
+        };
+        assert_eq!(check(Ended::TimedOut, None), Ok((Outcome::Failed, "timed out after 7 min".into(), None)));
+        assert_eq!(
+            check(Ended::Stopped(StopReason::Cancel), None),
+            Ok((Outcome::Cancelled, "cancelled".into(), None))
+        );
+        assert_eq!(check(Ended::Stopped(StopReason::Shutdown), None), Err(StopReason::Shutdown));
+        assert_eq!(check(Ended::TimedOut, Some(StopReason::LeaseLost)), Err(StopReason::LeaseLost));
+        assert_eq!(
+            check(Ended::SpawnFailed("not found".into()), None),
+            Ok((Outcome::Failed, "could not start \"nope\": not found".into(), None))
+        );
+    }
+
+    #[test]
+    fn the_strongest_stop_reason_wins() {
+        let stop = RunStop::new();
+        assert_eq!(stop.current(), None);
+        stop.raise(StopReason::LeaseLost);
+        stop.raise(StopReason::Cancel);
+        assert_eq!(stop.current(), Some(StopReason::LeaseLost));
+        stop.raise(StopReason::Revoked);
+        assert_eq!(stop.current(), Some(StopReason::Revoked));
+    }
+
+    async fn run_script(
+        script: &str,
+        timeout: Duration,
+        stop: &RunStop,
+    ) -> (Ended, Vec<String>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("tempdir: {err}"));
+        let recipe = Recipe {
+            name: "tests".into(),
+            program: "sh".into(),
+            args: vec!["-c".into(), script.into()],
+        };
+        let folder = SharedFolder { label: "work".into(), path: dir.path().to_path_buf() };
+        let command = recipe_command(&recipe, &folder, &job("hello prompt", 1), std::env::vars_os());
+        let (sender, mut receiver) = mpsc::channel(LINE_BUFFER);
+        let collector = tokio::spawn(async move {
+            let mut lines = Vec::new();
+            while let Some(line) = receiver.recv().await {
+                lines.push(line);
+            }
+            lines
+        });
+        let ended = supervise(command, timeout, stop, sender).await;
+        let lines = collector.await.unwrap_or_default();
+        (ended, lines, dir)
+    }
+
+    #[tokio::test]
+    async fn a_run_gets_its_prompt_folder_and_exit_code() {
+        let stop = RunStop::new();
+        let script = r#"echo "$TETHER_TASK_PROMPT"; pwd; echo oops >&2; printf 'no newline'; exit 3"#;
+        let (ended, lines, dir) = run_script(script, Duration::from_secs(30), &stop).await;
+        assert!(matches!(ended, Ended::Exited(status) if status.code() == Some(3)), "{ended:?}");
+        let canonical = dir.path().canonicalize().map(|p| p.display().to_string()).unwrap_or_default();
+        for expected in ["hello prompt", canonical.as_str(), "oops", "no newline"] {
+            assert!(lines.iter().any(|line| line == expected), "{expected:?} not in {lines:?}");
+        }
+    }
+
+    /// Starts a script that records its background child's pid, then waits for `stop`.
+    async fn check_group_is_killed(timeout: Duration, stop_after: Option<(Duration, StopReason)>) -> Ended {
+        let stop = RunStop::new();
+        if let Some((delay, reason)) = stop_after {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                stop.raise(reason);
+            });
+        }
+        // `trap '' TERM` makes the shell ignore SIGTERM, so SIGKILL must follow.
+        let script = "trap '' TERM; sleep 60 & echo \"child $!\"; wait; sleep 60";
+        let started = std::time::Instant::now();
+        let (ended, lines, _dir) = run_script(script, timeout, &stop).await;
+        assert!(started.elapsed() < Duration::from_secs(15), "took {:?}", started.elapsed());
+        let child: u32 = lines
+            .iter()
+            .find_map(|line| line.strip_prefix("child "))
+            .and_then(|pid| pid.parse().ok())
+            .unwrap_or_else(|| panic!("no child pid in {lines:?}"));
+        assert!(!process_alive(child), "background child {child} survived");
+        ended
+    }
+
+    fn process_alive(pid: u32) -> bool {
+        // A zombie (state Z) is dead; it only waits for its new parent to reap it.
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) => !stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
+            Err(_) => false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_timeout_kills_the_whole_group() {
+        let ended = check_group_is_killed(Duration::from_millis(500), None).await;
+        assert!(matches!(ended, Ended::TimedOut), "{ended:?}");
+    }
+
+    #[tokio::test]
+    async fn a_cancel_kills_the_whole_group() {
+        let ended =
+            check_group_is_killed(Duration::from_secs(60), Some((Duration::from_millis(300), StopReason::Cancel)))
+                .await;
+        assert!(matches!(ended, Ended::Stopped(StopReason::Cancel)), "{ended:?}");
+    }
+
+    #[tokio::test]
+    async fn a_lost_lease_kills_at_once() {
+        let started = std::time::Instant::now();
+        let ended = check_group_is_killed(
+            Duration::from_secs(60),
+            Some((Duration::from_millis(300), StopReason::LeaseLost)),
+        )
+        .await;
+        assert!(matches!(ended, Ended::Stopped(StopReason::LeaseLost)), "{ended:?}");
+        assert!(started.elapsed() < TERMINATE_GRACE, "no grace for a lost lease");
+    }
+
+    #[tokio::test]
+    async fn leftovers_are_killed_when_the_run_exits() {
+        let stop = RunStop::new();
+        let script = "sleep 60 >/dev/null 2>&1 & echo \"child $!\"";
+        let (ended, lines, _dir) = run_script(script, Duration::from_secs(30), &stop).await;
+        assert!(matches!(ended, Ended::Exited(status) if status.success()), "{ended:?}");
+        let child: u32 = lines
+            .iter()
+            .find_map(|line| line.strip_prefix("child "))
+            .and_then(|pid| pid.parse().ok())
+            .unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(child > 0 && !process_alive(child), "leftover {child} survived");
+    }
+
+    #[tokio::test]
+    async fn a_missing_program_is_a_spawn_failure() {
+        let stop = RunStop::new();
+        let recipe = Recipe { name: "x".into(), program: "/nonexistent/tether-test".into(), args: Vec::new() };
+        let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("tempdir: {err}"));
+        let folder = SharedFolder { label: "work".into(), path: dir.path().to_path_buf() };
+        let command = recipe_command(&recipe, &folder, &job("p", 1), Vec::new());
+        let (sender, _receiver) = mpsc::channel(1);
+        let ended = supervise(command, Duration::from_secs(5), &stop, sender).await;
+        assert!(matches!(ended, Ended::SpawnFailed(_)), "{ended:?}");
+    }
+}

@@ -1,0 +1,366 @@
+//! The agent's local state: one JSON config file and a few secret files in the data dir.
+//!
+//! Layout of the data directory (mode 0700):
+//!
+//! | file | mode | holds |
+//! |---|---|---|
+//! | `config.json` | 0600 | install id, pairing (server, device id, name), folders, recipes |
+//! | `device-token` | 0600 | the device token (`tdt_…`) while paired |
+//! | `local.key` | 0600 | the 32-byte key that encrypts the seal key at rest |
+//! | `seal-key.json` | 0600 | the seal key pair's private half, AES-256-GCM encrypted |
+//!
+//! Every write goes to a temporary file in the same directory and is renamed over the target,
+//! so a crash never leaves a half-written file behind.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use tether_protocol::{AccountId, DeviceId};
+
+/// Mode of every file the agent writes: readable by the user only.
+pub const FILE_MODE: u32 = 0o600;
+/// Mode of the data directory.
+pub const DIR_MODE: u32 = 0o700;
+
+const CONFIG_FILE: &str = "config.json";
+const TOKEN_FILE: &str = "device-token";
+
+/// The agent's data directory. Only this type writes inside it.
+#[derive(Debug, Clone)]
+pub struct DataDir {
+    root: PathBuf,
+}
+
+/// The non-secret configuration, as stored in `config.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Config {
+    /// Identifies this installation across pairings, so pairing again is the same computer.
+    /// Kept through `unpair`.
+    pub install_id: String,
+    /// Present while the computer is paired.
+    #[serde(default)]
+    pub pairing: Option<Pairing>,
+    /// Folders a job may work in, by label.
+    #[serde(default)]
+    pub folders: Vec<SharedFolder>,
+    /// Commands a job may run, by name.
+    #[serde(default)]
+    pub recipes: Vec<Recipe>,
+}
+
+/// Who this computer is on which server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pairing {
+    /// Base URL of the server, without a trailing slash.
+    pub server: String,
+    pub device_id: DeviceId,
+    pub account_id: AccountId,
+    pub name: String,
+}
+
+/// A folder the owner shares with jobs under a label.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SharedFolder {
+    pub label: String,
+    /// Canonical (absolute, symlinks resolved) at the time it was shared.
+    pub path: PathBuf,
+}
+
+/// A named command the owner configured; jobs select it by name and pass only a prompt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Recipe {
+    pub name: String,
+    pub program: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+impl Config {
+    fn fresh() -> Config {
+        Config {
+            install_id: uuid::Uuid::now_v7().simple().to_string(),
+            pairing: None,
+            folders: Vec::new(),
+            recipes: Vec::new(),
+        }
+    }
+
+    pub fn folder(&self, label: &str) -> Option<&SharedFolder> {
+        self.folders.iter().find(|folder| folder.label == label)
+    }
+
+    pub fn recipe(&self, name: &str) -> Option<&Recipe> {
+        self.recipes.iter().find(|recipe| recipe.name == name)
+    }
+}
+
+impl DataDir {
+    /// The directory given on the command line (or `TETHER_AGENT_HOME`), else the platform's
+    /// data directory plus `tether-agent`.
+    ///
+    /// # Errors
+    /// When no directory is given and the platform has no data directory.
+    pub fn resolve(explicit: Option<PathBuf>) -> Result<DataDir> {
+        let root = match explicit {
+            Some(root) => root,
+            None => dirs::data_dir()
+                .context("this platform has no data directory; pass --data-dir")?
+                .join("tether-agent"),
+        };
+        Ok(DataDir { root })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Path of a file inside the data dir (for files other modules own the format of).
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
+
+    /// Creates the directory (mode 0700) if needed.
+    ///
+    /// # Errors
+    /// When it cannot be created.
+    pub fn ensure(&self) -> Result<()> {
+        create_private_dir(&self.root)
+            .with_context(|| format!("cannot create data directory {}", self.root.display()))
+    }
+
+    /// Reads `config.json`, making (and saving) a fresh one with a new install id if absent.
+    ///
+    /// # Errors
+    /// When the file cannot be read or parsed, or a fresh one cannot be written.
+    pub fn load_or_init_config(&self) -> Result<Config> {
+        if let Some(config) = self.load_config()? {
+            return Ok(config);
+        }
+        let config = Config::fresh();
+        self.save_config(&config)?;
+        Ok(config)
+    }
+
+    /// Reads `config.json`, or `None` when there is none yet.
+    ///
+    /// # Errors
+    /// When the file exists but cannot be read or parsed.
+    pub fn load_config(&self) -> Result<Option<Config>> {
+        let path = self.path(CONFIG_FILE);
+        let Some(bytes) = read_if_exists(&path)? else {
+            return Ok(None);
+        };
+        let config = serde_json::from_slice(&bytes)
+            .with_context(|| format!("{} is not a valid agent config", path.display()))?;
+        Ok(Some(config))
+    }
+
+    /// Writes `config.json` atomically, mode 0600.
+    ///
+    /// # Errors
+    /// When the directory or file cannot be written.
+    pub fn save_config(&self, config: &Config) -> Result<()> {
+        let mut bytes = serde_json::to_vec_pretty(config)?;
+        bytes.push(b'\n');
+        self.write_file(CONFIG_FILE, &bytes)
+    }
+
+    /// The device token, if the computer is paired.
+    ///
+    /// # Errors
+    /// When the file exists but cannot be read.
+    pub fn load_token(&self) -> Result<Option<String>> {
+        let bytes = read_if_exists(&self.path(TOKEN_FILE))?;
+        Ok(bytes.map(|bytes| String::from_utf8_lossy(&bytes).trim().to_owned()))
+    }
+
+    /// Stores the device token, mode 0600.
+    ///
+    /// # Errors
+    /// When the file cannot be written.
+    pub fn save_token(&self, token: &str) -> Result<()> {
+        self.write_file(TOKEN_FILE, token.as_bytes())
+    }
+
+    /// Deletes the device token; absent is fine.
+    ///
+    /// # Errors
+    /// When the file exists but cannot be removed.
+    pub fn forget_token(&self) -> Result<()> {
+        self.remove_file(TOKEN_FILE)
+    }
+
+    /// Where the device token is kept.
+    pub fn token_path(&self) -> PathBuf {
+        self.path(TOKEN_FILE)
+    }
+
+    /// Reads a file of the data dir, `None` when absent.
+    ///
+    /// # Errors
+    /// When it exists but cannot be read.
+    pub fn read_file(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        read_if_exists(&self.path(name))
+    }
+
+    /// Writes a file of the data dir atomically with mode 0600.
+    ///
+    /// # Errors
+    /// When the directory or file cannot be written.
+    pub fn write_file(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        self.ensure()?;
+        let path = self.path(name);
+        write_atomic(&path, bytes).with_context(|| format!("cannot write {}", path.display()))
+    }
+
+    /// Removes a file of the data dir; absent is fine.
+    ///
+    /// # Errors
+    /// When it exists but cannot be removed.
+    pub fn remove_file(&self, name: &str) -> Result<()> {
+        let path = self.path(name);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(err) => Err(err).with_context(|| format!("cannot remove {}", path.display())),
+        }
+    }
+}
+
+fn read_if_exists(path: &Path) -> Result<Option<Vec<u8>>> {
+    match fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(err) => Err(err).with_context(|| format!("cannot read {}", path.display())),
+    }
+}
+
+fn create_private_dir(path: &Path) -> io::Result<()> {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, DIR_MODE);
+    builder.create(path)?;
+    // `create` leaves an existing directory's mode alone; tighten it in case it was made
+    // by hand with the default umask.
+    set_mode(path, DIR_MODE)
+}
+
+/// Writes `bytes` to a temporary sibling (created 0600, so the content is never readable by
+/// others even for a moment), syncs it and renames it over `path`.
+///
+/// # Errors
+/// Any I/O error; the temporary file is removed on failure.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let file_name = path
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{file_name}.tmp-{:016x}", rand::random::<u64>()));
+    let result = write_new_private(&tmp, bytes).and_then(|()| fs::rename(&tmp, path));
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result?;
+    // Make the rename itself durable; not every filesystem supports syncing a directory.
+    if let Ok(dir_handle) = fs::File::open(dir) {
+        let _ = dir_handle.sync_all();
+    }
+    Ok(())
+}
+
+fn write_new_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, FILE_MODE);
+    let mut file = options.open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    set_mode(path, FILE_MODE)
+}
+
+#[cfg(unix)]
+fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+}
+
+#[cfg(not(unix))]
+fn set_mode(_path: &Path, _mode: u32) -> io::Result<()> {
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(unix)]
+    fn mode_of(path: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        fs::metadata(path).map(|meta| meta.permissions().mode() & 0o777).unwrap_or(0)
+    }
+
+    #[test]
+    fn config_round_trips_and_files_are_private() -> Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let data_dir = DataDir::resolve(Some(tmp.path().join("home")))?;
+        assert_eq!(data_dir.load_config()?, None);
+
+        let mut config = data_dir.load_or_init_config()?;
+        assert_eq!(config.install_id.len(), 32);
+        config.pairing = Some(Pairing {
+            server: "http://127.0.0.1:8080".to_owned(),
+            device_id: DeviceId::parse("dev1")?,
+            account_id: AccountId::parse("acc1")?,
+            name: "box".to_owned(),
+        });
+        config.folders.push(SharedFolder { label: "work".to_owned(), path: tmp.path().into() });
+        config.recipes.push(Recipe {
+            name: "tests".to_owned(),
+            program: "sh".to_owned(),
+            args: vec!["-c".to_owned(), "echo hi".to_owned()],
+        });
+        data_dir.save_config(&config)?;
+        assert_eq!(data_dir.load_config()?, Some(config.clone()));
+        assert_eq!(data_dir.load_or_init_config()?, config);
+
+        data_dir.save_token("tdt_secret")?;
+        assert_eq!(data_dir.load_token()?.as_deref(), Some("tdt_secret"));
+
+        #[cfg(unix)]
+        {
+            assert_eq!(mode_of(data_dir.root()), DIR_MODE);
+            assert_eq!(mode_of(&data_dir.path(CONFIG_FILE)), FILE_MODE);
+            assert_eq!(mode_of(&data_dir.token_path()), FILE_MODE);
+        }
+        // No temporary files are left behind.
+        let names: Vec<String> = fs::read_dir(data_dir.root())?
+            .filter_map(|entry| entry.ok())
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(names.iter().all(|name| !name.contains(".tmp-")), "{names:?}");
+
+        data_dir.forget_token()?;
+        data_dir.forget_token()?;
+        assert_eq!(data_dir.load_token()?, None);
+        Ok(())
+    }
+
+    #[test]
+    fn a_corrupt_config_is_an_error_not_a_reset() -> Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let data_dir = DataDir::resolve(Some(tmp.path().to_path_buf()))?;
+        data_dir.write_file(CONFIG_FILE, b"{not json")?;
+        assert!(data_dir.load_or_init_config().is_err());
+        Ok(())
+    }
+}

@@ -1,0 +1,413 @@
+//! End to end: the real server in this process, the real `tether-agent` binary as a child.
+//!
+//! One scenario, run on SQLite and on PostgreSQL: sign up, pair through the printed code,
+//! share a folder, add recipes, run the daemon, then a job that succeeds, one that fails,
+//! one cancelled mid-run (its whole process group must die), and a revocation that ends the
+//! daemon with its message and leaves no token behind.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../../../server/tests/support/postgres.rs"]
+mod postgres;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use tether_protocol::devices::Device;
+use tether_protocol::jobs::{Job, JobState, Outcome};
+use tether_server::{Application, Config};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, Command};
+
+const AGENT: &str = env!("CARGO_BIN_EXE_tether-agent");
+const REVOKED_MESSAGE: &str =
+    "This computer was revoked from the server; pair it again with `tether-agent pair URL`";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn walking_skeleton_sqlite() {
+    walking_skeleton(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn walking_skeleton_postgres() {
+    // Skips (with a printed reason) when PostgreSQL is not installed, unless
+    // TETHER_REQUIRE_EXTERNAL=1.
+    if let Some(url) = postgres::fresh_database_url() {
+        walking_skeleton(Some(url)).await;
+    }
+}
+
+async fn walking_skeleton(database_url: Option<String>) {
+    let server = spawn_server(database_url).await;
+    let web = Web::sign_up(&server.base).await;
+    let home = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+
+    let device_id = pair(&server.base, &web, home.path()).await;
+    let status = agent_json(home.path(), &["status", "--json"]).await;
+    assert_eq!(status["paired"], true);
+    assert_eq!(status["deviceId"], device_id.as_str());
+    assert_eq!(status["name"], "test-box");
+    let install_id = status["installId"].clone();
+    assert_token_is_private(home.path());
+
+    agent_ok(home.path(), &["folders", "share", "work", work.path().to_str().unwrap()]).await;
+    agent_ok(home.path(), &["recipe", "add", "tests", "--", "sh", "-c", r#"echo "$TETHER_TASK_PROMPT"; echo done"#])
+        .await;
+    agent_ok(home.path(), &["recipe", "add", "fails", "--", "sh", "-c", "echo failing; exit 3"]).await;
+    agent_ok(
+        home.path(),
+        &["recipe", "add", "sleepy", "--", "sh", "-c", r#"sleep 60 & echo "child $!"; wait"#],
+    )
+    .await;
+    let sandbox = agent_json(home.path(), &["sandbox", "status", "--json"]).await;
+    assert_eq!(sandbox["backend"], "none");
+    assert_eq!(sandbox["strength"], "advisory");
+
+    let mut daemon = Daemon::start(home.path());
+    let device = web.wait_for_device(&device_id, |device| {
+        let Some(capabilities) = &device.capabilities else { return false };
+        device.online
+            && capabilities.folders == ["work"]
+            && capabilities.engines.iter().any(|engine| engine.name == "sleepy")
+    })
+    .await;
+    let capabilities = device.capabilities.unwrap();
+    assert_eq!(capabilities.sandbox.backend, "none");
+    assert_eq!(Some(&capabilities.seal_key), device.seal_key.as_ref());
+
+    // A job that succeeds and prints its prompt.
+    let job = web.create_job(&device_id, "tests", "hello from the web").await;
+    let job = web.wait_for_job(&job.id.to_string(), Duration::from_secs(60), |job| job.state.is_final()).await;
+    assert_eq!(job.state, JobState::Succeeded, "{job:#?}\n{}", daemon.stderr());
+    let outcome = job.outcome.clone().unwrap();
+    assert_eq!((outcome.outcome, outcome.exit_code), (Outcome::Succeeded, Some(0)));
+    let output = output_lines(&job);
+    assert!(output.contains(&"hello from the web".to_owned()), "{output:?}");
+    assert!(output.contains(&"done".to_owned()), "{output:?}");
+
+    // A job that fails with exit code 3.
+    let job = web.create_job(&device_id, "fails", "fail please").await;
+    let job = web.wait_for_job(&job.id.to_string(), Duration::from_secs(60), |job| job.state.is_final()).await;
+    assert_eq!(job.state, JobState::Failed, "{job:#?}");
+    let outcome = job.outcome.clone().unwrap();
+    assert_eq!((outcome.exit_code, outcome.summary.as_str()), (Some(3), "exit code 3"));
+    assert!(output_lines(&job).contains(&"failing".to_owned()));
+
+    // A job cancelled while it runs: it ends `cancelled` promptly and its group dies.
+    let job = web.create_job(&device_id, "sleepy", "sleep").await;
+    let job_id = job.id.to_string();
+    let job = web
+        .wait_for_job(&job_id, Duration::from_secs(60), |job| {
+            output_lines(job).iter().any(|line| line.starts_with("child "))
+        })
+        .await;
+    let child: u32 = output_lines(&job)
+        .iter()
+        .find_map(|line| line.strip_prefix("child "))
+        .and_then(|pid| pid.parse().ok())
+        .unwrap();
+    assert!(process_alive(child), "the run's child {child} should be running");
+    let cancelled_at = Instant::now();
+    let res = web.post(&format!("/api/jobs/{job_id}/cancel"), &json!({})).await;
+    assert!(res.status().is_success(), "cancel: {}", res.status());
+    let job = web.wait_for_job(&job_id, Duration::from_secs(20), |job| job.state.is_final()).await;
+    assert_eq!(job.state, JobState::Cancelled, "{job:#?}\n{}", daemon.stderr());
+    assert!(cancelled_at.elapsed() < Duration::from_secs(15), "took {:?}", cancelled_at.elapsed());
+    assert_eq!(job.outcome.unwrap().summary, "cancelled");
+    wait_until(Duration::from_secs(5), || !process_alive(child)).await;
+    assert!(!process_alive(child), "the cancelled run's child {child} survived");
+
+    // Revocation: the daemon stops with its message and a non-zero code, the token is gone.
+    let res = web.delete(&format!("/api/devices/{device_id}")).await;
+    assert_eq!(res.status(), StatusCode::NO_CONTENT);
+    let code = daemon.wait(Duration::from_secs(30)).await;
+    assert_eq!(code, Some(3), "{}", daemon.stderr());
+    assert!(daemon.stderr().contains(REVOKED_MESSAGE), "{}", daemon.stderr());
+    eprintln!("--- tether-agent run said:\n{}", daemon.stderr());
+    assert!(!home.path().join("device-token").exists());
+    assert!(!home.path().join("seal-key.json").exists());
+    let status = agent_json(home.path(), &["status", "--json"]).await;
+    assert_eq!(status["paired"], false);
+    // The install id, folders and recipes survive, for pairing again.
+    assert_eq!(status["folders"][0]["label"], "work");
+
+    // `run` on a computer that is not paired says so and exits 2.
+    let output = agent(home.path(), &["run"]).await;
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("not paired"));
+
+    // Pairing again from the same installation is the same computer, with a new seal key.
+    let first_fingerprint = capabilities.seal_key.fingerprint;
+    let again = pair(&server.base, &web, home.path()).await;
+    assert_eq!(again, device_id);
+    let status = agent_json(home.path(), &["status", "--json"]).await;
+    assert_eq!(status["installId"], install_id);
+    assert_ne!(status["sealKeyFingerprint"], first_fingerprint.as_str());
+
+    // `unpair` removes it on the server and forgets token and key, keeping the install id.
+    let said = agent_ok(home.path(), &["unpair"]).await;
+    assert!(said.contains("Unpaired test-box"), "{said}");
+    assert!(!home.path().join("device-token").exists());
+    assert!(!home.path().join("seal-key.json").exists());
+    let device = web.wait_for_device(&device_id, |device| device.revoked_at.is_some()).await;
+    assert!(!device.online);
+    let status = agent_json(home.path(), &["status", "--json"]).await;
+    assert_eq!((status["paired"].clone(), status["installId"].clone()), (json!(false), install_id));
+}
+
+struct Server {
+    base: String,
+    _data_dir: tempfile::TempDir,
+}
+
+/// The real server on a free port, with short timings so heartbeats and sweeps are quick.
+async fn spawn_server(database_url: Option<String>) -> Server {
+    let data_dir = tempfile::tempdir().unwrap();
+    let mut config = Config::new(data_dir.path().to_path_buf());
+    config.listen = "127.0.0.1:0".to_owned();
+    config.database_url = database_url;
+    config.http_workers = 1;
+    config.db_max_connections = 4;
+    config.heartbeat_secs = 1;
+    config.online_secs = 5;
+    config.lease_secs = 15;
+    config.sweep_secs = 1;
+    // The agent polls `register` at least once a second; no slow_down in tests.
+    config.pairing_interval_secs = 0;
+    let app = Application::build(config).await.unwrap();
+    let base = app.base_url();
+    tokio::spawn(app.run_until_stopped());
+    Server { base, _data_dir: data_dir }
+}
+
+/// `tether-agent pair`: reads the code it prints, links it as the web user, waits for it to
+/// exit 0. Returns the device id.
+async fn pair(base: &str, web: &Web, home: &Path) -> String {
+    let mut child = agent_command(home)
+        .args(["pair", base, "--name", "test-box"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut printed = Vec::new();
+    let code = loop {
+        let line = tokio::time::timeout(Duration::from_secs(30), stdout.next_line())
+            .await
+            .expect("pair printed no code in time")
+            .unwrap()
+            .unwrap_or_else(|| panic!("pair ended before printing a code: {printed:?}"));
+        printed.push(line.clone());
+        if is_user_code(line.trim()) {
+            break line.trim().to_owned();
+        }
+    };
+    assert!(printed.iter().any(|line| line.contains("/link?code=")), "{printed:?}");
+    let res = web.post("/api/devices/link", &json!({ "userCode": code })).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let linked: Value = res.json().await.unwrap();
+    assert_eq!(linked["name"], "test-box");
+
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait()).await.unwrap().unwrap();
+    let mut rest = Vec::new();
+    while let Ok(Some(line)) = stdout.next_line().await {
+        rest.push(line);
+    }
+    assert!(status.success(), "pair failed: {printed:?} {rest:?}");
+    assert!(rest.iter().any(|line| line == "Paired as test-box"), "{rest:?}");
+    linked["deviceId"].as_str().unwrap().to_owned()
+}
+
+fn is_user_code(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.len() == 9
+        && bytes[4] == b'-'
+        && bytes.iter().enumerate().all(|(i, b)| i == 4 || b.is_ascii_uppercase())
+}
+
+#[cfg(unix)]
+fn assert_token_is_private(home: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for name in ["device-token", "seal-key.json", "local.key", "config.json"] {
+        let mode = std::fs::metadata(home.join(name)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{name}");
+    }
+}
+
+fn agent_command(home: &Path) -> Command {
+    let mut command = Command::new(AGENT);
+    command.env("TETHER_AGENT_HOME", home).env_remove("RUST_LOG").stdin(Stdio::null()).kill_on_drop(true);
+    command
+}
+
+async fn agent(home: &Path, args: &[&str]) -> std::process::Output {
+    agent_command(home).args(args).output().await.unwrap()
+}
+
+async fn agent_ok(home: &Path, args: &[&str]) -> String {
+    let output = agent(home, args).await;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "{args:?}: {stdout} {}", String::from_utf8_lossy(&output.stderr));
+    stdout
+}
+
+async fn agent_json(home: &Path, args: &[&str]) -> Value {
+    serde_json::from_str(&agent_ok(home, args).await).unwrap()
+}
+
+/// `tether-agent run` in the background, its stderr collected.
+struct Daemon {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Daemon {
+    fn start(home: &Path) -> Daemon {
+        let mut child = agent_command(home)
+            .args(["run"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = Arc::new(Mutex::new(String::new()));
+        tokio::spawn(collect(child.stderr.take().unwrap(), stderr.clone()));
+        tokio::spawn(collect(child.stdout.take().unwrap(), stderr.clone()));
+        Daemon { child, stderr }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    async fn wait(&mut self, limit: Duration) -> Option<i32> {
+        let status = tokio::time::timeout(limit, self.child.wait()).await;
+        let status = status.unwrap_or_else(|_| panic!("run did not exit: {}", self.stderr())).unwrap();
+        // Let the collectors take the last lines.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        status.code()
+    }
+}
+
+async fn collect(pipe: impl AsyncRead + Unpin, into: Arc<Mutex<String>>) {
+    let mut lines = BufReader::new(pipe).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let mut text = into.lock().unwrap();
+        text.push_str(&line);
+        text.push('\n');
+    }
+}
+
+/// The web user, through an API token (so no CSRF header is needed).
+struct Web {
+    base: String,
+    http: reqwest::Client,
+    token: String,
+}
+
+impl Web {
+    async fn sign_up(base: &str) -> Web {
+        let browser = reqwest::Client::builder().cookie_store(true).build().unwrap();
+        let res = browser
+            .post(format!("{base}/api/auth/signup"))
+            .json(&json!({ "email": "owner@example.com", "password": "correct horse battery", "name": "Owner" }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::CREATED);
+        let csrf = res.headers().get("x-tether-csrf").map(|value| value.to_str().unwrap().to_owned());
+        let mut request = browser.post(format!("{base}/api/tokens")).json(&json!({ "name": "e2e" }));
+        if let Some(csrf) = csrf {
+            request = request.header("x-tether-csrf", csrf);
+        }
+        let res = request.send().await.unwrap();
+        assert_eq!(res.status(), StatusCode::CREATED);
+        let created: Value = res.json().await.unwrap();
+        Web {
+            base: base.to_owned(),
+            http: reqwest::Client::new(),
+            token: created["token"].as_str().unwrap().to_owned(),
+        }
+    }
+
+    async fn get(&self, path: &str) -> reqwest::Response {
+        self.http.get(format!("{}{path}", self.base)).bearer_auth(&self.token).send().await.unwrap()
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> reqwest::Response {
+        let request = self.http.post(format!("{}{path}", self.base)).bearer_auth(&self.token);
+        request.json(body).send().await.unwrap()
+    }
+
+    async fn delete(&self, path: &str) -> reqwest::Response {
+        self.http.delete(format!("{}{path}", self.base)).bearer_auth(&self.token).send().await.unwrap()
+    }
+
+    async fn create_job(&self, device_id: &str, engine: &str, prompt: &str) -> Job {
+        let body = json!({
+            "deviceId": device_id, "title": format!("run {engine}"), "prompt": prompt,
+            "folder": "work", "engine": engine, "mode": "unattended", "network": false,
+            "timeoutMinutes": 5,
+        });
+        let res = self.post("/api/jobs", &body).await;
+        let status = res.status();
+        let text = res.text().await.unwrap();
+        assert_eq!(status, StatusCode::CREATED, "{text}");
+        serde_json::from_str(&text).unwrap()
+    }
+
+    async fn job(&self, job_id: &str) -> Job {
+        let res = self.get(&format!("/api/jobs/{job_id}")).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        res.json().await.unwrap()
+    }
+
+    async fn wait_for_job(&self, job_id: &str, limit: Duration, done: impl Fn(&Job) -> bool) -> Job {
+        let deadline = Instant::now() + limit;
+        loop {
+            let job = self.job(job_id).await;
+            if done(&job) {
+                return job;
+            }
+            assert!(Instant::now() < deadline, "job never got there: {job:#?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn wait_for_device(&self, device_id: &str, ready: impl Fn(&Device) -> bool) -> Device {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let res = self.get("/api/devices").await;
+            assert_eq!(res.status(), StatusCode::OK);
+            let devices: Vec<Device> = res.json().await.unwrap();
+            let device = devices.into_iter().find(|device| device.id.as_str() == device_id).unwrap();
+            if ready(&device) {
+                return device;
+            }
+            assert!(Instant::now() < deadline, "device never got ready: {device:#?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn output_lines(job: &Job) -> Vec<String> {
+    job.events.iter().filter(|event| event.kind == "output").map(|event| event.text.clone()).collect()
+}
+
+/// Alive and not a zombie waiting to be reaped.
+fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+async fn wait_until(limit: Duration, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,220 @@
+//! Who is calling: the web [`Caller`] (session cookie or API token) and the [`DeviceCaller`]
+//! (device token). Handlers take one of these, so they cannot skip authentication.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use actix_web::dev::Payload;
+use actix_web::http::Method;
+use actix_web::{web, FromRequest, HttpRequest};
+use tether_protocol::auth::{Account, User};
+use tether_protocol::routes::{
+    CSRF_HEADER, DEVICE_TOKEN_PREFIX, PROTOCOL_HEADER, USER_TOKEN_PREFIX,
+};
+use tether_protocol::{AccountId, Code, DeviceId, PROTOCOL_VERSION};
+
+use crate::error::ApiError;
+use crate::{accounts, devices, AppState};
+
+/// The session cookie's name.
+pub const SESSION_COOKIE: &str = "tether_session";
+/// A readable cookie holding the session's CSRF token, for scripts that send the header.
+pub const CSRF_COOKIE: &str = "tether_csrf";
+
+/// How a web caller proved who they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    Session,
+    ApiToken,
+}
+
+/// A signed-in web user, from the session cookie or `Authorization: Bearer tut_…`.
+///
+/// For cookie-authenticated POST/PATCH/PUT/DELETE under `/api/`, extraction already checked
+/// the `x-tether-csrf` header. Pages posting forms check their own field with
+/// [`Caller::verify_csrf`].
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub user: User,
+    pub account: Account,
+    /// The session's CSRF token; `None` for API tokens, which need none.
+    pub csrf_token: Option<String>,
+    pub via: Via,
+}
+
+impl Caller {
+    /// Checks a CSRF token a page submitted (API-token callers always pass).
+    ///
+    /// # Errors
+    /// 403 `csrf_rejected`.
+    pub fn verify_csrf(&self, presented: Option<&str>) -> Result<(), ApiError> {
+        match (&self.csrf_token, presented) {
+            (None, _) => Ok(()),
+            (Some(expected), Some(presented))
+                if crate::credentials::hashes_match(expected, presented) =>
+            {
+                Ok(())
+            }
+            _ => Err(ApiError::new(
+                Code::CsrfRejected,
+                "This change needs the page's CSRF token (header x-tether-csrf).",
+            )),
+        }
+    }
+
+    /// # Errors
+    /// 403 `forbidden` unless the caller is the platform admin.
+    pub fn require_admin(&self) -> Result<(), ApiError> {
+        if self.user.is_admin {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                Code::Forbidden,
+                "Only the platform admin may do this.",
+            ))
+        }
+    }
+}
+
+impl FromRequest for Caller {
+    type Error = ApiError;
+    type Future = Pin<Box<dyn Future<Output = Result<Caller, ApiError>>>>;
+
+    fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move { caller_from_request(&req).await })
+    }
+}
+
+/// A paired device, from `Authorization: Bearer tdt_…`.
+#[derive(Debug, Clone)]
+pub struct DeviceCaller {
+    pub device_id: DeviceId,
+    pub account_id: AccountId,
+    pub name: String,
+}
+
+impl FromRequest for DeviceCaller {
+    type Error = ApiError;
+    type Future = Pin<Box<dyn Future<Output = Result<DeviceCaller, ApiError>>>>;
+
+    fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move { device_from_request(&req).await })
+    }
+}
+
+/// Agents send `x-tether-protocol: 1`; anything else present is refused.
+///
+/// # Errors
+/// 400 `unsupported_protocol`.
+pub fn check_protocol(req: &HttpRequest) -> Result<(), ApiError> {
+    let Some(value) = req.headers().get(PROTOCOL_HEADER) else {
+        return Ok(());
+    };
+    let version = value
+        .to_str()
+        .ok()
+        .and_then(|text| text.trim().parse::<u32>().ok());
+    if version == Some(PROTOCOL_VERSION) {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            Code::UnsupportedProtocol,
+            format!("This server speaks protocol {PROTOCOL_VERSION} ({PROTOCOL_HEADER})."),
+        ))
+    }
+}
+
+/// Before a session exists (signup, login), a cross-site form is refused by its Origin.
+///
+/// # Errors
+/// 403 `csrf_rejected` when `Origin` is present and names another host.
+pub fn check_origin(req: &HttpRequest) -> Result<(), ApiError> {
+    let Some(origin) = req.headers().get("origin") else {
+        return Ok(());
+    };
+    let host = req.connection_info().host().to_ascii_lowercase();
+    let origin_host = origin
+        .to_str()
+        .ok()
+        .and_then(|origin| origin.split_once("://"))
+        .map(|(_, rest)| rest.trim_end_matches('/').to_ascii_lowercase());
+    if origin_host.as_deref() == Some(host.as_str()) {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            Code::CsrfRejected,
+            "Cross-site requests are refused.",
+        ))
+    }
+}
+
+fn bearer_token(req: &HttpRequest) -> Option<Result<String, ApiError>> {
+    let header = req.headers().get("authorization")?;
+    let token = header
+        .to_str()
+        .ok()
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .map(|token| token.trim().to_owned())
+        .filter(|token| !token.is_empty());
+    Some(token.ok_or_else(unauthorized))
+}
+
+fn unauthorized() -> ApiError {
+    ApiError::new(Code::Unauthorized, "Sign in, or send a valid token.")
+}
+
+fn state(req: &HttpRequest) -> Result<web::Data<AppState>, ApiError> {
+    req.app_data::<web::Data<AppState>>()
+        .cloned()
+        .ok_or_else(|| ApiError::internal(&"AppState is not registered"))
+}
+
+async fn caller_from_request(req: &HttpRequest) -> Result<Caller, ApiError> {
+    let state = state(req)?;
+    if let Some(token) = bearer_token(req) {
+        let token = token?;
+        if !token.starts_with(USER_TOKEN_PREFIX) {
+            return Err(unauthorized());
+        }
+        let resolved = accounts::by_api_token(&state.store, &token)
+            .await?
+            .ok_or_else(unauthorized)?;
+        return Ok(caller(resolved, Via::ApiToken));
+    }
+    let cookie = req.cookie(SESSION_COOKIE).ok_or_else(unauthorized)?;
+    let resolved = accounts::by_session(&state.store, cookie.value())
+        .await?
+        .ok_or_else(unauthorized)?;
+    let caller = caller(resolved, Via::Session);
+    if needs_csrf_header(req) {
+        let presented = req.headers().get(CSRF_HEADER).and_then(|v| v.to_str().ok());
+        caller.verify_csrf(presented)?;
+    }
+    Ok(caller)
+}
+
+fn caller(resolved: accounts::Resolved, via: Via) -> Caller {
+    Caller {
+        user: resolved.me.user,
+        account: resolved.me.account,
+        csrf_token: resolved.csrf_token,
+        via,
+    }
+}
+
+fn needs_csrf_header(req: &HttpRequest) -> bool {
+    let unsafe_method = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    unsafe_method && req.path().starts_with("/api/")
+}
+
+async fn device_from_request(req: &HttpRequest) -> Result<DeviceCaller, ApiError> {
+    check_protocol(req)?;
+    let state = state(req)?;
+    let token = bearer_token(req).ok_or_else(unauthorized)??;
+    if !token.starts_with(DEVICE_TOKEN_PREFIX) {
+        return Err(unauthorized());
+    }
+    devices::authenticate(&state.store, &token).await
+}

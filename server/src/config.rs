@@ -1,0 +1,132 @@
+//! Server configuration: command-line flags and `TETHER_*` environment variables.
+//!
+//! [`Config`] is a plain struct with public fields so tests build one with [`Config::new`]
+//! and shrink the time constants they exercise.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// Everything the server needs to start. Not `Debug`: the database URL may hold a password.
+#[derive(Clone)]
+pub struct Config {
+    /// Address the HTTP listener binds; port 0 picks a free one.
+    pub listen: String,
+    /// `postgres://…` or `sqlite://…`; `None` means `tether.db` inside `data_dir`.
+    pub database_url: Option<String>,
+    /// Where the embedded database (and later evidence blobs) live.
+    pub data_dir: PathBuf,
+    /// Accepted and kept for the relays of a later issue; unused yet.
+    pub redis_url: Option<String>,
+    /// Base of verification links and cookie security; derived from the request's Host when unset.
+    pub public_url: Option<String>,
+    /// How long a claim, heartbeat or progress call keeps a lease.
+    pub lease_secs: u64,
+    /// A device heard from within this window is shown online.
+    pub online_secs: u64,
+    /// The heartbeat pace the server asks agents for.
+    pub heartbeat_secs: u64,
+    /// How often the sweeper looks for expired leases.
+    pub sweep_secs: u64,
+    /// How long a pairing code stays valid (protocol default 600).
+    pub pairing_expires_secs: u64,
+    /// The first polling interval of `register` (protocol default 5).
+    pub pairing_interval_secs: u64,
+    /// Running or waiting jobs one account may have at once; claims past it answer 204.
+    pub max_running_per_account: u32,
+    /// HTTP worker threads; tests use one per app to keep the machine responsive.
+    pub http_workers: usize,
+    /// Connections of the PostgreSQL pool, or of the SQLite read pool.
+    pub db_max_connections: u32,
+}
+
+impl Config {
+    /// The defaults: SQLite in `data_dir`, listening on 127.0.0.1:8080, protocol constants.
+    pub fn new(data_dir: PathBuf) -> Config {
+        Config {
+            listen: "127.0.0.1:8080".to_owned(),
+            database_url: None,
+            data_dir,
+            redis_url: None,
+            public_url: None,
+            lease_secs: 120,
+            online_secs: 90,
+            heartbeat_secs: 30,
+            sweep_secs: 15,
+            pairing_expires_secs: tether_protocol::pairing::PAIRING_EXPIRES_SECS,
+            pairing_interval_secs: tether_protocol::pairing::PAIRING_INTERVAL_SECS,
+            max_running_per_account: 4,
+            http_workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            db_max_connections: 10,
+        }
+    }
+
+    /// Reads flags and environment variables.
+    pub fn from_args() -> Config {
+        Cli::parse().into_config()
+    }
+
+    /// The SQLite URL used when no database URL is configured.
+    pub fn default_sqlite_url(&self) -> String {
+        format!("sqlite://{}", self.data_dir.join("tether.db").display())
+    }
+
+    /// Whether cookies must be `Secure`: only when the public URL is https.
+    pub fn secure_cookies(&self) -> bool {
+        self.public_url
+            .as_deref()
+            .is_some_and(|url| url.starts_with("https://"))
+    }
+}
+
+/// `tether-server [--listen ADDR] [--database-url URL] [--data-dir DIR]`.
+#[derive(Parser)]
+#[command(
+    name = "tether-server",
+    version,
+    about = "Tether's coordination service"
+)]
+struct Cli {
+    /// Address to listen on.
+    #[arg(long, env = "TETHER_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: String,
+    /// postgres://… for PostgreSQL; default a SQLite file in the data dir.
+    #[arg(long, env = "TETHER_DATABASE_URL")]
+    database_url: Option<String>,
+    /// Data directory, created when missing.
+    #[arg(long, env = "TETHER_DATA_DIR", default_value = "./tether-data")]
+    data_dir: PathBuf,
+    /// Redis for fan-out across replicas (not used yet).
+    #[arg(long, env = "TETHER_REDIS_URL", hide = true)]
+    redis_url: Option<String>,
+    /// Public base URL, e.g. https://tether.example.com.
+    #[arg(long, env = "TETHER_PUBLIC_URL")]
+    public_url: Option<String>,
+    #[arg(long, env = "TETHER_LEASE_SECS", default_value_t = 120, hide = true)]
+    lease_secs: u64,
+    #[arg(long, env = "TETHER_ONLINE_SECS", default_value_t = 90, hide = true)]
+    online_secs: u64,
+    #[arg(long, env = "TETHER_HEARTBEAT_SECS", default_value_t = 30, hide = true)]
+    heartbeat_secs: u64,
+    #[arg(long, env = "TETHER_SWEEP_SECS", default_value_t = 15, hide = true)]
+    sweep_secs: u64,
+}
+
+impl Cli {
+    fn into_config(self) -> Config {
+        let mut config = Config::new(self.data_dir);
+        config.listen = self.listen;
+        config.database_url = self.database_url.filter(|url| !url.is_empty());
+        config.redis_url = self.redis_url.filter(|url| !url.is_empty());
+        config.public_url = self
+            .public_url
+            .filter(|url| !url.is_empty())
+            .map(|url| url.trim_end_matches('/').to_owned());
+        // Zero would make leases expire at once or spin the sweeper.
+        config.lease_secs = self.lease_secs.max(1);
+        config.online_secs = self.online_secs.max(1);
+        config.heartbeat_secs = self.heartbeat_secs.max(1);
+        config.sweep_secs = self.sweep_secs.max(1);
+        config
+    }
+}

@@ -1,0 +1,355 @@
+//! Paired computers: listing, renaming, revoking, and authenticating their tokens.
+//!
+//! Pages call [`list`], [`get`], [`rename`] and [`revoke`]; the device routes call
+//! [`authenticate`] (through the `DeviceCaller` extractor), [`describe_self`] and
+//! [`remove_self`]; the admin routes call [`admin_list`] and [`admin_revoke`].
+//!
+//! **Invariant:** a device of another account is `not_found`, never `forbidden`.
+
+use serde_json::json;
+use tether_protocol::capabilities::{Capabilities, SealKey};
+use tether_protocol::devices::{AdminDevice, Device, DeviceSelf, RenameParams};
+use tether_protocol::{AccountId, Code, DeviceId};
+
+use crate::accounts::parse_name;
+use crate::auth::DeviceCaller;
+use crate::config::Config;
+use crate::error::ApiError;
+use crate::ledger::{self, LedgerKind};
+use crate::store::{now_millis, on_read, on_tx, secs, stored_id, to_time, Millis, Store, Tx};
+use crate::{credentials, jobs};
+
+/// The devices of `account_id`, oldest first, revoked ones included.
+///
+/// # Errors
+/// A database error.
+pub async fn list(
+    store: &Store,
+    account_id: &AccountId,
+    config: &Config,
+) -> Result<Vec<Device>, ApiError> {
+    let sql = format!(
+        "SELECT {DEVICE_COLUMNS} FROM devices WHERE account_id = $1 ORDER BY created_at, id"
+    );
+    let rows = on_read!(store, |pool| sqlx::query_as::<_, DeviceRow>(&sql)
+        .bind(account_id.as_str())
+        .fetch_all(pool)
+        .await)?;
+    let now = now_millis();
+    rows.into_iter()
+        .map(|row| row.into_device(now, config))
+        .collect()
+}
+
+/// One device of `account_id`.
+///
+/// # Errors
+/// 404 `not_found` when it does not exist or belongs to another account.
+pub async fn get(
+    store: &Store,
+    account_id: &AccountId,
+    device_id: &DeviceId,
+    config: &Config,
+) -> Result<Device, ApiError> {
+    let sql = format!("SELECT {DEVICE_COLUMNS} FROM devices WHERE id = $1 AND account_id = $2");
+    let row = on_read!(store, |pool| sqlx::query_as::<_, DeviceRow>(&sql)
+        .bind(device_id.as_str())
+        .bind(account_id.as_str())
+        .fetch_optional(pool)
+        .await)?;
+    row.ok_or_else(|| ApiError::not_found("device"))?
+        .into_device(now_millis(), config)
+}
+
+/// Renames a device; heartbeats keep the saved name.
+///
+/// # Errors
+/// 422 for a bad name, 404 for a device not of this account.
+pub async fn rename(
+    store: &Store,
+    account_id: &AccountId,
+    device_id: &DeviceId,
+    params: RenameParams,
+    config: &Config,
+) -> Result<Device, ApiError> {
+    let name = parse_name("name", &params.name, 100)?;
+    let mut tx = store.begin().await?;
+    let updated = on_tx!(&mut tx, |conn| sqlx::query(
+        "UPDATE devices SET name = $1 WHERE id = $2 AND account_id = $3"
+    )
+    .bind(&name)
+    .bind(device_id.as_str())
+    .bind(account_id.as_str())
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    if updated == 0 {
+        return Err(ApiError::not_found("device"));
+    }
+    tx.commit().await?;
+    get(store, account_id, device_id, config).await
+}
+
+/// Revokes a device of `account_id`: its token answers 401 `revoked` from now on, its
+/// running or waiting jobs end `interrupted` and its queued ones `cancelled`. Revoking a
+/// revoked device again changes nothing.
+///
+/// # Errors
+/// 404 for a device not of this account.
+pub async fn revoke(
+    store: &Store,
+    account_id: &AccountId,
+    device_id: &DeviceId,
+) -> Result<(), ApiError> {
+    end_device(
+        store,
+        Some(account_id),
+        device_id,
+        LedgerKind::DeviceRevoked,
+    )
+    .await
+}
+
+/// Every account's devices, for the platform admin.
+///
+/// # Errors
+/// A database error.
+pub async fn admin_list(store: &Store, config: &Config) -> Result<Vec<AdminDevice>, ApiError> {
+    let sql = format!("SELECT {DEVICE_COLUMNS} FROM devices ORDER BY created_at, id");
+    let rows = on_read!(store, |pool| sqlx::query_as::<_, DeviceRow>(&sql)
+        .fetch_all(pool)
+        .await)?;
+    let now = now_millis();
+    rows.into_iter()
+        .map(|row| {
+            let account_id = stored_id(row.account_id.clone())?;
+            Ok(AdminDevice {
+                account_id,
+                device: row.into_device(now, config)?,
+            })
+        })
+        .collect()
+}
+
+/// Revokes any account's device (the caller must already be the platform admin).
+///
+/// # Errors
+/// 404 for an unknown device.
+pub async fn admin_revoke(store: &Store, device_id: &DeviceId) -> Result<(), ApiError> {
+    end_device(store, None, device_id, LedgerKind::DeviceRevoked).await
+}
+
+/// `GET /api/devices/self`.
+pub fn describe_self(device: &DeviceCaller) -> DeviceSelf {
+    DeviceSelf {
+        device_id: device.device_id.clone(),
+        name: device.name.clone(),
+        account_id: device.account_id.clone(),
+    }
+}
+
+/// The device removes itself (unpair): like a revocation, recorded as `device.removed`.
+///
+/// # Errors
+/// A database error.
+pub async fn remove_self(store: &Store, device: &DeviceCaller) -> Result<(), ApiError> {
+    end_device(
+        store,
+        Some(&device.account_id),
+        &device.device_id,
+        LedgerKind::DeviceRemoved,
+    )
+    .await
+}
+
+/// Resolves a device token.
+///
+/// # Errors
+/// 401 `unauthorized` for an unknown token, 401 `revoked` for a revoked device's.
+pub async fn authenticate(store: &Store, token: &str) -> Result<DeviceCaller, ApiError> {
+    let token_hash = credentials::hash_token(token);
+    let row =
+        on_read!(store, |pool| {
+            sqlx::query_as::<_, TokenRow>(
+        "SELECT id, account_id, name, token_hash, revoked_at FROM devices WHERE token_hash = $1"
+    )
+    .bind(&token_hash)
+    .fetch_optional(pool)
+    .await
+        })?;
+    let row = row
+        .filter(|row| credentials::hashes_match(&row.token_hash, &token_hash))
+        .ok_or_else(|| ApiError::new(Code::Unauthorized, "Unknown device token; pair again."))?;
+    if row.revoked_at.is_some() {
+        return Err(ApiError::new(
+            Code::Revoked,
+            "This device was revoked; forget its token and pair again.",
+        ));
+    }
+    Ok(DeviceCaller {
+        device_id: stored_id(row.id)?,
+        account_id: stored_id(row.account_id)?,
+        name: row.name,
+    })
+}
+
+/// Stores a heartbeat's capability report and contact time. The first seal key is pinned;
+/// a different one later raises `sealKeyMismatch` until the device pairs again.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn record_report(
+    tx: &mut Tx,
+    device: &DeviceCaller,
+    capabilities: &Capabilities,
+    now: Millis,
+) -> Result<(), ApiError> {
+    let pinned = on_tx!(tx, |conn| sqlx::query_scalar::<_, Option<String>>(
+        "SELECT seal_key_json FROM devices WHERE id = $1"
+    )
+    .bind(device.device_id.as_str())
+    .fetch_one(conn)
+    .await)?;
+    let reported = &capabilities.seal_key;
+    let (seal_key_json, mismatch) = match pinned {
+        None => (serde_json::to_string(reported)?, false),
+        Some(json) => {
+            let pinned: Option<SealKey> = serde_json::from_str(&json).ok();
+            let same = pinned.is_some_and(|pinned| pinned.spki == reported.spki);
+            (json, !same)
+        }
+    };
+    // Once raised, the mismatch stays until the device pairs again.
+    let sql = "UPDATE devices SET capabilities_json = $1, last_seen_at = $2, seal_key_json = $3, \
+               seal_key_mismatch = CASE WHEN $4 = 1 THEN 1 ELSE seal_key_mismatch END, \
+               agent_version = $5 WHERE id = $6";
+    on_tx!(tx, |conn| sqlx::query(sql)
+        .bind(serde_json::to_string(capabilities)?)
+        .bind(now)
+        .bind(&seal_key_json)
+        .bind(i64::from(mismatch))
+        .bind(&capabilities.agent_version)
+        .bind(device.device_id.as_str())
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
+/// The last capability report of a device of `account_id` that is not revoked.
+///
+/// # Errors
+/// 404 when the device is unknown, another account's or revoked.
+pub(crate) async fn usable_capabilities(
+    tx: &mut Tx,
+    account_id: &AccountId,
+    device_id: &DeviceId,
+) -> Result<Option<Capabilities>, ApiError> {
+    let row = on_tx!(tx, |conn| {
+        sqlx::query_as::<_, (Option<String>, Option<i64>)>(
+            "SELECT capabilities_json, revoked_at FROM devices WHERE id = $1 AND account_id = $2",
+        )
+        .bind(device_id.as_str())
+        .bind(account_id.as_str())
+        .fetch_optional(conn)
+        .await
+    })?;
+    match row {
+        Some((capabilities, None)) => {
+            Ok(capabilities.and_then(|json| serde_json::from_str(&json).ok()))
+        }
+        _ => Err(ApiError::not_found("device")),
+    }
+}
+
+async fn end_device(
+    store: &Store,
+    account_id: Option<&AccountId>,
+    device_id: &DeviceId,
+    kind: LedgerKind,
+) -> Result<(), ApiError> {
+    let now = now_millis();
+    let mut tx = store.begin().await?;
+    let row = on_tx!(&mut tx, |conn| sqlx::query_as::<_, (String, Option<i64>)>(
+        "SELECT account_id, revoked_at FROM devices WHERE id = $1"
+    )
+    .bind(device_id.as_str())
+    .fetch_optional(conn)
+    .await)?;
+    let Some((owner, revoked_at)) = row else {
+        return Err(ApiError::not_found("device"));
+    };
+    let owner: AccountId = stored_id(owner)?;
+    if account_id.is_some_and(|account_id| *account_id != owner) {
+        return Err(ApiError::not_found("device"));
+    }
+    if revoked_at.is_some() {
+        return Ok(());
+    }
+    on_tx!(&mut tx, |conn| sqlx::query(
+        "UPDATE devices SET revoked_at = $1 WHERE id = $2"
+    )
+    .bind(now)
+    .bind(device_id.as_str())
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    let n_ended = jobs::end_for_revoked_device(&mut tx, device_id, now).await?;
+    let detail =
+        json!({ "deviceId": device_id, "jobsEnded": n_ended, "byAdmin": account_id.is_none() });
+    ledger::record(&mut tx, &owner, now, kind, device_id.as_str(), detail).await?;
+    tx.commit().await?;
+    tracing::info!(device_id = %device_id, kind = kind.as_str(), "device ended");
+    Ok(())
+}
+
+const DEVICE_COLUMNS: &str = "id, account_id, name, platform, seal_key_json, seal_key_mismatch, \
+    capabilities_json, last_seen_at, revoked_at, created_at";
+
+#[derive(sqlx::FromRow)]
+struct DeviceRow {
+    id: String,
+    account_id: String,
+    name: String,
+    platform: String,
+    seal_key_json: Option<String>,
+    seal_key_mismatch: i64,
+    capabilities_json: Option<String>,
+    last_seen_at: Option<i64>,
+    revoked_at: Option<i64>,
+    created_at: i64,
+}
+
+impl DeviceRow {
+    fn into_device(self, now: Millis, config: &Config) -> Result<Device, ApiError> {
+        let online = self.revoked_at.is_none()
+            && self
+                .last_seen_at
+                .is_some_and(|seen| now - seen <= secs(config.online_secs));
+        Ok(Device {
+            id: stored_id(self.id)?,
+            name: self.name,
+            platform: self.platform,
+            online,
+            last_seen_at: self.last_seen_at.map(to_time),
+            capabilities: self
+                .capabilities_json
+                .and_then(|json| serde_json::from_str(&json).ok()),
+            seal_key: self
+                .seal_key_json
+                .and_then(|json| serde_json::from_str(&json).ok()),
+            seal_key_mismatch: self.seal_key_mismatch != 0,
+            revoked_at: self.revoked_at.map(to_time),
+            created_at: to_time(self.created_at),
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct TokenRow {
+    id: String,
+    account_id: String,
+    name: String,
+    token_hash: String,
+    revoked_at: Option<i64>,
+}

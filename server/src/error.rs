@@ -1,0 +1,88 @@
+//! The one error type of the server and its HTTP answer.
+//!
+//! Every failure becomes an [`ApiError`]: a protocol [`Code`] (which fixes the status) and a
+//! human sentence. Database faults are logged here and answered as `internal` without detail.
+
+use std::fmt;
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use tether_protocol::{Code, ErrorBody};
+
+/// An error answered as `{"error": {"code", "message"}}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    code: Code,
+    message: String,
+}
+
+impl ApiError {
+    pub fn new(code: Code, message: impl Into<String>) -> ApiError {
+        ApiError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A missing object, or one that belongs to another account (never a 403).
+    pub fn not_found(what: &str) -> ApiError {
+        ApiError::new(Code::NotFound, format!("No such {what}."))
+    }
+
+    /// A field that parsed but whose value is not acceptable.
+    pub fn invalid_field(field: &str, why: &str) -> ApiError {
+        ApiError::new(Code::InvalidField, format!("{field}: {why}"))
+    }
+
+    /// A fault on our side; the cause is logged, never sent.
+    pub fn internal(cause: &dyn fmt::Display) -> ApiError {
+        tracing::error!(error = %cause, "internal error");
+        ApiError::new(Code::Internal, "Something went wrong on the server.")
+    }
+
+    pub fn code(&self) -> Code {
+        self.code
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code.name(), self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        HttpResponse::build(self.status_code())
+            .insert_header(("cache-control", "no-store"))
+            .json(ErrorBody::new(self.code, self.message.clone()))
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(error: sqlx::Error) -> ApiError {
+        match error {
+            sqlx::Error::PoolTimedOut => {
+                tracing::warn!("database pool timed out");
+                ApiError::new(Code::Unavailable, "The database is busy; try again.")
+            }
+            other => ApiError::internal(&other),
+        }
+    }
+}
+
+impl From<serde_json::Error> for ApiError {
+    fn from(error: serde_json::Error) -> ApiError {
+        ApiError::internal(&format_args!("stored JSON does not decode: {error}"))
+    }
+}

@@ -1,0 +1,93 @@
+//! The audit ledger: what happened to an account, written in the same transaction as the
+//! change it records.
+//!
+//! **Invariant:** entries name things (ids, outcomes, secret names), never values, tokens or
+//! file text.
+
+use serde_json::Value;
+use tether_protocol::AccountId;
+
+use crate::error::ApiError;
+use crate::store::{on_tx, Millis, Tx};
+
+/// What a ledger entry records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LedgerKind {
+    DevicePaired,
+    DeviceRevoked,
+    DeviceRemoved,
+    JobCreated,
+    JobEnded,
+}
+
+impl LedgerKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LedgerKind::DevicePaired => "device.paired",
+            LedgerKind::DeviceRevoked => "device.revoked",
+            LedgerKind::DeviceRemoved => "device.removed",
+            LedgerKind::JobCreated => "job.created",
+            LedgerKind::JobEnded => "job.ended",
+        }
+    }
+}
+
+/// Appends one entry inside `tx`.
+///
+/// # Errors
+/// A database error.
+pub async fn record(
+    tx: &mut Tx,
+    account_id: &AccountId,
+    at: Millis,
+    kind: LedgerKind,
+    subject: &str,
+    detail: Value,
+) -> Result<(), ApiError> {
+    let id = uuid_like();
+    let detail_json = detail.to_string();
+    let sql = "INSERT INTO ledger (id, account_id, at, kind, subject, detail_json) \
+               VALUES ($1, $2, $3, $4, $5, $6)";
+    on_tx!(tx, |conn| sqlx::query(sql)
+        .bind(&id)
+        .bind(account_id.as_str())
+        .bind(at)
+        .bind(kind.as_str())
+        .bind(subject)
+        .bind(&detail_json)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
+/// A ledger entry as tests and (later) the admin pages read it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct LedgerEntry {
+    pub at: Millis,
+    pub kind: String,
+    pub subject: String,
+    pub detail_json: String,
+}
+
+/// The account's entries, oldest first.
+///
+/// # Errors
+/// A database error.
+pub async fn list(
+    store: &crate::store::Store,
+    account_id: &AccountId,
+) -> Result<Vec<LedgerEntry>, ApiError> {
+    let sql = "SELECT at, kind, subject, detail_json FROM ledger WHERE account_id = $1 \
+               ORDER BY at, id";
+    let entries = crate::store::on_read!(store, |pool| sqlx::query_as(sql)
+        .bind(account_id.as_str())
+        .fetch_all(pool)
+        .await)?;
+    Ok(entries)
+}
+
+fn uuid_like() -> String {
+    // Ledger ids share the time-ordered shape of every other id.
+    tether_protocol::JobId::generate().to_string()
+}

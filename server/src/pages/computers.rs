@@ -1,0 +1,106 @@
+//! Computers: the account's paired devices and how to pair another.
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use maud::{html, Markup};
+use tether_protocol::capabilities::SandboxStrength;
+use tether_protocol::devices::Device;
+
+use super::layout::{ago, page};
+use super::signin_redirect;
+use crate::auth::Caller;
+use crate::AppState;
+
+pub async fn show(
+    state: web::Data<AppState>,
+    caller: Option<Caller>,
+    request: HttpRequest,
+) -> HttpResponse {
+    let Some(caller) = caller else {
+        return signin_redirect("/computers");
+    };
+    let devices = match crate::devices::list(&state.store, &caller.account.id, &state.config).await {
+        Ok(devices) => devices,
+        Err(error) => return actix_web::ResponseError::error_response(&error),
+    };
+    let server_url = crate::routes::public_base(&request, state.config.public_url.as_deref());
+    let active: Vec<&Device> = devices.iter().filter(|d| d.revoked_at.is_none()).collect();
+    page(
+        "Computers",
+        Some(&caller),
+        html! {
+            h1 { "Computers" }
+            @if active.is_empty() {
+                p.muted { "No computer is paired yet." }
+            }
+            @for device in &active { (device_card(device)) }
+            (how_to_pair(&server_url))
+        },
+    )
+}
+
+fn device_card(device: &Device) -> Markup {
+    let strength = device.capabilities.as_ref().map(|c| c.sandbox.strength);
+    html! {
+        section.card data-device=(device.id) {
+            div.row {
+                span.dot.online[device.online] title=(if device.online { "online" } else { "offline" }) {}
+                strong { (device.name) }
+                span.muted { (device.platform) }
+            }
+            div.muted {
+                "Last contact: "
+                @match device.last_seen_at { Some(at) => (ago(at)), None => "never" }
+            }
+            div {
+                "Sandbox: "
+                @match strength {
+                    Some(strength) => span class={ "strength-" (strength_name(strength)) } { (strength_name(strength)) },
+                    None => span.muted { "not reported yet" },
+                }
+            }
+            @if device.seal_key_mismatch {
+                p.error { "This computer reported a different seal key. Pair it again before sending it secrets." }
+            }
+            div.row {
+                a href={ "/assign?device=" (device.id) } { "Assign a job" }
+                a href={ "/jobs?deviceId=" (device.id) } { "Jobs" }
+            }
+            form.row data-api={ "/api/devices/" (device.id) } data-method="PATCH" {
+                input type="text" name="name" value=(device.name) aria-label="Name" maxlength="80" required;
+                button.secondary type="submit" { "Rename" }
+                span.error {}
+            }
+            form data-api={ "/api/devices/" (device.id) } data-method="DELETE"
+                data-confirm={ "Revoke " (device.name) "? Its running jobs stop and it must pair again." } {
+                button.danger type="submit" { "Revoke" }
+                span.error {}
+            }
+        }
+    }
+}
+
+fn how_to_pair(server_url: &str) -> Markup {
+    html! {
+        section.card {
+            h2 { "Pair a computer" }
+            ol {
+                li { "On the computer, run " code { "tether-agent pair " (server_url) } "." }
+                li { "It prints a code like " code { "BCDF-GHJK" } " and a link. Open the link, or "
+                     a href="/link" { "enter the code here" } "." }
+                li { "Check the computer's name and key fingerprint, then press Pair." }
+                li { "Share a folder and a recipe on the computer, then start it:" 
+                     pre { "tether-agent folders share work ~/code/app\n"
+                           "tether-agent recipe add tests -- cargo test\n"
+                           "tether-agent run" } }
+            }
+        }
+    }
+}
+
+pub fn strength_name(strength: SandboxStrength) -> &'static str {
+    match strength {
+        SandboxStrength::Strong => "strong",
+        SandboxStrength::Reduced => "reduced",
+        SandboxStrength::Advisory => "advisory",
+    }
+}

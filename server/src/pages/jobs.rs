@@ -1,0 +1,105 @@
+//! The job list and the job page, which follows a running job until it ends.
+
+use actix_web::{web, HttpResponse};
+use maud::{html, Markup};
+use serde::Deserialize;
+use tether_protocol::jobs::{Job, JobState};
+use tether_protocol::{DeviceId, JobId};
+
+use super::layout::{ago, page};
+use super::signin_redirect;
+use crate::auth::Caller;
+use crate::jobs::JobFilter;
+use crate::AppState;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListQuery {
+    device_id: Option<String>,
+}
+
+pub async fn list_page(
+    state: web::Data<AppState>,
+    caller: Option<Caller>,
+    query: web::Query<ListQuery>,
+) -> HttpResponse {
+    let Some(caller) = caller else {
+        return signin_redirect("/jobs");
+    };
+    let device_id = query.device_id.as_deref().and_then(|raw| DeviceId::parse(raw).ok());
+    let jobs = match crate::jobs::list(&state.store, &caller.account.id, JobFilter { device_id, state: None }).await {
+        Ok(jobs) => jobs,
+        Err(error) => return actix_web::ResponseError::error_response(&error),
+    };
+    page(
+        "Jobs",
+        Some(&caller),
+        html! {
+            h1 { "Jobs" }
+            @if jobs.is_empty() { p.muted { "No jobs yet. " a href="/assign" { "Assign one" } "." } }
+            @for job in &jobs {
+                a.card href={ "/jobs/" (job.id) } style="text-decoration:none;color:inherit" {
+                    div.row { strong { (job.title) } (state_badge(job.state)) }
+                    div.muted { (job.spec.engine) " in " (job.spec.folder) " · " (ago(job.created_at)) }
+                }
+            }
+        },
+    )
+}
+
+pub async fn job_page(
+    state: web::Data<AppState>,
+    caller: Option<Caller>,
+    path: web::Path<String>,
+) -> HttpResponse {
+    let raw_id = path.into_inner();
+    let Some(caller) = caller else {
+        return signin_redirect(&format!("/jobs/{}", JobId::parse(&raw_id).map(|id| id.to_string()).unwrap_or_default()));
+    };
+    let job = match JobId::parse(&raw_id) {
+        Ok(job_id) => crate::jobs::get(&state.store, &caller.account.id, &job_id).await,
+        Err(_) => Err(crate::error::ApiError::not_found("job")),
+    };
+    match job {
+        Ok(job) => page(&job.title.clone(), Some(&caller), job_view(&job)),
+        Err(error) => actix_web::ResponseError::error_response(&error),
+    }
+}
+
+fn job_view(job: &Job) -> Markup {
+    let last_seq = job.events.last().map_or(0, |event| event.seq);
+    html! {
+        section data-job-live={ "/api/jobs/" (job.id) } data-state=(job.state.as_str()) data-last-seq=(last_seq) {
+            h1 { (job.title) }
+            div.row {
+                span data-field="state" class={ "badge state-" (job.state.as_str()) } { (job.state.as_str()) }
+                span.muted { (job.spec.engine) " in " (job.spec.folder) " · " (job.spec.mode.as_str())
+                    " · attempt " (job.attempt) }
+            }
+            @if !job.spec.prompt.is_empty() { p { (job.spec.prompt) } }
+            p data-field="outcome" {
+                @if let Some(outcome) = &job.outcome {
+                    (outcome.summary)
+                    @if let Some(code) = outcome.exit_code { " (exit code " (code) ")" }
+                }
+            }
+            h2 { "Output" }
+            pre.output {
+                @for event in &job.events {
+                    @if event.kind != "output" { "[" (event.kind) "] " }
+                    (event.text) "\n"
+                }
+            }
+            @if !job.state.is_final() {
+                form data-while-active data-api={ "/api/jobs/" (job.id) "/cancel" } data-confirm="Stop this job?" {
+                    button.danger type="submit" { "Cancel" }
+                    span.error {}
+                }
+            }
+        }
+    }
+}
+
+fn state_badge(state: JobState) -> Markup {
+    html! { span class={ "badge state-" (state.as_str()) } { (state.as_str()) } }
+}

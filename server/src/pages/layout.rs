@@ -1,0 +1,71 @@
+//! The frame every page shares: head, navigation, security headers.
+
+use actix_web::http::header;
+use actix_web::HttpResponse;
+use maud::{html, Markup, DOCTYPE};
+
+use crate::auth::Caller;
+
+/// Renders a full page. Pages are never cached and may run only our own script.
+pub fn page(title: &str, caller: Option<&Caller>, body: Markup) -> HttpResponse {
+    let markup = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                @if let Some(token) = caller.and_then(|caller| caller.csrf_token.as_deref()) {
+                    meta name="csrf-token" content=(token);
+                }
+                title { (title) " · Tether" }
+                link rel="stylesheet" href="/assets/app.css";
+                script src="/assets/app.js" defer {}
+            }
+            body {
+                (navigation(caller))
+                main { (body) }
+            }
+        }
+    };
+    HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .insert_header((
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+             connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+        ))
+        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        .insert_header((header::REFERRER_POLICY, "same-origin"))
+        .body(markup.into_string())
+}
+
+fn navigation(caller: Option<&Caller>) -> Markup {
+    html! {
+        header {
+            a.brand href="/" { "Tether" }
+            @if let Some(caller) = caller {
+                a href="/computers" { "Computers" }
+                a href="/assign" { "Assign" }
+                a href="/jobs" { "Jobs" }
+                form data-api="/api/auth/logout" data-redirect="/signin" {
+                    button.secondary type="submit" title=(caller.user.email) { "Sign out" }
+                }
+            } @else {
+                a href="/signin" { "Sign in" }
+                a href="/signup" { "Sign up" }
+            }
+        }
+    }
+}
+
+/// "3 min ago"-style text for a past moment.
+pub fn ago(at: chrono::DateTime<chrono::Utc>) -> String {
+    let secs = (chrono::Utc::now() - at).num_seconds().max(0);
+    match secs {
+        0..=59 => "just now".to_owned(),
+        60..=3599 => format!("{} min ago", secs / 60),
+        3600..=86_399 => format!("{} h ago", secs / 3600),
+        _ => at.format("%Y-%m-%d %H:%M UTC").to_string(),
+    }
+}

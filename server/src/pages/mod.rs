@@ -1,0 +1,103 @@
+//! Web pages: server-rendered HTML with a little progressive JavaScript, no build step.
+//!
+//! Pages read through the same domain functions as the JSON API and change state only by
+//! calling that API from the browser (with the session's CSRF token), so every rule the API
+//! enforces holds for the pages too.
+//!
+//! **Architecture Invariant:** pages never write to the store themselves.
+
+mod account;
+mod assign;
+mod computers;
+mod jobs;
+mod layout;
+mod link;
+
+use actix_web::http::header;
+use actix_web::{web, HttpResponse};
+
+use crate::auth::Caller;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/", web::get().to(home))
+        .route("/assets/app.js", web::get().to(script))
+        .route("/assets/app.css", web::get().to(stylesheet))
+        .route("/signin", web::get().to(account::signin))
+        .route("/signup", web::get().to(account::signup))
+        .route("/computers", web::get().to(computers::show))
+        .route("/link", web::get().to(link::show))
+        .route("/assign", web::get().to(assign::show))
+        .route("/jobs", web::get().to(jobs::list_page))
+        .route("/jobs/{id}", web::get().to(jobs::job_page));
+}
+
+async fn home(caller: Option<Caller>) -> HttpResponse {
+    match caller {
+        Some(_) => redirect("/computers"),
+        None => redirect("/signin"),
+    }
+}
+
+async fn script() -> HttpResponse {
+    asset("text/javascript; charset=utf-8", include_str!("assets/app.js"))
+}
+
+async fn stylesheet() -> HttpResponse {
+    asset("text/css; charset=utf-8", include_str!("assets/app.css"))
+}
+
+fn asset(content_type: &str, body: &'static str) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type(content_type)
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .body(body)
+}
+
+/// A 303 to `location`.
+fn redirect(location: &str) -> HttpResponse {
+    HttpResponse::SeeOther()
+        .insert_header((header::LOCATION, location))
+        .finish()
+}
+
+/// The sign-in page, coming back to `next` afterwards.
+fn signin_redirect(next: &str) -> HttpResponse {
+    let mut target = String::from("/signin?next=");
+    target.extend(form_urlencoded_byte_escape(next));
+    redirect(&target)
+}
+
+/// Percent-encodes a same-site path for a query value.
+fn form_urlencoded_byte_escape(path: &str) -> impl Iterator<Item = String> + '_ {
+    path.bytes().map(|b| {
+        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
+            (b as char).to_string()
+        } else {
+            format!("%{b:02X}")
+        }
+    })
+}
+
+/// Only local paths may be a `next` target, so sign-in cannot redirect off-site.
+fn safe_next(next: Option<&str>) -> &str {
+    match next {
+        Some(path) if path.starts_with('/') && !path.starts_with("//") && !path.contains('\\') => {
+            path
+        }
+        _ => "/computers",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::safe_next;
+
+    #[test]
+    fn next_stays_on_this_site() {
+        assert_eq!(safe_next(Some("/jobs/x")), "/jobs/x");
+        assert_eq!(safe_next(Some("//evil.example")), "/computers");
+        assert_eq!(safe_next(Some("https://evil.example")), "/computers");
+        assert_eq!(safe_next(Some("/\\evil.example")), "/computers");
+        assert_eq!(safe_next(None), "/computers");
+    }
+}

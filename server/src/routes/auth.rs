@@ -1,0 +1,104 @@
+//! `POST /api/auth/signup|login|logout`, `GET /api/me`.
+
+use actix_web::cookie::time::Duration;
+use actix_web::cookie::{Cookie, SameSite};
+use actix_web::{web, HttpRequest, HttpResponse, HttpResponseBuilder};
+use tether_protocol::auth::{LoginParams, LoginResponse, Me, SignupParams};
+use tether_protocol::routes::CSRF_HEADER;
+
+use crate::accounts::{self, NewSession, SESSION_SECS};
+use crate::auth::{check_origin, Caller, Via, CSRF_COOKIE, SESSION_COOKIE};
+use crate::config::Config;
+use crate::error::ApiError;
+use crate::AppState;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(web::resource("/api/auth/signup").route(web::post().to(signup)))
+        .service(web::resource("/api/auth/login").route(web::post().to(login)))
+        .service(web::resource("/api/auth/logout").route(web::post().to(logout)))
+        .service(web::resource("/api/me").route(web::get().to(me)));
+}
+
+async fn signup(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    params: web::Json<SignupParams>,
+) -> Result<HttpResponse, ApiError> {
+    check_origin(&req)?;
+    let (me, session) = accounts::signup(&state.store, params.into_inner()).await?;
+    Ok(with_session(HttpResponse::Created(), &session, &state.config).json(me))
+}
+
+async fn login(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    params: web::Json<LoginParams>,
+) -> Result<HttpResponse, ApiError> {
+    check_origin(&req)?;
+    let (me, session) = accounts::login(&state.store, params.into_inner()).await?;
+    let answer = LoginResponse { user: me.user };
+    Ok(with_session(HttpResponse::Ok(), &session, &state.config).json(answer))
+}
+
+async fn logout(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    caller: Caller,
+) -> Result<HttpResponse, ApiError> {
+    if caller.via == Via::Session {
+        if let Some(cookie) = req.cookie(SESSION_COOKIE) {
+            accounts::logout(&state.store, cookie.value()).await?;
+        }
+    }
+    let mut answer = HttpResponse::NoContent();
+    answer
+        .cookie(removal(SESSION_COOKIE))
+        .cookie(removal(CSRF_COOKIE));
+    Ok(answer.finish())
+}
+
+async fn me(caller: Caller) -> HttpResponse {
+    let mut answer = HttpResponse::Ok();
+    if let Some(csrf) = &caller.csrf_token {
+        answer.insert_header((CSRF_HEADER, csrf.as_str()));
+    }
+    answer.json(Me {
+        user: caller.user,
+        account: caller.account,
+    })
+}
+
+/// Sets the session cookie (HttpOnly) and the readable CSRF cookie, and sends the CSRF token
+/// in the `x-tether-csrf` header for API clients.
+fn with_session(
+    mut builder: HttpResponseBuilder,
+    session: &NewSession,
+    config: &Config,
+) -> HttpResponseBuilder {
+    let max_age = Duration::seconds(i64::try_from(SESSION_SECS).unwrap_or(i64::MAX));
+    let session_cookie = Cookie::build(SESSION_COOKIE, session.token.clone())
+        .http_only(true)
+        .same_site(SameSite::Lax)
+        .path("/")
+        .secure(config.secure_cookies())
+        .max_age(max_age)
+        .finish();
+    let csrf_cookie = Cookie::build(CSRF_COOKIE, session.csrf_token.clone())
+        .same_site(SameSite::Lax)
+        .path("/")
+        .secure(config.secure_cookies())
+        .max_age(max_age)
+        .finish();
+    builder
+        .cookie(session_cookie)
+        .cookie(csrf_cookie)
+        .insert_header((CSRF_HEADER, session.csrf_token.as_str()))
+        .insert_header(("cache-control", "no-store"));
+    builder
+}
+
+fn removal(name: &'static str) -> Cookie<'static> {
+    let mut cookie = Cookie::build(name, "").path("/").finish();
+    cookie.make_removal();
+    cookie
+}

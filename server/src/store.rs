@@ -1,0 +1,234 @@
+//! The database: one [`Store`] over SQLite (embedded default) or PostgreSQL.
+//!
+//! Both backends share SQL text (`$1` placeholders work on both in sqlx), times are BIGINT
+//! unix milliseconds and ids/JSON are TEXT, so rows decode identically. The [`on_tx!`] and
+//! [`on_read!`] macros expand one query body once per backend, which avoids both `sqlx::Any`
+//! and generics over `Database`. SQL differs only where it must ([`Tx::lock_clause`]).
+//!
+//! SQLite has exactly one writer: a write pool of one connection whose transactions are
+//! `BEGIN IMMEDIATE`, next to a read pool. Every mutation goes through [`Store::begin`].
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{PgPool, Postgres, Sqlite, SqlitePool, Transaction};
+
+use crate::config::Config;
+use crate::error::ApiError;
+
+/// Handle to the database; cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    backend: Backend,
+}
+
+#[derive(Clone)]
+enum Backend {
+    Sqlite { write: SqlitePool, read: SqlitePool },
+    Postgres(PgPool),
+}
+
+/// A pool to read from without a transaction.
+pub(crate) enum Reader<'a> {
+    Sqlite(&'a SqlitePool),
+    Postgres(&'a PgPool),
+}
+
+/// A write transaction on either backend.
+pub enum Tx {
+    Sqlite(Transaction<'static, Sqlite>),
+    Postgres(Transaction<'static, Postgres>),
+}
+
+/// Runs `$body` with `$conn` bound to the transaction's connection of either backend.
+macro_rules! on_tx {
+    ($tx:expr, |$conn:ident| $body:expr) => {
+        match $tx {
+            $crate::store::Tx::Sqlite(tx) => {
+                let $conn: &mut sqlx::SqliteConnection = &mut **tx;
+                $body
+            }
+            $crate::store::Tx::Postgres(tx) => {
+                let $conn: &mut sqlx::PgConnection = &mut **tx;
+                $body
+            }
+        }
+    };
+}
+
+/// Runs `$body` with `$pool` bound to the read pool of either backend.
+macro_rules! on_read {
+    ($store:expr, |$pool:ident| $body:expr) => {
+        match $store.reader() {
+            $crate::store::Reader::Sqlite($pool) => $body,
+            $crate::store::Reader::Postgres($pool) => $body,
+        }
+    };
+}
+
+pub(crate) use {on_read, on_tx};
+
+impl Store {
+    /// Connects to the configured database (creating the SQLite file and data dir when
+    /// missing) and applies that backend's migrations.
+    ///
+    /// # Errors
+    /// When the database cannot be reached or a migration fails.
+    pub async fn connect(config: &Config) -> anyhow::Result<Store> {
+        let url = match &config.database_url {
+            Some(url) => url.clone(),
+            None => {
+                std::fs::create_dir_all(&config.data_dir)
+                    .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
+                config.default_sqlite_url()
+            }
+        };
+        let backend = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            connect_postgres(&url, config.db_max_connections).await?
+        } else if url.starts_with("sqlite:") {
+            connect_sqlite(&url, config.db_max_connections).await?
+        } else {
+            anyhow::bail!("the database URL must start with postgres:// or sqlite://");
+        };
+        Ok(Store { backend })
+    }
+
+    /// `"sqlite"` or `"postgres"`, for logs and tests.
+    pub fn backend_name(&self) -> &'static str {
+        match self.backend {
+            Backend::Sqlite { .. } => "sqlite",
+            Backend::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Starts a write transaction (`BEGIN IMMEDIATE` on SQLite).
+    ///
+    /// # Errors
+    /// A database error, answered as `internal` (or `unavailable` when the pool is exhausted).
+    pub async fn begin(&self) -> Result<Tx, ApiError> {
+        Ok(match &self.backend {
+            Backend::Sqlite { write, .. } => Tx::Sqlite(write.begin_with("BEGIN IMMEDIATE").await?),
+            Backend::Postgres(pool) => Tx::Postgres(pool.begin().await?),
+        })
+    }
+
+    pub(crate) fn reader(&self) -> Reader<'_> {
+        match &self.backend {
+            Backend::Sqlite { read, .. } => Reader::Sqlite(read),
+            Backend::Postgres(pool) => Reader::Postgres(pool),
+        }
+    }
+
+    /// Closes the pools (tests call this before dropping a database).
+    pub async fn close(&self) {
+        match &self.backend {
+            Backend::Sqlite { write, read } => {
+                read.close().await;
+                write.close().await;
+            }
+            Backend::Postgres(pool) => pool.close().await,
+        }
+    }
+}
+
+impl Tx {
+    /// # Errors
+    /// A database error.
+    pub async fn commit(self) -> Result<(), ApiError> {
+        match self {
+            Tx::Sqlite(tx) => tx.commit().await?,
+            Tx::Postgres(tx) => tx.commit().await?,
+        }
+        Ok(())
+    }
+
+    /// Appended to a SELECT that is followed by an UPDATE of the same row: PostgreSQL locks
+    /// the row; SQLite's `BEGIN IMMEDIATE` already serialises writers.
+    pub fn lock_clause(&self) -> &'static str {
+        match self {
+            Tx::Sqlite(_) => "",
+            Tx::Postgres(_) => " FOR UPDATE",
+        }
+    }
+
+    /// Like [`Tx::lock_clause`], skipping rows another transaction holds (claims).
+    pub fn skip_locked_clause(&self) -> &'static str {
+        match self {
+            Tx::Sqlite(_) => "",
+            Tx::Postgres(_) => " FOR UPDATE SKIP LOCKED",
+        }
+    }
+}
+
+async fn connect_sqlite(url: &str, read_connections: u32) -> anyhow::Result<Backend> {
+    let options = SqliteConnectOptions::from_str(url)
+        .context("parsing the SQLite URL")?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(Duration::from_secs(5))
+        .foreign_keys(true);
+    let write = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(options.clone())
+        .await
+        .context("opening the SQLite database")?;
+    sqlx::migrate!("../migrations/sqlite")
+        .run(&write)
+        .await
+        .context("applying SQLite migrations")?;
+    let read = SqlitePoolOptions::new()
+        .max_connections(read_connections.max(1))
+        .connect_with(options.read_only(true))
+        .await
+        .context("opening the SQLite read pool")?;
+    Ok(Backend::Sqlite { write, read })
+}
+
+async fn connect_postgres(url: &str, max_connections: u32) -> anyhow::Result<Backend> {
+    let pool = PgPoolOptions::new()
+        .max_connections(max_connections.max(2))
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(url)
+        .await
+        .context("connecting to PostgreSQL")?;
+    sqlx::migrate!("../migrations/postgres")
+        .run(&pool)
+        .await
+        .context("applying PostgreSQL migrations")?;
+    Ok(Backend::Postgres(pool))
+}
+
+/// Unix milliseconds, the stored form of every time.
+pub type Millis = i64;
+
+pub fn now_millis() -> Millis {
+    Utc::now().timestamp_millis()
+}
+
+/// A stored time as the wire's RFC 3339 time.
+pub fn to_time(millis: Millis) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(millis).unwrap_or_default()
+}
+
+/// Seconds as milliseconds, saturating (configured seconds are never near the limit).
+pub fn secs(seconds: u64) -> Millis {
+    i64::try_from(seconds)
+        .unwrap_or(i64::MAX / 1000)
+        .saturating_mul(1000)
+}
+
+/// A stored id back into its type; a malformed one is a server fault.
+///
+/// # Errors
+/// `internal` when the stored text is not an id.
+pub fn stored_id<T>(raw: String) -> Result<T, ApiError>
+where
+    T: TryFrom<String, Error = tether_protocol::IdError>,
+{
+    T::try_from(raw).map_err(|error| ApiError::internal(&format_args!("stored id: {error}")))
+}

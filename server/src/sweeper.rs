@@ -1,0 +1,175 @@
+//! The sweeper: ends runs whose lease expired, and keeps house.
+//!
+//! [`try_expire_leases`] is one step, callable from tests; [`run`] repeats it every
+//! `sweep_secs`. After an outage of the server itself (no sweep for longer than a lease),
+//! [`grant_outage_grace`] first gives every running lease one more lease period, because the
+//! devices could not reach us to extend them.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tether_protocol::jobs::Outcome;
+use tether_protocol::JobId;
+
+use crate::config::Config;
+use crate::error::ApiError;
+use crate::jobs::{self, JobRow, JOB_COLUMNS};
+use crate::pairing;
+use crate::store::{on_read, on_tx, secs, stored_id, to_time, Millis, Store};
+
+/// Most runs one sweep ends; the next sweep takes the rest.
+pub const SWEEP_BATCH: i64 = 500;
+
+/// What one sweep did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepOutcome {
+    /// Runs that ended `interrupted` because their lease expired.
+    pub interrupted: Vec<JobId>,
+}
+
+/// Ends every running or waiting job whose lease expired before `now` as `interrupted`,
+/// keeping its events and adding a `system` one.
+///
+/// # Errors
+/// A database error (nothing is changed then).
+pub async fn try_expire_leases(
+    store: &Store,
+    now: DateTime<Utc>,
+) -> Result<SweepOutcome, ApiError> {
+    let now = now.timestamp_millis();
+    let mut tx = store.begin().await?;
+    let sql = format!(
+        "SELECT {JOB_COLUMNS} FROM jobs WHERE state IN ('running', 'waiting') \
+         AND lease_expires_at <= $1 ORDER BY lease_expires_at LIMIT $2{}",
+        tx.skip_locked_clause()
+    );
+    let expired = on_tx!(&mut tx, |conn| sqlx::query_as::<_, JobRow>(&sql)
+        .bind(now)
+        .bind(SWEEP_BATCH)
+        .fetch_all(conn)
+        .await)?;
+    let mut outcome = SweepOutcome::default();
+    for job in &expired {
+        let expired_at = job.lease_expires_at.map(to_time).unwrap_or_default();
+        let summary = format!(
+            "The lease expired at {} without word from the device; partial output is kept.",
+            expired_at.to_rfc3339()
+        );
+        jobs::finish(
+            &mut tx,
+            job,
+            &jobs::outcome(Outcome::Interrupted, &summary),
+            now,
+        )
+        .await?;
+        outcome.interrupted.push(stored_id(job.id.clone())?);
+    }
+    tx.commit().await?;
+    if !outcome.interrupted.is_empty() {
+        tracing::info!(
+            n_interrupted = outcome.interrupted.len(),
+            "expired leases swept"
+        );
+    }
+    Ok(outcome)
+}
+
+/// When the last sweep is older than one lease period, extends every running lease to one
+/// lease period from `now`. Returns how many leases were extended.
+///
+/// # Errors
+/// A database error.
+pub async fn grant_outage_grace(
+    store: &Store,
+    now: DateTime<Utc>,
+    config: &Config,
+) -> Result<u64, ApiError> {
+    let now = now.timestamp_millis();
+    let lease = secs(config.lease_secs);
+    let last = last_server_heartbeat(store).await?;
+    let outage = last.is_some_and(|last| now - last > lease);
+    if !outage {
+        return Ok(0);
+    }
+    let mut tx = store.begin().await?;
+    let extended = on_tx!(&mut tx, |conn| sqlx::query(
+        "UPDATE jobs SET lease_expires_at = $1 \
+         WHERE state IN ('running', 'waiting') AND lease_expires_at < $1"
+    )
+    .bind(now + lease)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    tx.commit().await?;
+    tracing::warn!(
+        extended,
+        "server was down longer than a lease; running leases extended"
+    );
+    Ok(extended)
+}
+
+/// Notes that the server is alive now (each sweep does this).
+///
+/// # Errors
+/// A database error.
+pub async fn record_server_heartbeat(store: &Store, now: DateTime<Utc>) -> Result<(), ApiError> {
+    let mut tx = store.begin().await?;
+    on_tx!(&mut tx, |conn| sqlx::query(
+        "INSERT INTO server_heartbeat (id, at) VALUES (1, $1) \
+         ON CONFLICT (id) DO UPDATE SET at = excluded.at"
+    )
+    .bind(now.timestamp_millis())
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    tx.commit().await
+}
+
+/// Grants outage grace once, then sweeps every `sweep_secs` until the task is dropped.
+/// A failed sweep is logged and retried at the next tick.
+///
+/// # Errors
+/// Never returns on its own; the result type lets `run_until_stopped` select over it.
+pub async fn run(store: Store, config: Config) -> anyhow::Result<()> {
+    if let Err(error) = grant_outage_grace(&store, Utc::now(), &config).await {
+        tracing::error!(%error, "outage grace failed");
+    }
+    let mut ticker = tokio::time::interval(Duration::from_secs(config.sweep_secs.max(1)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        if let Err(error) = sweep_once(&store, Utc::now()).await {
+            tracing::error!(%error, "sweep failed");
+        }
+    }
+}
+
+async fn sweep_once(store: &Store, now: DateTime<Utc>) -> Result<(), ApiError> {
+    try_expire_leases(store, now).await?;
+    record_server_heartbeat(store, now).await?;
+    let mut tx = store.begin().await?;
+    let now_ms = now.timestamp_millis();
+    pairing::delete_stale(&mut tx, now_ms).await?;
+    delete_expired_sessions(&mut tx, now_ms).await?;
+    tx.commit().await
+}
+
+async fn delete_expired_sessions(tx: &mut crate::store::Tx, now: Millis) -> Result<(), ApiError> {
+    on_tx!(tx, |conn| sqlx::query(
+        "DELETE FROM sessions WHERE expires_at < $1"
+    )
+    .bind(now)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
+async fn last_server_heartbeat(store: &Store) -> Result<Option<Millis>, ApiError> {
+    let at = on_read!(store, |pool| sqlx::query_scalar::<_, i64>(
+        "SELECT at FROM server_heartbeat WHERE id = 1"
+    )
+    .fetch_optional(pool)
+    .await)?;
+    Ok(at)
+}

@@ -1,0 +1,100 @@
+//! Device list, rename, revoke, self-removal and the admin routes.
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use tether_protocol::jobs::JobState;
+use tether_server::ledger;
+
+use crate::both_backends;
+use crate::helpers::{assert_error, spawn_app};
+
+both_backends! {
+    async fn list_and_rename(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let device = app.device(&ann, "install-1").await;
+        let listed = ann.devices().await;
+        assert_eq!(listed.len(), 1);
+        assert!(listed[0].online);
+        assert!(listed[0].last_seen_at.is_some());
+        assert_eq!(listed[0].capabilities.as_ref().unwrap().folders, vec!["work".to_owned()]);
+
+        let path = format!("/api/devices/{}", device.device_id);
+        let res = ann.patch(&path, &json!({ "name": "  Workstation " })).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        let renamed: Value = res.json().await.unwrap();
+        assert_eq!(renamed["name"], "Workstation");
+        // Heartbeats keep the saved name.
+        device.heartbeat(&[]).await;
+        assert_eq!(ann.devices().await[0].name, "Workstation");
+        assert_error(ann.patch(&path, &json!({ "name": "" })).await, 422, "invalid_field").await;
+        assert_error(ann.patch(&path, &json!({ "title": "x" })).await, 400, "invalid_request").await;
+        assert_error(ann.patch("/api/devices/unknown-device", &json!({ "name": "x" })).await, 404, "not_found").await;
+    }
+
+    async fn revoking_kills_the_token_and_ends_its_jobs(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let device = app.device(&ann, "install-1").await;
+        let running = ann.create_job(&device.device_id).await;
+        let claimed = device.claim_job().await;
+        let queued = ann.create_job(&device.device_id).await;
+
+        let path = format!("/api/devices/{}", device.device_id);
+        assert_eq!(ann.delete(&path).await.status(), StatusCode::NO_CONTENT);
+        assert_error(device.heartbeat(&[]).await, 401, "revoked").await;
+        assert_error(device.claim().await, 401, "revoked").await;
+        assert_error(device.get_self().await, 401, "revoked").await;
+        assert_error(device.progress(running.id.as_str(), &claimed.lease_token, &json!({ "seq": 1 })).await, 401, "revoked").await;
+
+        let interrupted = ann.job(running.id.as_str()).await;
+        assert_eq!(interrupted.state, JobState::Interrupted);
+        assert_eq!(ann.job(queued.id.as_str()).await.state, JobState::Cancelled);
+        let listed = ann.devices().await;
+        assert!(listed[0].revoked_at.is_some());
+        assert!(!listed[0].online);
+        // A revoked device takes no new jobs, and revoking again changes nothing.
+        assert_error(ann.post("/api/jobs", &crate::helpers::job_body(&device.device_id)).await, 404, "not_found").await;
+        assert_eq!(ann.delete(&path).await.status(), StatusCode::NO_CONTENT);
+        let kinds: Vec<String> = ledger::list(&app.store, &ann.me().await.account.id).await.unwrap()
+            .into_iter().map(|e| e.kind).collect();
+        assert_eq!(kinds.iter().filter(|k| *k == "device.revoked").count(), 1);
+        assert_eq!(kinds.iter().filter(|k| *k == "job.ended").count(), 2);
+    }
+
+    async fn a_device_removes_itself(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let device = app.device(&ann, "install-1").await;
+        assert_eq!(device.delete_self().await.status(), StatusCode::NO_CONTENT);
+        assert_error(device.get_self().await, 401, "revoked").await;
+        let kinds: Vec<String> = ledger::list(&app.store, &ann.me().await.account.id).await.unwrap()
+            .into_iter().map(|e| e.kind).collect();
+        assert!(kinds.contains(&"device.removed".to_owned()));
+        let res = reqwest::Client::new().get(format!("{}/api/devices/self", app.base))
+            .header("x-tether-protocol", "1").send().await.unwrap();
+        assert_error(res, 401, "unauthorized").await;
+    }
+
+    async fn admin_routes_are_for_the_platform_admin(backend) {
+        let app = spawn_app(backend).await;
+        let admin = app.user("admin@example.com").await;
+        let bob = app.user("bob@example.com").await;
+        let bobs = app.device(&bob, "install-1").await;
+        assert_error(bob.get("/api/admin/devices").await, 403, "forbidden").await;
+        assert_error(bob.delete(&format!("/api/admin/devices/{}", bobs.device_id)).await, 403, "forbidden").await;
+
+        let res = admin.get("/api/admin/devices").await;
+        assert_eq!(res.status(), StatusCode::OK);
+        let all: Vec<Value> = res.json().await.unwrap();
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0]["id"], bobs.device_id);
+        assert_eq!(all[0]["accountId"], json!(bob.me().await.account.id));
+        // The admin's own list is only the admin's account.
+        assert!(admin.devices().await.is_empty());
+
+        assert_eq!(admin.delete(&format!("/api/admin/devices/{}", bobs.device_id)).await.status(), StatusCode::NO_CONTENT);
+        assert_error(bobs.heartbeat(&[]).await, 401, "revoked").await;
+        assert_error(admin.delete("/api/admin/devices/nope").await, 404, "not_found").await;
+    }
+}
