@@ -22,7 +22,11 @@ impl Backoff {
     }
 
     pub fn with_bounds(base: Duration, cap: Duration) -> Backoff {
-        Backoff { base, cap, attempt: 0 }
+        Backoff {
+            base,
+            cap,
+            attempt: 0,
+        }
     }
 
     /// The bound of the next wait: `min(cap, base * 2^attempt)`.
@@ -65,7 +69,10 @@ mod tests {
             assert!(delay <= bound, "{delay:?} > {bound:?}");
             bounds.push(bound.as_millis());
         }
-        assert_eq!(bounds, [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000, 30000]);
+        assert_eq!(
+            bounds,
+            [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000, 30000]
+        );
         for _ in 0..100 {
             backoff.next_delay();
         }

@@ -138,7 +138,9 @@ async fn apply(cli: Cli, shutdown: impl Future) -> Result<i32> {
         }
         Command::Folders { command } => apply_folders(&data_dir, command),
         Command::Recipe { command } => apply_recipes(&data_dir, command),
-        Command::Sandbox { command: SandboxCommand::Status { json } } => {
+        Command::Sandbox {
+            command: SandboxCommand::Status { json },
+        } => {
             let report = sandbox::report();
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
@@ -188,7 +190,11 @@ fn apply_folders(data_dir: &DataDir, command: FoldersCommand) -> Result<i32> {
         FoldersCommand::Remove { label } => {
             let folder = folders::remove(&mut config, &label)?;
             data_dir.save_config(&config)?;
-            println!("No longer sharing {} ({:?})", folder.path.display(), folder.label);
+            println!(
+                "No longer sharing {} ({:?})",
+                folder.path.display(),
+                folder.label
+            );
         }
     }
     Ok(0)
@@ -198,10 +204,16 @@ fn apply_recipes(data_dir: &DataDir, command: RecipeCommand) -> Result<i32> {
     let mut config = data_dir.load_or_init_config()?;
     match command {
         RecipeCommand::Add { name, command } => {
-            let (program, args) = command.split_first().ok_or_else(|| anyhow::anyhow!("a recipe needs a program"))?;
+            let (program, args) = command
+                .split_first()
+                .ok_or_else(|| anyhow::anyhow!("a recipe needs a program"))?;
             let recipe = recipes::add(&mut config, &name, program, args)?;
             data_dir.save_config(&config)?;
-            println!("Recipe {:?}: {}", recipe.name, recipes::command_line(&recipe));
+            println!(
+                "Recipe {:?}: {}",
+                recipe.name,
+                recipes::command_line(&recipe)
+            );
         }
         RecipeCommand::List => print!("{}", status::render_recipes(&config.recipes)),
         RecipeCommand::Remove { name } => {
@@ -226,11 +238,22 @@ mod tests {
     #[test]
     fn recipe_add_takes_everything_after_the_double_dash() {
         let cli = Cli::try_parse_from([
-            "tether-agent", "--data-dir", "/tmp/x", "recipe", "add", "tests", "--", "sh", "-c", "echo --x",
+            "tether-agent",
+            "--data-dir",
+            "/tmp/x",
+            "recipe",
+            "add",
+            "tests",
+            "--",
+            "sh",
+            "-c",
+            "echo --x",
         ]);
         let command = cli.map(|cli| cli.command).map_err(|err| err.to_string());
         match command {
-            Ok(Command::Recipe { command: RecipeCommand::Add { name, command } }) => {
+            Ok(Command::Recipe {
+                command: RecipeCommand::Add { name, command },
+            }) => {
                 assert_eq!(name, "tests");
                 assert_eq!(command, ["sh", "-c", "echo --x"]);
             }

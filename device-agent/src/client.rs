@@ -31,7 +31,11 @@ pub enum ApiError {
     StaleLease,
     /// Any other error answer.
     #[error("the server answered {status} {code}: {message}")]
-    Http { status: u16, code: String, message: String },
+    Http {
+        status: u16,
+        code: String,
+        message: String,
+    },
     /// No answer at all (connection refused, timeout, reset). Never a sign of revocation.
     #[error("cannot reach the server: {0}")]
     Network(String),
@@ -78,7 +82,8 @@ pub struct DeviceClient {
 /// # Errors
 /// A sentence naming what is wrong with it.
 pub fn normalize_server_url(raw: &str) -> Result<String, String> {
-    let url = reqwest::Url::parse(raw.trim()).map_err(|err| format!("{raw:?} is not a URL: {err}"))?;
+    let url =
+        reqwest::Url::parse(raw.trim()).map_err(|err| format!("{raw:?} is not a URL: {err}"))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(format!("{raw:?} must start with http:// or https://"));
     }
@@ -99,7 +104,10 @@ impl ServerClient {
             .connect_timeout(CONNECT_TIMEOUT)
             .user_agent(concat!("tether-agent/", env!("CARGO_PKG_VERSION")))
             .build()?;
-        Ok(ServerClient { http, base: base.trim_end_matches('/').to_owned() })
+        Ok(ServerClient {
+            http,
+            base: base.trim_end_matches('/').to_owned(),
+        })
     }
 
     pub fn base(&self) -> &str {
@@ -147,7 +155,9 @@ impl DeviceClient {
     /// # Errors
     /// [`ApiError`] for any failure.
     pub async fn heartbeat(&self, params: &HeartbeatParams) -> Result<HeartbeatResponse, ApiError> {
-        let request = self.request(reqwest::Method::POST, routes::HEARTBEAT).json(params);
+        let request = self
+            .request(reqwest::Method::POST, routes::HEARTBEAT)
+            .json(params);
         decode(send(request).await?).await
     }
 
@@ -156,7 +166,9 @@ impl DeviceClient {
     /// # Errors
     /// [`ApiError`] for any failure.
     pub async fn claim(&self) -> Result<Option<ClaimedJob>, ApiError> {
-        let request = self.request(reqwest::Method::POST, routes::CLAIM).json(&serde_json::json!({}));
+        let request = self
+            .request(reqwest::Method::POST, routes::CLAIM)
+            .json(&serde_json::json!({}));
         let response = send(request).await?;
         if response.status() == StatusCode::NO_CONTENT {
             return Ok(None);
@@ -199,7 +211,9 @@ impl DeviceClient {
     /// # Errors
     /// [`ApiError`] for any failure.
     pub async fn delete_self(&self) -> Result<(), ApiError> {
-        send(self.request(reqwest::Method::DELETE, routes::DEVICE_SELF)).await.map(drop)
+        send(self.request(reqwest::Method::DELETE, routes::DEVICE_SELF))
+            .await
+            .map(drop)
     }
 
     fn request(&self, method: reqwest::Method, path: &str) -> RequestBuilder {
@@ -211,14 +225,20 @@ impl DeviceClient {
     }
 
     fn leased(&self, job_id: &JobId, action: &str, lease_token: &str) -> RequestBuilder {
-        self.request(reqwest::Method::POST, &routes::device_job(job_id.as_str(), action))
-            .header(routes::LEASE_HEADER, lease_token)
+        self.request(
+            reqwest::Method::POST,
+            &routes::device_job(job_id.as_str(), action),
+        )
+        .header(routes::LEASE_HEADER, lease_token)
     }
 }
 
 /// Sends a request; a non-2xx answer becomes an [`ApiError`].
 async fn send(request: RequestBuilder) -> Result<Response, ApiError> {
-    let response = request.send().await.map_err(|err| ApiError::Network(describe(&err)))?;
+    let response = request
+        .send()
+        .await
+        .map_err(|err| ApiError::Network(describe(&err)))?;
     if response.status().is_success() {
         return Ok(response);
     }
@@ -240,13 +260,20 @@ pub fn classify(status: u16, body: &[u8]) -> ApiError {
     match (status, code.as_str()) {
         (401, "revoked") => ApiError::Revoked,
         (409, "stale_lease") => ApiError::StaleLease,
-        _ => ApiError::Http { status, code, message },
+        _ => ApiError::Http {
+            status,
+            code,
+            message,
+        },
     }
 }
 
 async fn decode<T: DeserializeOwned>(response: Response) -> Result<T, ApiError> {
     let status = response.status().as_u16();
-    let body = response.bytes().await.map_err(|err| ApiError::Network(describe(&err)))?;
+    let body = response
+        .bytes()
+        .await
+        .map_err(|err| ApiError::Network(describe(&err)))?;
     serde_json::from_slice(&body).map_err(|err| ApiError::Http {
         status,
         code: "invalid_response".to_owned(),
@@ -271,27 +298,51 @@ mod tests {
     use super::*;
 
     fn check(status: u16, body: &str, expected: ApiError) {
-        assert_eq!(classify(status, body.as_bytes()), expected, "{status} {body}");
+        assert_eq!(
+            classify(status, body.as_bytes()),
+            expected,
+            "{status} {body}"
+        );
     }
 
     #[test]
     fn error_bodies_become_typed_errors() {
-        check(401, r#"{"error":{"code":"revoked","message":"gone"}}"#, ApiError::Revoked);
-        check(409, r#"{"error":{"code":"stale_lease","message":"old"}}"#, ApiError::StaleLease);
+        check(
+            401,
+            r#"{"error":{"code":"revoked","message":"gone"}}"#,
+            ApiError::Revoked,
+        );
+        check(
+            409,
+            r#"{"error":{"code":"stale_lease","message":"old"}}"#,
+            ApiError::StaleLease,
+        );
         check(
             409,
             r#"{"error":{"code":"invalid_state","message":"done"}}"#,
-            ApiError::Http { status: 409, code: "invalid_state".into(), message: "done".into() },
+            ApiError::Http {
+                status: 409,
+                code: "invalid_state".into(),
+                message: "done".into(),
+            },
         );
         check(
             401,
             r#"{"error":{"code":"unauthorized","message":"who?"}}"#,
-            ApiError::Http { status: 401, code: "unauthorized".into(), message: "who?".into() },
+            ApiError::Http {
+                status: 401,
+                code: "unauthorized".into(),
+                message: "who?".into(),
+            },
         );
         check(
             502,
             "Bad Gateway",
-            ApiError::Http { status: 502, code: "http_502".into(), message: "Bad Gateway".into() },
+            ApiError::Http {
+                status: 502,
+                code: "http_502".into(),
+                message: "Bad Gateway".into(),
+            },
         );
     }
 
@@ -308,7 +359,9 @@ mod tests {
     #[tokio::test]
     async fn an_unreachable_server_is_a_network_error_never_a_revocation() -> anyhow::Result<()> {
         // A port that was free a moment ago: connecting is refused.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
         let server = ServerClient::new(&format!("http://127.0.0.1:{port}"))?;
         let client = DeviceClient::new(server, "tdt_x".into());
         let err = client.claim().await.err();
@@ -319,8 +372,14 @@ mod tests {
 
     #[test]
     fn server_urls_are_normalized() {
-        assert_eq!(normalize_server_url("http://127.0.0.1:8080/"), Ok("http://127.0.0.1:8080".into()));
-        assert_eq!(normalize_server_url(" https://t.example/base/ "), Ok("https://t.example/base".into()));
+        assert_eq!(
+            normalize_server_url("http://127.0.0.1:8080/"),
+            Ok("http://127.0.0.1:8080".into())
+        );
+        assert_eq!(
+            normalize_server_url(" https://t.example/base/ "),
+            Ok("https://t.example/base".into())
+        );
         assert!(normalize_server_url("ftp://t.example").is_err());
         assert!(normalize_server_url("t.example").is_err());
         assert!(normalize_server_url("https://t.example/?x=1").is_err());

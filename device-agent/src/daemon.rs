@@ -115,7 +115,11 @@ pub async fn run(ctx: Ctx, shutdown: impl Future) -> Result<DaemonEnd> {
     // The heartbeat task tells the claim loop "answered, claim now" and "revoked".
     let claim_wake = Arc::new(Notify::new());
     let (revoked_sender, mut revoked) = mpsc::channel::<()>(1);
-    let heartbeat = tokio::spawn(heartbeat_loop(shared.clone(), claim_wake.clone(), revoked_sender));
+    let heartbeat = tokio::spawn(heartbeat_loop(
+        shared.clone(),
+        claim_wake.clone(),
+        revoked_sender,
+    ));
 
     let mut runs: JoinSet<RunEnd> = JoinSet::new();
     tokio::pin!(shutdown);
@@ -155,7 +159,11 @@ pub async fn run(ctx: Ctx, shutdown: impl Future) -> Result<DaemonEnd> {
 ///
 /// # Errors
 /// `Err(())` when the device was revoked.
-async fn claim_while_free(shared: &Arc<Shared>, runs: &mut JoinSet<RunEnd>, max_runs: usize) -> Result<(), ()> {
+async fn claim_while_free(
+    shared: &Arc<Shared>,
+    runs: &mut JoinSet<RunEnd>,
+    max_runs: usize,
+) -> Result<(), ()> {
     while runs.len() < max_runs {
         match shared.client.claim().await {
             Ok(Some(job)) => start_run(shared, runs, job),
@@ -174,7 +182,10 @@ async fn claim_while_free(shared: &Arc<Shared>, runs: &mut JoinSet<RunEnd>, max_
 fn start_run(shared: &Arc<Shared>, runs: &mut JoinSet<RunEnd>, job: ClaimedJob) {
     tracing::info!(job = %job.id, title = %job.spec.title, engine = %job.spec.engine, folder = %job.spec.folder, "claimed");
     let stop = RunStop::new();
-    let entry = RunEntry { lease_token: job.lease_token.clone(), stop: stop.clone() };
+    let entry = RunEntry {
+        lease_token: job.lease_token.clone(),
+        stop: stop.clone(),
+    };
     lock(&shared.runs).insert(job.id.clone(), entry);
     let config = lock(&shared.config).clone();
     let shared = shared.clone();
@@ -193,7 +204,10 @@ async fn stop_all_runs(shared: &Shared, runs: &mut JoinSet<RunEnd>, reason: Stop
         entry.stop.raise(reason);
     }
     let all_ended = async { while runs.join_next().await.is_some() {} };
-    if tokio::time::timeout(STOP_RUNS_WAIT, all_ended).await.is_err() {
+    if tokio::time::timeout(STOP_RUNS_WAIT, all_ended)
+        .await
+        .is_err()
+    {
         tracing::warn!("runs did not stop in time; abandoning them");
         runs.abort_all();
     }
@@ -215,11 +229,15 @@ async fn heartbeat_loop(shared: Arc<Shared>, claim_wake: Arc<Notify>, revoked: m
     let mut period = DEFAULT_HEARTBEAT;
     let mut backoff = Backoff::new();
     loop {
-        let params = HeartbeatParams { capabilities: shared.capabilities(), running: shared.held_leases() };
+        let params = HeartbeatParams {
+            capabilities: shared.capabilities(),
+            running: shared.held_leases(),
+        };
         let delay = match shared.client.heartbeat(&params).await {
             Ok(answer) => {
                 backoff.reset();
-                period = Duration::from_secs(answer.intervals.heartbeat_secs).clamp(MIN_HEARTBEAT, MAX_HEARTBEAT);
+                period = Duration::from_secs(answer.intervals.heartbeat_secs)
+                    .clamp(MIN_HEARTBEAT, MAX_HEARTBEAT);
                 shared.apply(&answer);
                 claim_wake.notify_one();
                 period
@@ -259,9 +277,16 @@ impl Shared {
             engines: config
                 .recipes
                 .iter()
-                .map(|recipe| Engine { name: recipe.name.clone(), kind: EngineKind::Recipe })
+                .map(|recipe| Engine {
+                    name: recipe.name.clone(),
+                    kind: EngineKind::Recipe,
+                })
                 .collect(),
-            folders: config.folders.iter().map(|folder| folder.label.clone()).collect(),
+            folders: config
+                .folders
+                .iter()
+                .map(|folder| folder.label.clone())
+                .collect(),
             sandbox: sandbox::report(),
             seal_key: self.seal_key.clone(),
             accept_web_approvals: true,
@@ -271,7 +296,10 @@ impl Shared {
     fn held_leases(&self) -> Vec<HeldLease> {
         lock(&self.runs)
             .iter()
-            .map(|(job_id, entry)| HeldLease { job_id: job_id.clone(), lease_token: entry.lease_token.clone() })
+            .map(|(job_id, entry)| HeldLease {
+                job_id: job_id.clone(),
+                lease_token: entry.lease_token.clone(),
+            })
             .collect()
     }
 

@@ -40,7 +40,10 @@ pub fn share(config: &mut Config, label: &str, path: &Path) -> Result<SharedFold
     if !canonical.is_dir() {
         bail!("{} is not a directory", canonical.display());
     }
-    let folder = SharedFolder { label: label.to_owned(), path: canonical };
+    let folder = SharedFolder {
+        label: label.to_owned(),
+        path: canonical,
+    };
     config.folders.retain(|existing| existing.label != label);
     config.folders.push(folder.clone());
     config.folders.sort_by(|a, b| a.label.cmp(&b.label));
@@ -52,7 +55,11 @@ pub fn share(config: &mut Config, label: &str, path: &Path) -> Result<SharedFold
 /// # Errors
 /// When no folder has that label.
 pub fn remove(config: &mut Config, label: &str) -> Result<SharedFolder> {
-    let Some(index) = config.folders.iter().position(|folder| folder.label == label) else {
+    let Some(index) = config
+        .folders
+        .iter()
+        .position(|folder| folder.label == label)
+    else {
         bail!("no folder is shared as {label:?}");
     };
     Ok(config.folders.remove(index))
@@ -63,7 +70,12 @@ mod tests {
     use super::*;
 
     fn config() -> Config {
-        Config { install_id: "i".into(), pairing: None, folders: Vec::new(), recipes: Vec::new() }
+        Config {
+            install_id: "i".into(),
+            pairing: None,
+            folders: Vec::new(),
+            recipes: Vec::new(),
+        }
     }
 
     #[test]

@@ -7,7 +7,9 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use tether_protocol::pairing::{PairParams, PairResponse, RegisterParams, RegisterResponse, SLOW_DOWN_STEP_SECS};
+use tether_protocol::pairing::{
+    PairParams, PairResponse, RegisterParams, RegisterResponse, SLOW_DOWN_STEP_SECS,
+};
 
 use crate::client::{normalize_server_url, ApiError, DeviceClient, ServerClient};
 use crate::seal_key::SealKeyPair;
@@ -107,15 +109,22 @@ fn show_code(started: &PairResponse, fingerprint: &str) {
 }
 
 /// Polls `register` until the code is approved, refused or expired.
-async fn wait_for_approval(server: &ServerClient, started: &PairResponse) -> Result<RegisterResponse> {
-    let params = RegisterParams { device_code: started.device_code.clone() };
+async fn wait_for_approval(
+    server: &ServerClient,
+    started: &PairResponse,
+) -> Result<RegisterResponse> {
+    let params = RegisterParams {
+        device_code: started.device_code.clone(),
+    };
     let mut interval = Duration::from_secs(started.interval.max(1));
     // A little past the code's life, so the server's `expired_token` is what we usually see.
     let deadline = Instant::now() + Duration::from_secs(started.expires_in + 30);
     loop {
         tokio::time::sleep(interval).await;
         if Instant::now() > deadline {
-            bail!("the pairing code expired before anyone approved it; run `tether-agent pair` again");
+            bail!(
+                "the pairing code expired before anyone approved it; run `tether-agent pair` again"
+            );
         }
         match server.register(&params).await {
             Ok(registered) => return Ok(registered),
@@ -125,7 +134,9 @@ async fn wait_for_approval(server: &ServerClient, started: &PairResponse) -> Res
                 Some("expired_token") => {
                     bail!("the pairing code expired before anyone approved it; run `tether-agent pair` again")
                 }
-                Some("access_denied") => bail!("pairing was refused (or the code was already used)"),
+                Some("access_denied") => {
+                    bail!("pairing was refused (or the code was already used)")
+                }
                 _ if err.is_transient() => eprintln!("warning: {err}; still waiting"),
                 _ => return Err(err).context("pairing failed"),
             },
@@ -137,7 +148,10 @@ async fn wait_for_approval(server: &ServerClient, started: &PairResponse) -> Res
 fn device_name(given: Option<String>) -> Result<String> {
     let name = given.unwrap_or_else(host_name);
     let name = name.trim();
-    if name.is_empty() || name.chars().count() > MAX_DEVICE_NAME || name.chars().any(char::is_control) {
+    if name.is_empty()
+        || name.chars().count() > MAX_DEVICE_NAME
+        || name.chars().any(char::is_control)
+    {
         bail!("the device name must be 1 to {MAX_DEVICE_NAME} printable characters");
     }
     Ok(name.to_owned())
@@ -164,7 +178,10 @@ mod tests {
 
     #[test]
     fn device_names_default_to_the_host_and_are_checked() {
-        assert_eq!(device_name(Some(" test-box ".into())).ok(), Some("test-box".to_owned()));
+        assert_eq!(
+            device_name(Some(" test-box ".into())).ok(),
+            Some("test-box".to_owned())
+        );
         assert!(device_name(None).is_ok_and(|name| !name.is_empty()));
         assert!(device_name(Some(String::new())).is_err());
         assert!(device_name(Some("a\nb".into())).is_err());

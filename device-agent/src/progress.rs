@@ -39,7 +39,11 @@ impl ProgressBatcher {
     /// Numbering starts at 1, so a server that keeps "last seq seen" starting at 0 accepts
     /// the first call.
     pub fn new() -> ProgressBatcher {
-        ProgressBatcher { lines: Vec::new(), bytes: 0, next_seq: 1 }
+        ProgressBatcher {
+            lines: Vec::new(),
+            bytes: 0,
+            next_seq: 1,
+        }
     }
 
     /// Adds a line (cut to [`MAX_LINE_BYTES`]). Returns a batch that must be sent now when
@@ -55,7 +59,11 @@ impl ProgressBatcher {
         self.lines.push(line);
         // A line is at most 4 KiB, so a batch started by a cut holds one line and cannot be
         // full by count as well.
-        ready.or_else(|| (self.lines.len() >= MAX_LINES_PER_PROGRESS).then(|| self.take()).flatten())
+        ready.or_else(|| {
+            (self.lines.len() >= MAX_LINES_PER_PROGRESS)
+                .then(|| self.take())
+                .flatten()
+        })
     }
 
     /// The lines collected so far as a numbered batch, if there are any.
@@ -66,7 +74,10 @@ impl ProgressBatcher {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.bytes = 0;
-        Some(Batch { seq, lines: std::mem::take(&mut self.lines) })
+        Some(Batch {
+            seq,
+            lines: std::mem::take(&mut self.lines),
+        })
     }
 }
 
@@ -138,7 +149,11 @@ async fn deliver(
     batch: Batch,
     stop: &RunStop,
 ) -> Delivery {
-    let params = ProgressParams { seq: batch.seq, lines: batch.lines, status: None };
+    let params = ProgressParams {
+        seq: batch.seq,
+        lines: batch.lines,
+        status: None,
+    };
     let mut backoff = Backoff::new();
     loop {
         match client.progress(job_id, lease_token, &params).await {
@@ -158,7 +173,10 @@ async fn deliver(
             }
             Err(err) if err.is_transient() => {
                 tracing::warn!(job = %job_id, seq = params.seq, "progress not delivered, retrying: {err}");
-                if stop.wait_at_least(StopReason::Shutdown, backoff.next_delay()).await {
+                if stop
+                    .wait_at_least(StopReason::Shutdown, backoff.next_delay())
+                    .await
+                {
                     return Delivery::Abandoned;
                 }
             }
@@ -183,7 +201,10 @@ mod tests {
     /// Feeds `input`, then flushes; returns (seq, line count, bytes) per batch.
     fn check(input: Vec<String>, expected: &[(u64, usize)]) {
         let mut batcher = ProgressBatcher::new();
-        let mut batches: Vec<Batch> = input.into_iter().filter_map(|line| batcher.push(line)).collect();
+        let mut batches: Vec<Batch> = input
+            .into_iter()
+            .filter_map(|line| batcher.push(line))
+            .collect();
         batches.extend(batcher.take());
         let shape: Vec<(u64, usize)> = batches.iter().map(|b| (b.seq, b.lines.len())).collect();
         assert_eq!(shape, expected);
@@ -210,7 +231,13 @@ mod tests {
         let mut batcher = ProgressBatcher::new();
         assert_eq!(batcher.take(), None);
         assert_eq!(batcher.push("a".into()), None);
-        assert_eq!(batcher.take(), Some(Batch { seq: 1, lines: vec!["a".into()] }));
+        assert_eq!(
+            batcher.take(),
+            Some(Batch {
+                seq: 1,
+                lines: vec!["a".into()]
+            })
+        );
         assert_eq!(batcher.take(), None);
         assert_eq!(batcher.push("b".into()), None);
         assert_eq!(batcher.take().map(|b| b.seq), Some(2));

@@ -17,7 +17,11 @@ pub fn add(config: &mut Config, name: &str, program: &str, args: &[String]) -> R
     if program.trim().is_empty() {
         bail!("a recipe needs a program: tether-agent recipe add {name} -- PROGRAM [ARGS...]");
     }
-    let recipe = Recipe { name: name.to_owned(), program: program.to_owned(), args: args.to_vec() };
+    let recipe = Recipe {
+        name: name.to_owned(),
+        program: program.to_owned(),
+        args: args.to_vec(),
+    };
     config.recipes.retain(|existing| existing.name != name);
     config.recipes.push(recipe.clone());
     config.recipes.sort_by(|a, b| a.name.cmp(&b.name));
@@ -46,7 +50,9 @@ pub fn command_line(recipe: &Recipe) -> String {
 
 fn quote(word: &str) -> String {
     let plain = !word.is_empty()
-        && word.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
     if plain {
         word.to_owned()
     } else {
@@ -60,14 +66,27 @@ mod tests {
 
     #[test]
     fn recipes_are_added_replaced_and_removed() -> Result<()> {
-        let mut config =
-            Config { install_id: "i".into(), pairing: None, folders: Vec::new(), recipes: Vec::new() };
-        let args = vec!["-c".to_owned(), "echo \"$TETHER_TASK_PROMPT\"; echo it's".to_owned()];
+        let mut config = Config {
+            install_id: "i".into(),
+            pairing: None,
+            folders: Vec::new(),
+            recipes: Vec::new(),
+        };
+        let args = vec![
+            "-c".to_owned(),
+            "echo \"$TETHER_TASK_PROMPT\"; echo it's".to_owned(),
+        ];
         let recipe = add(&mut config, "tests", "sh", &args)?;
-        assert_eq!(command_line(&recipe), r#"sh -c 'echo "$TETHER_TASK_PROMPT"; echo it'\''s'"#);
+        assert_eq!(
+            command_line(&recipe),
+            r#"sh -c 'echo "$TETHER_TASK_PROMPT"; echo it'\''s'"#
+        );
         add(&mut config, "tests", "make", &["test".to_owned()])?;
         assert_eq!(config.recipes.len(), 1);
-        assert_eq!(config.recipe("tests").map(|r| r.program.as_str()), Some("make"));
+        assert_eq!(
+            config.recipe("tests").map(|r| r.program.as_str()),
+            Some("make")
+        );
         assert!(add(&mut config, "Bad Name", "sh", &[]).is_err());
         assert!(add(&mut config, "empty", " ", &[]).is_err());
         remove(&mut config, "tests")?;

@@ -31,8 +31,16 @@ const DRAIN_GRACE: Duration = Duration::from_secs(1);
 
 /// Name fragments of environment variables that usually hold credentials. Matched against
 /// the upper-cased name; a false positive only costs a recipe one variable.
-const CREDENTIAL_NAME_PARTS: &[&str] =
-    &["TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "KEY", "CREDENTIAL", "PRIVATE"];
+const CREDENTIAL_NAME_PARTS: &[&str] = &[
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "PASSPHRASE",
+    "KEY",
+    "CREDENTIAL",
+    "PRIVATE",
+];
 /// Variables that are credentials without saying so: agent sockets that sign for the user.
 const CREDENTIAL_NAMES: &[&str] = &["SSH_AUTH_SOCK", "GPG_AGENT_INFO"];
 
@@ -76,7 +84,9 @@ pub enum Ended {
 
 impl RunStop {
     pub fn new() -> RunStop {
-        RunStop { sender: Arc::new(watch::channel(None).0) }
+        RunStop {
+            sender: Arc::new(watch::channel(None).0),
+        }
     }
 
     /// Asks the run to stop; a weaker reason never replaces a stronger one.
@@ -98,7 +108,10 @@ impl RunStop {
     /// Resolves once any reason is raised.
     pub async fn raised(&self) -> StopReason {
         let mut receiver = self.sender.subscribe();
-        let raised = receiver.wait_for(Option::is_some).await.map(|reason| *reason);
+        let raised = receiver
+            .wait_for(Option::is_some)
+            .await
+            .map(|reason| *reason);
         match raised {
             Ok(Some(reason)) => reason,
             // The sender lives in `self`, so it cannot be dropped while we wait.
@@ -125,7 +138,12 @@ impl Default for RunStop {
 
 /// Runs a claimed job to its end and reports it. `config` is the owner's configuration at
 /// claim time.
-pub async fn run_job(client: DeviceClient, job: ClaimedJob, config: Config, stop: RunStop) -> RunEnd {
+pub async fn run_job(
+    client: DeviceClient,
+    job: ClaimedJob,
+    config: Config,
+    stop: RunStop,
+) -> RunEnd {
     let outcome = execute(&client, &job, &config, &stop).await;
     match outcome {
         Ok(params) => {
@@ -148,10 +166,16 @@ async fn execute(
 ) -> Result<CompleteParams, StopReason> {
     let spec = &job.spec;
     let Some(folder) = config.folder(&spec.folder) else {
-        return Ok(blocked(format!("this computer shares no folder labelled {:?}", spec.folder)));
+        return Ok(blocked(format!(
+            "this computer shares no folder labelled {:?}",
+            spec.folder
+        )));
     };
     let Some(recipe) = config.recipe(&spec.engine) else {
-        return Ok(blocked(format!("this computer has no recipe named {:?}", spec.engine)));
+        return Ok(blocked(format!(
+            "this computer has no recipe named {:?}",
+            spec.engine
+        )));
     };
     if !folder.path.is_dir() {
         return Ok(blocked(format!(
@@ -195,11 +219,18 @@ fn completion(
         ),
         Ended::Stopped(StopReason::Cancel) => (Outcome::Cancelled, "cancelled".to_owned(), None),
         Ended::Stopped(reason) => return Err(reason),
-        Ended::SpawnFailed(err) => {
-            (Outcome::Failed, format!("could not start {:?}: {err}", recipe.program), None)
-        }
+        Ended::SpawnFailed(err) => (
+            Outcome::Failed,
+            format!("could not start {:?}: {err}", recipe.program),
+            None,
+        ),
     };
-    Ok(CompleteParams { outcome, summary, exit_code, report: None })
+    Ok(CompleteParams {
+        outcome,
+        summary,
+        exit_code,
+        report: None,
+    })
 }
 
 fn exited(status: ExitStatus) -> (Outcome, String, Option<i32>) {
@@ -225,7 +256,12 @@ fn killed_by(_status: ExitStatus) -> String {
 }
 
 fn blocked(summary: String) -> CompleteParams {
-    CompleteParams { outcome: Outcome::Blocked, summary, exit_code: None, report: None }
+    CompleteParams {
+        outcome: Outcome::Blocked,
+        summary,
+        exit_code: None,
+        report: None,
+    }
 }
 
 fn timeout_of(job: &ClaimedJob) -> Duration {
@@ -233,7 +269,12 @@ fn timeout_of(job: &ClaimedJob) -> Duration {
 }
 
 /// Reports the outcome, retrying while the server cannot be reached, until it answers.
-async fn complete(client: &DeviceClient, job: &ClaimedJob, params: &CompleteParams, stop: &RunStop) -> RunEnd {
+async fn complete(
+    client: &DeviceClient,
+    job: &ClaimedJob,
+    params: &CompleteParams,
+    stop: &RunStop,
+) -> RunEnd {
     let mut backoff = Backoff::new();
     loop {
         match client.complete(&job.id, &job.lease_token, params).await {
@@ -245,7 +286,10 @@ async fn complete(client: &DeviceClient, job: &ClaimedJob, params: &CompletePara
             Err(ApiError::Revoked) => return RunEnd::Abandoned(StopReason::Revoked),
             Err(err) if err.is_transient() => {
                 tracing::warn!(job = %job.id, "completion not delivered, retrying: {err}");
-                if stop.wait_at_least(StopReason::Shutdown, backoff.next_delay()).await {
+                if stop
+                    .wait_at_least(StopReason::Shutdown, backoff.next_delay())
+                    .await
+                {
                     return RunEnd::Abandoned(stop.current().unwrap_or(StopReason::Shutdown));
                 }
             }
@@ -303,7 +347,9 @@ pub fn child_env(
 /// Whether a variable's name suggests it holds a credential.
 pub fn is_credential_name(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
-    CREDENTIAL_NAME_PARTS.iter().any(|part| upper.contains(part))
+    CREDENTIAL_NAME_PARTS
+        .iter()
+        .any(|part| upper.contains(part))
         || CREDENTIAL_NAMES.contains(&upper.as_str())
 }
 
@@ -358,7 +404,10 @@ pub async fn supervise(
 /// Lets the output readers reach end of file; kills the group's leftovers if they hold the
 /// pipes open, and gives up on readers that still do not finish.
 async fn drain(readers: &mut JoinSet<()>, pgid: u32) {
-    if tokio::time::timeout(DRAIN_GRACE, join_all(readers)).await.is_ok() {
+    if tokio::time::timeout(DRAIN_GRACE, join_all(readers))
+        .await
+        .is_ok()
+    {
         if process_group::group_alive(pgid) {
             // Background processes that closed their output live on; the run is over.
             let _ = process_group::signal_group(pgid, Signal::Kill);
@@ -366,7 +415,10 @@ async fn drain(readers: &mut JoinSet<()>, pgid: u32) {
         return;
     }
     let _ = process_group::signal_group(pgid, Signal::Kill);
-    if tokio::time::timeout(DRAIN_GRACE, join_all(readers)).await.is_err() {
+    if tokio::time::timeout(DRAIN_GRACE, join_all(readers))
+        .await
+        .is_err()
+    {
         // Someone outside the group holds the pipe; stop reading it.
         readers.abort_all();
     }
@@ -386,7 +438,11 @@ async fn forward_lines(pipe: impl AsyncRead + Unpin, lines: mpsc::Sender<String>
     let mut skipping = false;
     loop {
         buffer.clear();
-        match (&mut reader).take(limit).read_until(b'\n', &mut buffer).await {
+        match (&mut reader)
+            .take(limit)
+            .read_until(b'\n', &mut buffer)
+            .await
+        {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
@@ -429,7 +485,10 @@ mod tests {
     }
 
     fn vars(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
-        pairs.iter().map(|(name, value)| ((*name).into(), (*value).into())).collect()
+        pairs
+            .iter()
+            .map(|(name, value)| ((*name).into(), (*value).into()))
+            .collect()
     }
 
     #[test]
@@ -452,7 +511,10 @@ mod tests {
             ("TETHER_TASK_PROMPT", "forged"),
         ]);
         let env = child_env(inherited, &job("fix the tests", 5));
-        let names: Vec<String> = env.iter().map(|(name, _)| name.to_string_lossy().into_owned()).collect();
+        let names: Vec<String> = env
+            .iter()
+            .map(|(name, _)| name.to_string_lossy().into_owned())
+            .collect();
         assert_eq!(
             names,
             [
@@ -465,28 +527,48 @@ mod tests {
                 "TETHER_JOB_TITLE"
             ]
         );
-        let prompt = env.iter().find(|(name, _)| name == "TETHER_TASK_PROMPT").map(|(_, v)| v.clone());
+        let prompt = env
+            .iter()
+            .find(|(name, _)| name == "TETHER_TASK_PROMPT")
+            .map(|(_, v)| v.clone());
         assert_eq!(prompt, Some("fix the tests".into()));
     }
 
     #[test]
     fn outcomes_follow_how_the_program_ended() {
-        let recipe = Recipe { name: "tests".into(), program: "nope".into(), args: Vec::new() };
+        let recipe = Recipe {
+            name: "tests".into(),
+            program: "nope".into(),
+            args: Vec::new(),
+        };
         let job = job("p", 7);
         let check = |ended: Ended, stop: Option<StopReason>| {
             completion(ended, &job, &recipe, stop)
                 .map(|params| (params.outcome, params.summary, params.exit_code))
         };
-        assert_eq!(check(Ended::TimedOut, None), Ok((Outcome::Failed, "timed out after 7 min".into(), None)));
+        assert_eq!(
+            check(Ended::TimedOut, None),
+            Ok((Outcome::Failed, "timed out after 7 min".into(), None))
+        );
         assert_eq!(
             check(Ended::Stopped(StopReason::Cancel), None),
             Ok((Outcome::Cancelled, "cancelled".into(), None))
         );
-        assert_eq!(check(Ended::Stopped(StopReason::Shutdown), None), Err(StopReason::Shutdown));
-        assert_eq!(check(Ended::TimedOut, Some(StopReason::LeaseLost)), Err(StopReason::LeaseLost));
+        assert_eq!(
+            check(Ended::Stopped(StopReason::Shutdown), None),
+            Err(StopReason::Shutdown)
+        );
+        assert_eq!(
+            check(Ended::TimedOut, Some(StopReason::LeaseLost)),
+            Err(StopReason::LeaseLost)
+        );
         assert_eq!(
             check(Ended::SpawnFailed("not found".into()), None),
-            Ok((Outcome::Failed, "could not start \"nope\": not found".into(), None))
+            Ok((
+                Outcome::Failed,
+                "could not start \"nope\": not found".into(),
+                None
+            ))
         );
     }
 
@@ -512,8 +594,16 @@ mod tests {
             program: "sh".into(),
             args: vec!["-c".into(), script.into()],
         };
-        let folder = SharedFolder { label: "work".into(), path: dir.path().to_path_buf() };
-        let command = recipe_command(&recipe, &folder, &job("hello prompt", 1), std::env::vars_os());
+        let folder = SharedFolder {
+            label: "work".into(),
+            path: dir.path().to_path_buf(),
+        };
+        let command = recipe_command(
+            &recipe,
+            &folder,
+            &job("hello prompt", 1),
+            std::env::vars_os(),
+        );
         let (sender, mut receiver) = mpsc::channel(LINE_BUFFER);
         let collector = tokio::spawn(async move {
             let mut lines = Vec::new();
@@ -530,17 +620,31 @@ mod tests {
     #[tokio::test]
     async fn a_run_gets_its_prompt_folder_and_exit_code() {
         let stop = RunStop::new();
-        let script = r#"echo "$TETHER_TASK_PROMPT"; pwd; echo oops >&2; printf 'no newline'; exit 3"#;
+        let script =
+            r#"echo "$TETHER_TASK_PROMPT"; pwd; echo oops >&2; printf 'no newline'; exit 3"#;
         let (ended, lines, dir) = run_script(script, Duration::from_secs(30), &stop).await;
-        assert!(matches!(ended, Ended::Exited(status) if status.code() == Some(3)), "{ended:?}");
-        let canonical = dir.path().canonicalize().map(|p| p.display().to_string()).unwrap_or_default();
+        assert!(
+            matches!(ended, Ended::Exited(status) if status.code() == Some(3)),
+            "{ended:?}"
+        );
+        let canonical = dir
+            .path()
+            .canonicalize()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
         for expected in ["hello prompt", canonical.as_str(), "oops", "no newline"] {
-            assert!(lines.iter().any(|line| line == expected), "{expected:?} not in {lines:?}");
+            assert!(
+                lines.iter().any(|line| line == expected),
+                "{expected:?} not in {lines:?}"
+            );
         }
     }
 
     /// Starts a script that records its background child's pid, then waits for `stop`.
-    async fn check_group_is_killed(timeout: Duration, stop_after: Option<(Duration, StopReason)>) -> Ended {
+    async fn check_group_is_killed(
+        timeout: Duration,
+        stop_after: Option<(Duration, StopReason)>,
+    ) -> Ended {
         let stop = RunStop::new();
         if let Some((delay, reason)) = stop_after {
             let stop = stop.clone();
@@ -553,20 +657,38 @@ mod tests {
         let script = "trap '' TERM; sleep 60 & echo \"child $!\"; wait; sleep 60";
         let started = std::time::Instant::now();
         let (ended, lines, _dir) = run_script(script, timeout, &stop).await;
-        assert!(started.elapsed() < Duration::from_secs(15), "took {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "took {:?}",
+            started.elapsed()
+        );
         let child: u32 = lines
             .iter()
             .find_map(|line| line.strip_prefix("child "))
             .and_then(|pid| pid.parse().ok())
             .unwrap_or_else(|| panic!("no child pid in {lines:?}"));
-        assert!(!process_alive(child), "background child {child} survived");
+        assert!(dies_soon(child).await, "background child {child} survived");
         ended
+    }
+
+    /// SIGKILL is delivered asynchronously: give the kernel a moment to end the process.
+    async fn dies_soon(pid: u32) -> bool {
+        for _ in 0..50 {
+            if !process_alive(pid) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
     }
 
     fn process_alive(pid: u32) -> bool {
         // A zombie (state Z) is dead; it only waits for its new parent to reap it.
         match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Ok(stat) => !stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
+            Ok(stat) => !stat
+                .rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('Z')),
             Err(_) => false,
         }
     }
@@ -579,10 +701,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_cancel_kills_the_whole_group() {
-        let ended =
-            check_group_is_killed(Duration::from_secs(60), Some((Duration::from_millis(300), StopReason::Cancel)))
-                .await;
-        assert!(matches!(ended, Ended::Stopped(StopReason::Cancel)), "{ended:?}");
+        let ended = check_group_is_killed(
+            Duration::from_secs(60),
+            Some((Duration::from_millis(300), StopReason::Cancel)),
+        )
+        .await;
+        assert!(
+            matches!(ended, Ended::Stopped(StopReason::Cancel)),
+            "{ended:?}"
+        );
     }
 
     #[tokio::test]
@@ -593,8 +720,14 @@ mod tests {
             Some((Duration::from_millis(300), StopReason::LeaseLost)),
         )
         .await;
-        assert!(matches!(ended, Ended::Stopped(StopReason::LeaseLost)), "{ended:?}");
-        assert!(started.elapsed() < TERMINATE_GRACE, "no grace for a lost lease");
+        assert!(
+            matches!(ended, Ended::Stopped(StopReason::LeaseLost)),
+            "{ended:?}"
+        );
+        assert!(
+            started.elapsed() < TERMINATE_GRACE,
+            "no grace for a lost lease"
+        );
     }
 
     #[tokio::test]
@@ -602,22 +735,34 @@ mod tests {
         let stop = RunStop::new();
         let script = "sleep 60 >/dev/null 2>&1 & echo \"child $!\"";
         let (ended, lines, _dir) = run_script(script, Duration::from_secs(30), &stop).await;
-        assert!(matches!(ended, Ended::Exited(status) if status.success()), "{ended:?}");
+        assert!(
+            matches!(ended, Ended::Exited(status) if status.success()),
+            "{ended:?}"
+        );
         let child: u32 = lines
             .iter()
             .find_map(|line| line.strip_prefix("child "))
             .and_then(|pid| pid.parse().ok())
             .unwrap_or(0);
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        assert!(child > 0 && !process_alive(child), "leftover {child} survived");
+        assert!(
+            child > 0 && dies_soon(child).await,
+            "leftover {child} survived"
+        );
     }
 
     #[tokio::test]
     async fn a_missing_program_is_a_spawn_failure() {
         let stop = RunStop::new();
-        let recipe = Recipe { name: "x".into(), program: "/nonexistent/tether-test".into(), args: Vec::new() };
+        let recipe = Recipe {
+            name: "x".into(),
+            program: "/nonexistent/tether-test".into(),
+            args: Vec::new(),
+        };
         let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("tempdir: {err}"));
-        let folder = SharedFolder { label: "work".into(), path: dir.path().to_path_buf() };
+        let folder = SharedFolder {
+            label: "work".into(),
+            path: dir.path().to_path_buf(),
+        };
         let command = recipe_command(&recipe, &folder, &job("p", 1), Vec::new());
         let (sender, _receiver) = mpsc::channel(1);
         let ended = supervise(command, Duration::from_secs(5), &stop, sender).await;

@@ -73,11 +73,20 @@ impl SealKeyPair {
     /// When a file cannot be written.
     pub fn save(&self, data_dir: &DataDir) -> Result<()> {
         let cipher = local_cipher(data_dir, true)?;
-        let der = self.secret.to_pkcs8_der().context("cannot encode the seal key")?;
+        let der = self
+            .secret
+            .to_pkcs8_der()
+            .context("cannot encode the seal key")?;
         let mut nonce = [0u8; 12];
         OsRng.fill_bytes(&mut nonce);
         let ciphertext = cipher
-            .encrypt(&Nonce::from(nonce), Payload { msg: der.as_bytes(), aad: STORAGE_AAD })
+            .encrypt(
+                &Nonce::from(nonce),
+                Payload {
+                    msg: der.as_bytes(),
+                    aad: STORAGE_AAD,
+                },
+            )
             .map_err(|_| anyhow::anyhow!("cannot encrypt the seal key"))?;
         let stored = StoredSealKey {
             v: 1,
@@ -101,12 +110,23 @@ impl SealKeyPair {
         let stored: StoredSealKey =
             serde_json::from_slice(&bytes).context("seal-key.json is not valid")?;
         let cipher = local_cipher(data_dir, false)?;
-        let nonce = URL_SAFE_NO_PAD.decode(&stored.nonce).context("seal key nonce")?;
-        let ciphertext = URL_SAFE_NO_PAD.decode(&stored.ciphertext).context("seal key")?;
-        let nonce: [u8; 12] =
-            nonce.try_into().map_err(|_| anyhow::anyhow!("seal-key.json has a bad nonce"))?;
+        let nonce = URL_SAFE_NO_PAD
+            .decode(&stored.nonce)
+            .context("seal key nonce")?;
+        let ciphertext = URL_SAFE_NO_PAD
+            .decode(&stored.ciphertext)
+            .context("seal key")?;
+        let nonce: [u8; 12] = nonce
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("seal-key.json has a bad nonce"))?;
         let der = cipher
-            .decrypt(&Nonce::from(nonce), Payload { msg: &ciphertext, aad: STORAGE_AAD })
+            .decrypt(
+                &Nonce::from(nonce),
+                Payload {
+                    msg: &ciphertext,
+                    aad: STORAGE_AAD,
+                },
+            )
             .map_err(|_| anyhow::anyhow!("cannot decrypt seal-key.json with local.key"))?;
         let secret = SecretKey::from_pkcs8_der(&der).context("seal key is not PKCS#8")?;
         let pair = SealKeyPair::from_secret(secret)?;
@@ -193,7 +213,10 @@ mod tests {
         let pair = SealKeyPair::generate()?;
         pair.save(&data_dir)?;
         let loaded = SealKeyPair::load(&data_dir)?;
-        assert_eq!(loaded.map(|loaded| loaded.public().clone()), Some(pair.public().clone()));
+        assert_eq!(
+            loaded.map(|loaded| loaded.public().clone()),
+            Some(pair.public().clone())
+        );
 
         // The file holds no plaintext key material.
         let stored = data_dir.read_file(SEAL_KEY_FILE)?.unwrap_or_default();

@@ -306,7 +306,9 @@ mod tests {
     #[cfg(unix)]
     fn mode_of(path: &Path) -> u32 {
         use std::os::unix::fs::PermissionsExt;
-        fs::metadata(path).map(|meta| meta.permissions().mode() & 0o777).unwrap_or(0)
+        fs::metadata(path)
+            .map(|meta| meta.permissions().mode() & 0o777)
+            .unwrap_or(0)
     }
 
     #[test]
@@ -323,7 +325,10 @@ mod tests {
             account_id: AccountId::parse("acc1")?,
             name: "box".to_owned(),
         });
-        config.folders.push(SharedFolder { label: "work".to_owned(), path: tmp.path().into() });
+        config.folders.push(SharedFolder {
+            label: "work".to_owned(),
+            path: tmp.path().into(),
+        });
         config.recipes.push(Recipe {
             name: "tests".to_owned(),
             program: "sh".to_owned(),
@@ -347,7 +352,10 @@ mod tests {
             .filter_map(|entry| entry.ok())
             .map(|entry| entry.file_name().to_string_lossy().into_owned())
             .collect();
-        assert!(names.iter().all(|name| !name.contains(".tmp-")), "{names:?}");
+        assert!(
+            names.iter().all(|name| !name.contains(".tmp-")),
+            "{names:?}"
+        );
 
         data_dir.forget_token()?;
         data_dir.forget_token()?;

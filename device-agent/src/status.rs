@@ -60,8 +60,16 @@ pub fn render(report: &StatusReport) -> String {
     let mut out = String::new();
     match (&report.server, report.paired) {
         (Some(server), true) => {
-            let _ = writeln!(out, "Paired as {} with {server}", report.name.as_deref().unwrap_or("?"));
-            let _ = writeln!(out, "Device id: {}", report.device_id.as_deref().unwrap_or("?"));
+            let _ = writeln!(
+                out,
+                "Paired as {} with {server}",
+                report.name.as_deref().unwrap_or("?")
+            );
+            let _ = writeln!(
+                out,
+                "Device id: {}",
+                report.device_id.as_deref().unwrap_or("?")
+            );
         }
         _ => {
             let _ = writeln!(out, "Not paired. Pair with `tether-agent pair URL`.");
@@ -79,7 +87,8 @@ pub fn render(report: &StatusReport) -> String {
 
 pub fn render_folders(folders: &[SharedFolder]) -> String {
     if folders.is_empty() {
-        return "Shared folders: none (share one with `tether-agent folders share LABEL PATH`)\n".to_owned();
+        return "Shared folders: none (share one with `tether-agent folders share LABEL PATH`)\n"
+            .to_owned();
     }
     let mut out = "Shared folders:\n".to_owned();
     for folder in folders {

@@ -168,15 +168,14 @@ pub async fn remove_self(store: &Store, device: &DeviceCaller) -> Result<(), Api
 /// 401 `unauthorized` for an unknown token, 401 `revoked` for a revoked device's.
 pub async fn authenticate(store: &Store, token: &str) -> Result<DeviceCaller, ApiError> {
     let token_hash = credentials::hash_token(token);
-    let row =
-        on_read!(store, |pool| {
-            sqlx::query_as::<_, TokenRow>(
+    let row = on_read!(store, |pool| {
+        sqlx::query_as::<_, TokenRow>(
         "SELECT id, account_id, name, token_hash, revoked_at FROM devices WHERE token_hash = $1"
     )
     .bind(&token_hash)
     .fetch_optional(pool)
     .await
-        })?;
+    })?;
     let row = row
         .filter(|row| credentials::hashes_match(&row.token_hash, &token_hash))
         .ok_or_else(|| ApiError::new(Code::Unauthorized, "Unknown device token; pair again."))?;

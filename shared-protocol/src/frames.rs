@@ -33,7 +33,9 @@ mod tests {
 
     #[test]
     fn frames_are_tagged_by_type() {
-        let frame = ServerFrame::JobCancel { job_id: JobId::generate() };
+        let frame = ServerFrame::JobCancel {
+            job_id: JobId::generate(),
+        };
         let json = serde_json::to_value(&frame).unwrap_or_default();
         assert_eq!(json["type"], "job.cancel");
         assert!(json["jobId"].is_string());

@@ -121,7 +121,11 @@ mod tests {
     fn check(raw: &str, ok: bool) {
         assert_eq!(JobId::parse(raw).is_ok(), ok, "{raw:?}");
         let json = serde_json::to_string(raw).unwrap_or_default();
-        assert_eq!(serde_json::from_str::<JobId>(&json).is_ok(), ok, "{raw:?} via serde");
+        assert_eq!(
+            serde_json::from_str::<JobId>(&json).is_ok(),
+            ok,
+            "{raw:?} via serde"
+        );
     }
 
     #[test]

@@ -71,12 +71,17 @@ impl JobState {
     }
 
     pub fn parse(raw: &str) -> Option<JobState> {
-        JobState::ALL.into_iter().find(|state| state.as_str() == raw)
+        JobState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == raw)
     }
 
     /// Whether the job has ended for good.
     pub fn is_final(self) -> bool {
-        !matches!(self, JobState::Queued | JobState::Running | JobState::Waiting)
+        !matches!(
+            self,
+            JobState::Queued | JobState::Running | JobState::Waiting
+        )
     }
 }
 

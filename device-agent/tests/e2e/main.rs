@@ -6,6 +6,8 @@
 //! daemon with its message and leaves no token behind.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod browser;
+mod chromium;
 #[path = "../../../server/tests/support/postgres.rs"]
 mod postgres;
 
@@ -19,8 +21,8 @@ use serde_json::{json, Value};
 use tether_protocol::devices::Device;
 use tether_protocol::jobs::{Job, JobState, Outcome};
 use tether_server::{Application, Config};
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
-use tokio::process::{Child, Command};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
 
 const AGENT: &str = env!("CARGO_BIN_EXE_tether-agent");
 const REVOKED_MESSAGE: &str =
@@ -40,6 +42,96 @@ async fn walking_skeleton_postgres() {
     }
 }
 
+/// A computer that sleeps through its lease (SIGSTOP here) finds its job interrupted when it
+/// wakes: the server says the lease is lost, the agent kills the run's whole group at once,
+/// reports nothing more for it, and goes on claiming new work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_lease_was_lost_is_killed() {
+    let server = spawn_server_with(None, |config| config.lease_secs = 3).await;
+    let web = Web::sign_up(&server.base).await;
+    let home = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let device_id = pair(&server.base, &web, home.path()).await;
+    agent_ok(
+        home.path(),
+        &["folders", "share", "work", work.path().to_str().unwrap()],
+    )
+    .await;
+    let sleepy = r#"sleep 60 & echo "child $!"; wait"#;
+    agent_ok(
+        home.path(),
+        &["recipe", "add", "sleepy", "--", "sh", "-c", sleepy],
+    )
+    .await;
+    agent_ok(
+        home.path(),
+        &["recipe", "add", "tests", "--", "sh", "-c", "echo done"],
+    )
+    .await;
+    let mut daemon = Daemon::start(home.path());
+    web.wait_for_device(&device_id, |device| {
+        device.online
+            && device
+                .capabilities
+                .as_ref()
+                .is_some_and(|caps| caps.engines.len() == 2)
+    })
+    .await;
+
+    let job = web.create_job(&device_id, "sleepy", "sleep").await;
+    let job_id = job.id.to_string();
+    let job = web
+        .wait_for_job(&job_id, Duration::from_secs(60), |job| {
+            output_lines(job)
+                .iter()
+                .any(|line| line.starts_with("child "))
+        })
+        .await;
+    let child: u32 = output_lines(&job)
+        .iter()
+        .find_map(|line| line.strip_prefix("child "))
+        .and_then(|pid| pid.parse().ok())
+        .unwrap();
+
+    daemon.signal("STOP").await;
+    let job = web
+        .wait_for_job(&job_id, Duration::from_secs(30), |job| job.state.is_final())
+        .await;
+    assert_eq!(job.state, JobState::Interrupted, "{job:#?}");
+    assert!(
+        process_alive(child),
+        "the run goes on while the agent sleeps"
+    );
+    daemon.signal("CONT").await;
+
+    wait_until(Duration::from_secs(10), || !process_alive(child)).await;
+    assert!(
+        !process_alive(child),
+        "the run survived its lost lease\n{}",
+        daemon.stderr()
+    );
+    assert_eq!(web.job(&job_id).await.state, JobState::Interrupted);
+    assert!(
+        daemon.child.try_wait().unwrap().is_none(),
+        "{}",
+        daemon.stderr()
+    );
+
+    let job = web.create_job(&device_id, "tests", "again").await;
+    let job = web
+        .wait_for_job(job.id.as_str(), Duration::from_secs(30), |job| {
+            job.state.is_final()
+        })
+        .await;
+    assert_eq!(
+        job.state,
+        JobState::Succeeded,
+        "{job:#?}\n{}",
+        daemon.stderr()
+    );
+    eprintln!("--- tether-agent run said:\n{}", daemon.stderr());
+}
+
 async fn walking_skeleton(database_url: Option<String>) {
     let server = spawn_server(database_url).await;
     let web = Web::sign_up(&server.base).await;
@@ -54,13 +146,48 @@ async fn walking_skeleton(database_url: Option<String>) {
     let install_id = status["installId"].clone();
     assert_token_is_private(home.path());
 
-    agent_ok(home.path(), &["folders", "share", "work", work.path().to_str().unwrap()]).await;
-    agent_ok(home.path(), &["recipe", "add", "tests", "--", "sh", "-c", r#"echo "$TETHER_TASK_PROMPT"; echo done"#])
-        .await;
-    agent_ok(home.path(), &["recipe", "add", "fails", "--", "sh", "-c", "echo failing; exit 3"]).await;
     agent_ok(
         home.path(),
-        &["recipe", "add", "sleepy", "--", "sh", "-c", r#"sleep 60 & echo "child $!"; wait"#],
+        &["folders", "share", "work", work.path().to_str().unwrap()],
+    )
+    .await;
+    agent_ok(
+        home.path(),
+        &[
+            "recipe",
+            "add",
+            "tests",
+            "--",
+            "sh",
+            "-c",
+            r#"echo "$TETHER_TASK_PROMPT"; echo done"#,
+        ],
+    )
+    .await;
+    agent_ok(
+        home.path(),
+        &[
+            "recipe",
+            "add",
+            "fails",
+            "--",
+            "sh",
+            "-c",
+            "echo failing; exit 3",
+        ],
+    )
+    .await;
+    agent_ok(
+        home.path(),
+        &[
+            "recipe",
+            "add",
+            "sleepy",
+            "--",
+            "sh",
+            "-c",
+            r#"sleep 60 & echo "child $!"; wait"#,
+        ],
     )
     .await;
     let sandbox = agent_json(home.path(), &["sandbox", "status", "--json"]).await;
@@ -68,33 +195,63 @@ async fn walking_skeleton(database_url: Option<String>) {
     assert_eq!(sandbox["strength"], "advisory");
 
     let mut daemon = Daemon::start(home.path());
-    let device = web.wait_for_device(&device_id, |device| {
-        let Some(capabilities) = &device.capabilities else { return false };
-        device.online
-            && capabilities.folders == ["work"]
-            && capabilities.engines.iter().any(|engine| engine.name == "sleepy")
-    })
-    .await;
+    let device = web
+        .wait_for_device(&device_id, |device| {
+            let Some(capabilities) = &device.capabilities else {
+                return false;
+            };
+            device.online
+                && capabilities.folders == ["work"]
+                && capabilities
+                    .engines
+                    .iter()
+                    .any(|engine| engine.name == "sleepy")
+        })
+        .await;
     let capabilities = device.capabilities.unwrap();
     assert_eq!(capabilities.sandbox.backend, "none");
     assert_eq!(Some(&capabilities.seal_key), device.seal_key.as_ref());
 
     // A job that succeeds and prints its prompt.
-    let job = web.create_job(&device_id, "tests", "hello from the web").await;
-    let job = web.wait_for_job(&job.id.to_string(), Duration::from_secs(60), |job| job.state.is_final()).await;
-    assert_eq!(job.state, JobState::Succeeded, "{job:#?}\n{}", daemon.stderr());
+    let job = web
+        .create_job(&device_id, "tests", "hello from the web")
+        .await;
+    let job = web
+        .wait_for_job(job.id.as_str(), Duration::from_secs(60), |job| {
+            job.state.is_final()
+        })
+        .await;
+    assert_eq!(
+        job.state,
+        JobState::Succeeded,
+        "{job:#?}\n{}",
+        daemon.stderr()
+    );
     let outcome = job.outcome.clone().unwrap();
-    assert_eq!((outcome.outcome, outcome.exit_code), (Outcome::Succeeded, Some(0)));
+    assert_eq!(
+        (outcome.outcome, outcome.exit_code),
+        (Outcome::Succeeded, Some(0))
+    );
     let output = output_lines(&job);
-    assert!(output.contains(&"hello from the web".to_owned()), "{output:?}");
+    assert!(
+        output.contains(&"hello from the web".to_owned()),
+        "{output:?}"
+    );
     assert!(output.contains(&"done".to_owned()), "{output:?}");
 
     // A job that fails with exit code 3.
     let job = web.create_job(&device_id, "fails", "fail please").await;
-    let job = web.wait_for_job(&job.id.to_string(), Duration::from_secs(60), |job| job.state.is_final()).await;
+    let job = web
+        .wait_for_job(job.id.as_str(), Duration::from_secs(60), |job| {
+            job.state.is_final()
+        })
+        .await;
     assert_eq!(job.state, JobState::Failed, "{job:#?}");
     let outcome = job.outcome.clone().unwrap();
-    assert_eq!((outcome.exit_code, outcome.summary.as_str()), (Some(3), "exit code 3"));
+    assert_eq!(
+        (outcome.exit_code, outcome.summary.as_str()),
+        (Some(3), "exit code 3")
+    );
     assert!(output_lines(&job).contains(&"failing".to_owned()));
 
     // A job cancelled while it runs: it ends `cancelled` promptly and its group dies.
@@ -102,7 +259,9 @@ async fn walking_skeleton(database_url: Option<String>) {
     let job_id = job.id.to_string();
     let job = web
         .wait_for_job(&job_id, Duration::from_secs(60), |job| {
-            output_lines(job).iter().any(|line| line.starts_with("child "))
+            output_lines(job)
+                .iter()
+                .any(|line| line.starts_with("child "))
         })
         .await;
     let child: u32 = output_lines(&job)
@@ -110,23 +269,46 @@ async fn walking_skeleton(database_url: Option<String>) {
         .find_map(|line| line.strip_prefix("child "))
         .and_then(|pid| pid.parse().ok())
         .unwrap();
-    assert!(process_alive(child), "the run's child {child} should be running");
+    assert!(
+        process_alive(child),
+        "the run's child {child} should be running"
+    );
     let cancelled_at = Instant::now();
-    let res = web.post(&format!("/api/jobs/{job_id}/cancel"), &json!({})).await;
+    let res = web
+        .post(&format!("/api/jobs/{job_id}/cancel"), &json!({}))
+        .await;
     assert!(res.status().is_success(), "cancel: {}", res.status());
-    let job = web.wait_for_job(&job_id, Duration::from_secs(20), |job| job.state.is_final()).await;
-    assert_eq!(job.state, JobState::Cancelled, "{job:#?}\n{}", daemon.stderr());
-    assert!(cancelled_at.elapsed() < Duration::from_secs(15), "took {:?}", cancelled_at.elapsed());
+    let job = web
+        .wait_for_job(&job_id, Duration::from_secs(20), |job| job.state.is_final())
+        .await;
+    assert_eq!(
+        job.state,
+        JobState::Cancelled,
+        "{job:#?}\n{}",
+        daemon.stderr()
+    );
+    assert!(
+        cancelled_at.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        cancelled_at.elapsed()
+    );
     assert_eq!(job.outcome.unwrap().summary, "cancelled");
     wait_until(Duration::from_secs(5), || !process_alive(child)).await;
-    assert!(!process_alive(child), "the cancelled run's child {child} survived");
+    assert!(
+        !process_alive(child),
+        "the cancelled run's child {child} survived"
+    );
 
     // Revocation: the daemon stops with its message and a non-zero code, the token is gone.
     let res = web.delete(&format!("/api/devices/{device_id}")).await;
     assert_eq!(res.status(), StatusCode::NO_CONTENT);
     let code = daemon.wait(Duration::from_secs(30)).await;
     assert_eq!(code, Some(3), "{}", daemon.stderr());
-    assert!(daemon.stderr().contains(REVOKED_MESSAGE), "{}", daemon.stderr());
+    assert!(
+        daemon.stderr().contains(REVOKED_MESSAGE),
+        "{}",
+        daemon.stderr()
+    );
     eprintln!("--- tether-agent run said:\n{}", daemon.stderr());
     assert!(!home.path().join("device-token").exists());
     assert!(!home.path().join("seal-key.json").exists());
@@ -153,10 +335,15 @@ async fn walking_skeleton(database_url: Option<String>) {
     assert!(said.contains("Unpaired test-box"), "{said}");
     assert!(!home.path().join("device-token").exists());
     assert!(!home.path().join("seal-key.json").exists());
-    let device = web.wait_for_device(&device_id, |device| device.revoked_at.is_some()).await;
+    let device = web
+        .wait_for_device(&device_id, |device| device.revoked_at.is_some())
+        .await;
     assert!(!device.online);
     let status = agent_json(home.path(), &["status", "--json"]).await;
-    assert_eq!((status["paired"].clone(), status["installId"].clone()), (json!(false), install_id));
+    assert_eq!(
+        (status["paired"].clone(), status["installId"].clone()),
+        (json!(false), install_id)
+    );
 }
 
 struct Server {
@@ -166,6 +353,14 @@ struct Server {
 
 /// The real server on a free port, with short timings so heartbeats and sweeps are quick.
 async fn spawn_server(database_url: Option<String>) -> Server {
+    spawn_server_with(database_url, |_| {}).await
+}
+
+/// Like [`spawn_server`], letting the test change the configuration first.
+async fn spawn_server_with(
+    database_url: Option<String>,
+    tweak: impl FnOnce(&mut Config),
+) -> Server {
     let data_dir = tempfile::tempdir().unwrap();
     let mut config = Config::new(data_dir.path().to_path_buf());
     config.listen = "127.0.0.1:0".to_owned();
@@ -178,17 +373,31 @@ async fn spawn_server(database_url: Option<String>) -> Server {
     config.sweep_secs = 1;
     // The agent polls `register` at least once a second; no slow_down in tests.
     config.pairing_interval_secs = 0;
+    tweak(&mut config);
     let app = Application::build(config).await.unwrap();
     let base = app.base_url();
     tokio::spawn(app.run_until_stopped());
-    Server { base, _data_dir: data_dir }
+    Server {
+        base,
+        _data_dir: data_dir,
+    }
 }
 
-/// `tether-agent pair`: reads the code it prints, links it as the web user, waits for it to
-/// exit 0. Returns the device id.
-async fn pair(base: &str, web: &Web, home: &Path) -> String {
+/// `tether-agent pair` as the person runs it, once it has printed its code and link.
+struct PendingPairing {
+    child: Child,
+    stdout: Lines<BufReader<ChildStdout>>,
+    /// `XXXX-XXXX` as printed.
+    code: String,
+    /// The `/link?code=…` address as printed.
+    link: String,
+    printed: Vec<String>,
+}
+
+/// Starts `tether-agent pair BASE --name NAME` and reads until it has printed the code.
+async fn start_pairing(base: &str, home: &Path, name: &str) -> PendingPairing {
     let mut child = agent_command(home)
-        .args(["pair", base, "--name", "test-box"])
+        .args(["pair", base, "--name", name])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -206,19 +415,54 @@ async fn pair(base: &str, web: &Web, home: &Path) -> String {
             break line.trim().to_owned();
         }
     };
-    assert!(printed.iter().any(|line| line.contains("/link?code=")), "{printed:?}");
-    let res = web.post("/api/devices/link", &json!({ "userCode": code })).await;
+    let link = printed
+        .iter()
+        .map(|line| line.trim())
+        .find(|line| line.contains("/link?code="))
+        .unwrap_or_else(|| panic!("no link printed: {printed:?}"))
+        .to_owned();
+    PendingPairing {
+        child,
+        stdout,
+        code,
+        link,
+        printed,
+    }
+}
+
+impl PendingPairing {
+    /// Waits for `pair` to exit 0 saying "Paired as NAME".
+    async fn wait_paired(&mut self, name: &str) {
+        let status = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("pair did not finish: {:?}", self.printed))
+            .unwrap();
+        while let Ok(Some(line)) = self.stdout.next_line().await {
+            self.printed.push(line);
+        }
+        assert!(status.success(), "pair failed: {:?}", self.printed);
+        let expected = format!("Paired as {name}");
+        assert!(self.printed.contains(&expected), "{:?}", self.printed);
+    }
+}
+
+/// Pairs through the printed code, linking it as the web user. Returns the device id.
+async fn pair(base: &str, web: &Web, home: &Path) -> String {
+    let mut pending = start_pairing(base, home, "test-box").await;
+    assert!(
+        pending
+            .link
+            .ends_with(&format!("/link?code={}", pending.code)),
+        "{}",
+        pending.link
+    );
+    let res = web
+        .post("/api/devices/link", &json!({ "userCode": pending.code }))
+        .await;
     assert_eq!(res.status(), StatusCode::OK);
     let linked: Value = res.json().await.unwrap();
     assert_eq!(linked["name"], "test-box");
-
-    let status = tokio::time::timeout(Duration::from_secs(30), child.wait()).await.unwrap().unwrap();
-    let mut rest = Vec::new();
-    while let Ok(Some(line)) = stdout.next_line().await {
-        rest.push(line);
-    }
-    assert!(status.success(), "pair failed: {printed:?} {rest:?}");
-    assert!(rest.iter().any(|line| line == "Paired as test-box"), "{rest:?}");
+    pending.wait_paired("test-box").await;
     linked["deviceId"].as_str().unwrap().to_owned()
 }
 
@@ -226,21 +470,32 @@ fn is_user_code(text: &str) -> bool {
     let bytes = text.as_bytes();
     bytes.len() == 9
         && bytes[4] == b'-'
-        && bytes.iter().enumerate().all(|(i, b)| i == 4 || b.is_ascii_uppercase())
+        && bytes
+            .iter()
+            .enumerate()
+            .all(|(i, b)| i == 4 || b.is_ascii_uppercase())
 }
 
 #[cfg(unix)]
 fn assert_token_is_private(home: &Path) {
     use std::os::unix::fs::PermissionsExt;
     for name in ["device-token", "seal-key.json", "local.key", "config.json"] {
-        let mode = std::fs::metadata(home.join(name)).unwrap().permissions().mode() & 0o777;
+        let mode = std::fs::metadata(home.join(name))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
         assert_eq!(mode, 0o600, "{name}");
     }
 }
 
 fn agent_command(home: &Path) -> Command {
     let mut command = Command::new(AGENT);
-    command.env("TETHER_AGENT_HOME", home).env_remove("RUST_LOG").stdin(Stdio::null()).kill_on_drop(true);
+    command
+        .env("TETHER_AGENT_HOME", home)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
     command
 }
 
@@ -251,7 +506,11 @@ async fn agent(home: &Path, args: &[&str]) -> std::process::Output {
 async fn agent_ok(home: &Path, args: &[&str]) -> String {
     let output = agent(home, args).await;
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(output.status.success(), "{args:?}: {stdout} {}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{args:?}: {stdout} {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     stdout
 }
 
@@ -279,13 +538,26 @@ impl Daemon {
         Daemon { child, stderr }
     }
 
+    /// Sends `kill -SIGNAL` to the agent process.
+    async fn signal(&self, signal: &str) {
+        let pid = self.child.id().unwrap().to_string();
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .await
+            .unwrap();
+        assert!(status.success());
+    }
+
     fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
 
     async fn wait(&mut self, limit: Duration) -> Option<i32> {
         let status = tokio::time::timeout(limit, self.child.wait()).await;
-        let status = status.unwrap_or_else(|_| panic!("run did not exit: {}", self.stderr())).unwrap();
+        let status = status
+            .unwrap_or_else(|_| panic!("run did not exit: {}", self.stderr()))
+            .unwrap();
         // Let the collectors take the last lines.
         tokio::time::sleep(Duration::from_millis(200)).await;
         status.code()
@@ -310,7 +582,10 @@ struct Web {
 
 impl Web {
     async fn sign_up(base: &str) -> Web {
-        let browser = reqwest::Client::builder().cookie_store(true).build().unwrap();
+        let browser = reqwest::Client::builder()
+            .cookie_store(true)
+            .build()
+            .unwrap();
         let res = browser
             .post(format!("{base}/api/auth/signup"))
             .json(&json!({ "email": "owner@example.com", "password": "correct horse battery", "name": "Owner" }))
@@ -318,8 +593,13 @@ impl Web {
             .await
             .unwrap();
         assert_eq!(res.status(), StatusCode::CREATED);
-        let csrf = res.headers().get("x-tether-csrf").map(|value| value.to_str().unwrap().to_owned());
-        let mut request = browser.post(format!("{base}/api/tokens")).json(&json!({ "name": "e2e" }));
+        let csrf = res
+            .headers()
+            .get("x-tether-csrf")
+            .map(|value| value.to_str().unwrap().to_owned());
+        let mut request = browser
+            .post(format!("{base}/api/tokens"))
+            .json(&json!({ "name": "e2e" }));
         if let Some(csrf) = csrf {
             request = request.header("x-tether-csrf", csrf);
         }
@@ -334,16 +614,29 @@ impl Web {
     }
 
     async fn get(&self, path: &str) -> reqwest::Response {
-        self.http.get(format!("{}{path}", self.base)).bearer_auth(&self.token).send().await.unwrap()
+        self.http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap()
     }
 
     async fn post(&self, path: &str, body: &Value) -> reqwest::Response {
-        let request = self.http.post(format!("{}{path}", self.base)).bearer_auth(&self.token);
+        let request = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.token);
         request.json(body).send().await.unwrap()
     }
 
     async fn delete(&self, path: &str) -> reqwest::Response {
-        self.http.delete(format!("{}{path}", self.base)).bearer_auth(&self.token).send().await.unwrap()
+        self.http
+            .delete(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap()
     }
 
     async fn create_job(&self, device_id: &str, engine: &str, prompt: &str) -> Job {
@@ -365,7 +658,12 @@ impl Web {
         res.json().await.unwrap()
     }
 
-    async fn wait_for_job(&self, job_id: &str, limit: Duration, done: impl Fn(&Job) -> bool) -> Job {
+    async fn wait_for_job(
+        &self,
+        job_id: &str,
+        limit: Duration,
+        done: impl Fn(&Job) -> bool,
+    ) -> Job {
         let deadline = Instant::now() + limit;
         loop {
             let job = self.job(job_id).await;
@@ -383,24 +681,37 @@ impl Web {
             let res = self.get("/api/devices").await;
             assert_eq!(res.status(), StatusCode::OK);
             let devices: Vec<Device> = res.json().await.unwrap();
-            let device = devices.into_iter().find(|device| device.id.as_str() == device_id).unwrap();
+            let device = devices
+                .into_iter()
+                .find(|device| device.id.as_str() == device_id)
+                .unwrap();
             if ready(&device) {
                 return device;
             }
-            assert!(Instant::now() < deadline, "device never got ready: {device:#?}");
+            assert!(
+                Instant::now() < deadline,
+                "device never got ready: {device:#?}"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 }
 
 fn output_lines(job: &Job) -> Vec<String> {
-    job.events.iter().filter(|event| event.kind == "output").map(|event| event.text.clone()).collect()
+    job.events
+        .iter()
+        .filter(|event| event.kind == "output")
+        .map(|event| event.text.clone())
+        .collect()
 }
 
 /// Alive and not a zombie waiting to be reaped.
 fn process_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
         Err(_) => false,
     }
 }

@@ -24,11 +24,15 @@ pub async fn show(
     let Some(caller) = caller else {
         return signin_redirect("/assign");
     };
-    let devices = match crate::devices::list(&state.store, &caller.account.id, &state.config).await {
+    let devices = match crate::devices::list(&state.store, &caller.account.id, &state.config).await
+    {
         Ok(devices) => devices,
         Err(error) => return actix_web::ResponseError::error_response(&error),
     };
-    let devices: Vec<Device> = devices.into_iter().filter(|d| d.revoked_at.is_none()).collect();
+    let devices: Vec<Device> = devices
+        .into_iter()
+        .filter(|d| d.revoked_at.is_none())
+        .collect();
     let chosen = query
         .device
         .as_deref()

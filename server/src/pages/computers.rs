@@ -18,7 +18,8 @@ pub async fn show(
     let Some(caller) = caller else {
         return signin_redirect("/computers");
     };
-    let devices = match crate::devices::list(&state.store, &caller.account.id, &state.config).await {
+    let devices = match crate::devices::list(&state.store, &caller.account.id, &state.config).await
+    {
         Ok(devices) => devices,
         Err(error) => return actix_web::ResponseError::error_response(&error),
     };
@@ -39,7 +40,10 @@ pub async fn show(
 }
 
 fn device_card(device: &Device) -> Markup {
-    let strength = device.capabilities.as_ref().map(|c| c.sandbox.strength);
+    let strength = device
+        .capabilities
+        .as_ref()
+        .map(|capabilities| capabilities.sandbox.strength);
     html! {
         section.card data-device=(device.id) {
             div.row {
@@ -56,6 +60,9 @@ fn device_card(device: &Device) -> Markup {
                 @match strength {
                     Some(strength) => span class={ "strength-" (strength_name(strength)) } { (strength_name(strength)) },
                     None => span.muted { "not reported yet" },
+                }
+                @if let Some(capabilities) = &device.capabilities {
+                    @for reason in &capabilities.sandbox.reasons { div.muted { (reason) } }
                 }
             }
             @if device.seal_key_mismatch {
@@ -88,7 +95,7 @@ fn how_to_pair(server_url: &str) -> Markup {
                 li { "It prints a code like " code { "BCDF-GHJK" } " and a link. Open the link, or "
                      a href="/link" { "enter the code here" } "." }
                 li { "Check the computer's name and key fingerprint, then press Pair." }
-                li { "Share a folder and a recipe on the computer, then start it:" 
+                li { "Share a folder and a recipe on the computer, then start it:"
                      pre { "tether-agent folders share work ~/code/app\n"
                            "tether-agent recipe add tests -- cargo test\n"
                            "tether-agent run" } }

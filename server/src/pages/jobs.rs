@@ -26,8 +26,20 @@ pub async fn list_page(
     let Some(caller) = caller else {
         return signin_redirect("/jobs");
     };
-    let device_id = query.device_id.as_deref().and_then(|raw| DeviceId::parse(raw).ok());
-    let jobs = match crate::jobs::list(&state.store, &caller.account.id, JobFilter { device_id, state: None }).await {
+    let device_id = query
+        .device_id
+        .as_deref()
+        .and_then(|raw| DeviceId::parse(raw).ok());
+    let jobs = match crate::jobs::list(
+        &state.store,
+        &caller.account.id,
+        JobFilter {
+            device_id,
+            state: None,
+        },
+    )
+    .await
+    {
         Ok(jobs) => jobs,
         Err(error) => return actix_web::ResponseError::error_response(&error),
     };
@@ -38,7 +50,7 @@ pub async fn list_page(
             h1 { "Jobs" }
             @if jobs.is_empty() { p.muted { "No jobs yet. " a href="/assign" { "Assign one" } "." } }
             @for job in &jobs {
-                a.card href={ "/jobs/" (job.id) } style="text-decoration:none;color:inherit" {
+                a.card.card-link href={ "/jobs/" (job.id) } {
                     div.row { strong { (job.title) } (state_badge(job.state)) }
                     div.muted { (job.spec.engine) " in " (job.spec.folder) " · " (ago(job.created_at)) }
                 }
@@ -54,7 +66,12 @@ pub async fn job_page(
 ) -> HttpResponse {
     let raw_id = path.into_inner();
     let Some(caller) = caller else {
-        return signin_redirect(&format!("/jobs/{}", JobId::parse(&raw_id).map(|id| id.to_string()).unwrap_or_default()));
+        return signin_redirect(&format!(
+            "/jobs/{}",
+            JobId::parse(&raw_id)
+                .map(|id| id.to_string())
+                .unwrap_or_default()
+        ));
     };
     let job = match JobId::parse(&raw_id) {
         Ok(job_id) => crate::jobs::get(&state.store, &caller.account.id, &job_id).await,
@@ -74,14 +91,11 @@ fn job_view(job: &Job) -> Markup {
             div.row {
                 span data-field="state" class={ "badge state-" (job.state.as_str()) } { (job.state.as_str()) }
                 span.muted { (job.spec.engine) " in " (job.spec.folder) " · " (job.spec.mode.as_str())
-                    " · attempt " (job.attempt) }
+                    " · attempt " span data-field="attempt" { (job.attempt) } }
             }
             @if !job.spec.prompt.is_empty() { p { (job.spec.prompt) } }
             p data-field="outcome" {
-                @if let Some(outcome) = &job.outcome {
-                    (outcome.summary)
-                    @if let Some(code) = outcome.exit_code { " (exit code " (code) ")" }
-                }
+                @if let Some(outcome) = &job.outcome { (outcome.summary) }
             }
             h2 { "Output" }
             pre.output {

@@ -42,11 +42,12 @@ pub async fn show(
                 section.card {
                     p { "A computer asks to join your account:" }
                     dl {
+                        dt { "Code" } dd data-field="code" { code { (format_user_code(code)) } }
                         dt { "Name" } dd data-field="name" { (name) }
                         dt { "Platform" } dd data-field="platform" { (platform) }
                         dt { "Seal-key fingerprint" } dd.fingerprint data-field="fingerprint" { code { (fingerprint) } }
                     }
-                    p.muted { "Compare the fingerprint with the one the computer printed. Pair only a computer you own." }
+                    p.muted { "Check that the code and the fingerprint match what the computer printed. Pair only a computer you own." }
                     form.stack data-api="/api/devices/link"
                         data-done="Paired {name}. It can take work from your account now." {
                         input type="hidden" name="userCode" value=(format_user_code(code));

@@ -39,7 +39,10 @@ async fn home(caller: Option<Caller>) -> HttpResponse {
 }
 
 async fn script() -> HttpResponse {
-    asset("text/javascript; charset=utf-8", include_str!("assets/app.js"))
+    asset(
+        "text/javascript; charset=utf-8",
+        include_str!("assets/app.js"),
+    )
 }
 
 async fn stylesheet() -> HttpResponse {

@@ -79,6 +79,7 @@ function followJob(root) {
   const output = root.querySelector("pre.output");
   const state = root.querySelector("[data-field=state]");
   const outcome = root.querySelector("[data-field=outcome]");
+  const attempt = root.querySelector("[data-field=attempt]");
   let lastSeq = Number(root.dataset.lastSeq || 0);
   let delay = 1000;
   const tick = async () => {
@@ -92,11 +93,8 @@ function followJob(root) {
       state.textContent = job.state;
       state.className = `badge state-${job.state}`;
       root.dataset.state = job.state;
-      if (job.outcome) {
-        const code = job.outcome.exitCode === null || job.outcome.exitCode === undefined
-          ? "" : ` (exit code ${job.outcome.exitCode})`;
-        outcome.textContent = job.outcome.summary + code;
-      }
+      attempt.textContent = job.attempt;
+      if (job.outcome) outcome.textContent = job.outcome.summary;
       delay = 1000;
       if (FINAL.includes(job.state)) {
         root.querySelectorAll("[data-while-active]").forEach((node) => node.remove());

@@ -1,0 +1,134 @@
+//! The walking skeleton in a real headless Chromium: sign up, approve a pairing code on
+//! `/link`, assign a job on the Assign page, and watch the job page follow it to success.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::chromium::{chromium_path, Browser};
+use crate::{agent_ok, spawn_server, start_pairing, Daemon};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browser_pairs_assigns_and_follows_a_job() {
+    let Some(chromium) = chromium_path() else {
+        assert!(
+            std::env::var("TETHER_REQUIRE_EXTERNAL").as_deref() != Ok("1"),
+            "TETHER_REQUIRE_EXTERNAL=1 but no Chromium at /usr/bin/chromium (set TETHER_CHROMIUM)"
+        );
+        eprintln!("Chromium missing, skipping the browser test");
+        return;
+    };
+    let server = spawn_server(None).await;
+    let base = server.base.clone();
+    let mut browser = Browser::launch(&chromium).await;
+
+    // Sign up; the page lands on Computers, which explains how to pair.
+    browser.goto(&format!("{base}/signup")).await;
+    browser.fill("input[name=name]", "Browser User").await;
+    browser
+        .fill("input[name=email]", "browser@example.com")
+        .await;
+    browser
+        .fill("input[name=password]", "correct horse battery")
+        .await;
+    browser.click("form[data-api] button[type=submit]").await;
+    browser.wait_for("location.pathname === '/computers'").await;
+    assert!(browser
+        .text("main")
+        .await
+        .contains(&format!("tether-agent pair {base}")));
+    browser.screenshot("computers-empty").await;
+
+    // The agent prints a code; the person opens the link, sees the computer, presses Pair.
+    let home = tempfile::tempdir().unwrap();
+    let mut pairing = start_pairing(&base, home.path(), "browser-box").await;
+    browser.goto(&pairing.link).await;
+    browser
+        .wait_for("document.querySelector('[data-field=name]')")
+        .await;
+    assert_eq!(browser.text("[data-field=name]").await, "browser-box");
+    let fingerprint = browser.text("[data-field=fingerprint]").await;
+    assert!(fingerprint.starts_with("SHA256:"), "{fingerprint}");
+    browser.screenshot("link").await;
+    browser
+        .click("form[data-api='/api/devices/link'] button")
+        .await;
+    browser
+        .wait_for("!document.getElementById('done').hidden")
+        .await;
+    assert!(browser.text("#done").await.contains("Paired browser-box"));
+    pairing.wait_paired("browser-box").await;
+
+    // Share a folder and a recipe, start the agent.
+    let work = tempfile::tempdir().unwrap();
+    let work_path = work.path().to_str().unwrap();
+    agent_ok(home.path(), &["folders", "share", "work", work_path]).await;
+    agent_ok(
+        home.path(),
+        &[
+            "recipe",
+            "add",
+            "greet",
+            "--",
+            "sh",
+            "-c",
+            "echo \"asked: $TETHER_TASK_PROMPT\"",
+        ],
+    )
+    .await;
+    let _daemon = Daemon::start(home.path());
+
+    // Assign once the computer has published its folder and engine.
+    let mut published = false;
+    for _ in 0..60 {
+        browser.goto(&format!("{base}/assign")).await;
+        if browser
+            .eval("!!document.querySelector('select[name=engine]')")
+            .await
+            == json!(true)
+        {
+            published = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        published,
+        "the computer never published its engines: {}",
+        browser.text("main").await
+    );
+    browser.screenshot("assign").await;
+    browser
+        .eval("document.querySelector('select[name=engine]').value = 'greet'")
+        .await;
+    browser.fill("input[name=title]", "Say hello").await;
+    browser
+        .fill("textarea[name=prompt]", "hello from the browser")
+        .await;
+    browser
+        .click("form[data-api='/api/jobs'] button[type=submit]")
+        .await;
+    browser
+        .wait_for("location.pathname.startsWith('/jobs/')")
+        .await;
+
+    // The job page updates itself until the job succeeds, with the output and exit code.
+    browser
+        .wait_for("document.querySelector('[data-field=state]').textContent === 'succeeded'")
+        .await;
+    browser.wait_for("document.querySelector('pre.output').textContent.includes('asked: hello from the browser')").await;
+    assert!(browser
+        .text("[data-field=outcome]")
+        .await
+        .contains("exit code 0"));
+    browser.screenshot("job").await;
+    browser.goto(&format!("{base}/computers")).await;
+    browser.screenshot("computers").await;
+    // The Cancel button goes away once the job has ended.
+    assert_eq!(
+        browser
+            .eval("!!document.querySelector('[data-while-active]')")
+            .await,
+        json!(false)
+    );
+}
