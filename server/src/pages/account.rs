@@ -5,7 +5,7 @@ use maud::html;
 use serde::Deserialize;
 
 use super::layout::page;
-use super::safe_next;
+use super::{escape_query_value, safe_next};
 
 #[derive(Deserialize)]
 pub struct NextQuery {
@@ -25,7 +25,7 @@ pub async fn signin(query: web::Query<NextQuery>) -> HttpResponse {
                 p.error role="alert" {}
                 button type="submit" { "Sign in" }
             }
-            p.muted { "New here? " a href={ "/signup?next=" (next) } { "Create an account" } "." }
+            p.muted { "New here? " a href={ "/signup?next=" (escape_query_value(next)) } { "Create an account" } "." }
         },
     )
 }
@@ -45,7 +45,7 @@ pub async fn signup(query: web::Query<NextQuery>) -> HttpResponse {
                 p.error role="alert" {}
                 button type="submit" { "Sign up" }
             }
-            p.muted { "Have an account? " a href={ "/signin?next=" (next) } { "Sign in" } "." }
+            p.muted { "Have an account? " a href={ "/signin?next=" (escape_query_value(next)) } { "Sign in" } "." }
         },
     )
 }

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use tether_protocol::devices::Device;
 use tether_protocol::jobs::Mode;
 
-use super::layout::page;
+use super::layout::{error_page, page};
 use super::signin_redirect;
 use crate::auth::Caller;
 use crate::AppState;
@@ -27,7 +27,7 @@ pub async fn show(
     let devices = match crate::devices::list(&state.store, &caller.account.id, &state.config).await
     {
         Ok(devices) => devices,
-        Err(error) => return actix_web::ResponseError::error_response(&error),
+        Err(error) => return error_page(&caller, &error),
     };
     let devices: Vec<Device> = devices
         .into_iter()

@@ -5,7 +5,7 @@ use maud::{html, Markup};
 use tether_protocol::capabilities::SandboxStrength;
 use tether_protocol::devices::Device;
 
-use super::layout::{ago, page};
+use super::layout::{ago, error_page, page};
 use super::signin_redirect;
 use crate::auth::Caller;
 use crate::AppState;
@@ -21,7 +21,7 @@ pub async fn show(
     let devices = match crate::devices::list(&state.store, &caller.account.id, &state.config).await
     {
         Ok(devices) => devices,
-        Err(error) => return actix_web::ResponseError::error_response(&error),
+        Err(error) => return error_page(&caller, &error),
     };
     let server_url = crate::routes::public_base(&request, state.config.public_url.as_deref());
     let active: Vec<&Device> = devices.iter().filter(|d| d.revoked_at.is_none()).collect();

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use tether_protocol::jobs::{Job, JobState};
 use tether_protocol::{DeviceId, JobId};
 
-use super::layout::{ago, page};
+use super::layout::{ago, error_page, page};
 use super::signin_redirect;
 use crate::auth::Caller;
 use crate::jobs::JobFilter;
@@ -41,7 +41,7 @@ pub async fn list_page(
     .await
     {
         Ok(jobs) => jobs,
-        Err(error) => return actix_web::ResponseError::error_response(&error),
+        Err(error) => return error_page(&caller, &error),
     };
     page(
         "Jobs",
@@ -79,7 +79,7 @@ pub async fn job_page(
     };
     match job {
         Ok(job) => page(&job.title.clone(), Some(&caller), job_view(&job)),
-        Err(error) => actix_web::ResponseError::error_response(&error),
+        Err(error) => error_page(&caller, &error),
     }
 }
 

@@ -1,13 +1,35 @@
 //! The frame every page shares: head, navigation, security headers.
 
-use actix_web::http::header;
+use actix_web::http::{header, StatusCode};
 use actix_web::HttpResponse;
 use maud::{html, Markup, DOCTYPE};
 
 use crate::auth::Caller;
+use crate::error::ApiError;
 
 /// Renders a full page. Pages are never cached and may run only our own script.
 pub fn page(title: &str, caller: Option<&Caller>, body: Markup) -> HttpResponse {
+    render(StatusCode::OK, title, caller, body)
+}
+
+/// An error as a page, with the status the API would answer.
+pub fn error_page(caller: &Caller, error: &ApiError) -> HttpResponse {
+    let status =
+        StatusCode::from_u16(error.code().status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let title = if status == StatusCode::NOT_FOUND {
+        "Not found"
+    } else {
+        "Something went wrong"
+    };
+    let body = html! {
+        h1 { (title) }
+        p { (error.message()) }
+        p { a href="/computers" { "Back to Computers" } }
+    };
+    render(status, title, Some(caller), body)
+}
+
+fn render(status: StatusCode, title: &str, caller: Option<&Caller>, body: Markup) -> HttpResponse {
     let markup = html! {
         (DOCTYPE)
         html lang="en" {
@@ -27,7 +49,7 @@ pub fn page(title: &str, caller: Option<&Caller>, body: Markup) -> HttpResponse 
             }
         }
     };
-    HttpResponse::Ok()
+    HttpResponse::build(status)
         .content_type("text/html; charset=utf-8")
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .insert_header((

@@ -65,20 +65,20 @@ fn redirect(location: &str) -> HttpResponse {
 
 /// The sign-in page, coming back to `next` afterwards.
 fn signin_redirect(next: &str) -> HttpResponse {
-    let mut target = String::from("/signin?next=");
-    target.extend(form_urlencoded_byte_escape(next));
-    redirect(&target)
+    redirect(&format!("/signin?next={}", escape_query_value(next)))
 }
 
-/// Percent-encodes a same-site path for a query value.
-fn form_urlencoded_byte_escape(path: &str) -> impl Iterator<Item = String> + '_ {
-    path.bytes().map(|b| {
-        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
-            (b as char).to_string()
-        } else {
-            format!("%{b:02X}")
-        }
-    })
+/// Percent-encodes a same-site path for use as a query value (`/` stays readable).
+fn escape_query_value(path: &str) -> String {
+    path.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }
 
 /// Only local paths may be a `next` target, so sign-in cannot redirect off-site.

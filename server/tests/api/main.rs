@@ -11,5 +11,6 @@ mod devices;
 mod hostile;
 mod jobs;
 mod leases;
+mod pages;
 mod pairing;
 mod tenancy;
