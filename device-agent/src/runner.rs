@@ -481,6 +481,7 @@ mod tests {
                 timeout_minutes,
                 secrets: Vec::new(),
             },
+            resumed: None,
         }
     }
 

@@ -350,9 +350,7 @@ pub fn truncate(text: &str, max_bytes: usize) -> String {
 
 fn parse_spec(params: NewJobParams) -> Result<JobSpec, ApiError> {
     let title = parse_name("title", &params.title, MAX_TITLE_CHARS)?;
-    if params.prompt.trim().is_empty() {
-        return Err(ApiError::invalid_field("prompt", "must not be empty."));
-    }
+    // An empty prompt is fine: a recipe such as `cargo test` needs none.
     if params.prompt.chars().count() > MAX_PROMPT_CHARS {
         return Err(ApiError::invalid_field(
             "prompt",

@@ -135,6 +135,7 @@ pub async fn claim(
         lease_token,
         lease_expires_at: to_time(lease_until),
         spec: job.spec()?,
+        resumed: None,
     }))
 }
 

@@ -117,6 +117,12 @@ error_codes! {
     AccessDenied = ("access_denied", 400);
     /// Too many attempts; try again later.
     TooManyAttempts = ("too_many_attempts", 429);
+    /// Over a rate limit; the answer's `Retry-After` says when to try again.
+    RateLimited = ("rate_limited", 429);
+    /// The path is refused on the device (secrets, `.git` internals, links leading out).
+    PathRefused = ("path_refused", 403);
+    /// A run may not be resumed (limit reached, too old, or stopped by its owner).
+    ResumeRefused = ("resume_refused", 409);
     /// The device did not answer a relayed request in time.
     DeviceTimeout = ("device_timeout", 504);
     /// A dependency (the database) is unavailable; retry.

@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::files::FileOp;
 use crate::ids::{DecisionId, JobId};
 
 /// A frame the server sends to a device.
@@ -20,6 +21,24 @@ pub enum ServerFrame {
     /// A decision of this device was answered on the web.
     #[serde(rename = "decision.answered", rename_all = "camelCase")]
     DecisionAnswered { decision_id: DecisionId },
+    /// The web wants a listing or a file of a job's folder; answer at
+    /// `POST /api/devices/self/file-requests/{id}` with a [`crate::files::FileAnswer`].
+    #[serde(rename = "file.request", rename_all = "camelCase")]
+    FileRequest {
+        id: String,
+        job_id: JobId,
+        op: FileOp,
+        /// Relative to the job's folder; `""` is the folder itself.
+        path: String,
+    },
+    /// A sealed secret for this device; answer at
+    /// `POST /api/devices/self/secret-deliveries/{id}`.
+    #[serde(rename = "secret.save", rename_all = "camelCase")]
+    SecretSave {
+        id: String,
+        name: String,
+        sealed: serde_json::Value,
+    },
     /// The device was revoked: forget the token.
     #[serde(rename = "device.revoked")]
     DeviceRevoked,

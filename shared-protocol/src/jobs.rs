@@ -209,7 +209,15 @@ pub struct ClaimedJob {
     pub lease_token: String,
     pub lease_expires_at: DateTime<Utc>,
     pub spec: JobSpec,
+    /// Set when this attempt carries on one lost to a restart: which carry-on it is (1 or 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed: Option<u32>,
 }
+
+/// Most automatic carry-ons (`resume`) per job.
+pub const MAX_AUTO_RESUMES: u32 = 2;
+/// A run interrupted longer ago than this is not carried on automatically.
+pub const RESUME_WINDOW_SECS: i64 = 24 * 3600;
 
 /// Answer of `POST /api/devices/self/claim` when a job was claimed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -259,10 +267,30 @@ pub struct JobResponse {
     pub job: Job,
 }
 
-/// `POST /api/devices/self/jobs/{id}/reattach`.
+/// `POST /api/devices/self/jobs/{id}/reattach`: a run that kept going through an outage.
+/// `leaseToken` is the lease it last held.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReattachParams {
     pub attempt: u32,
     pub lease_token: String,
+}
+
+/// Answer of reattach: a new lease for the same attempt.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseGrant {
+    pub job_id: JobId,
+    pub attempt: u32,
+    pub lease_token: String,
+    pub lease_expires_at: DateTime<Utc>,
+}
+
+/// `POST /api/devices/self/jobs/{id}/resume`: a run lost to a restart of the agent.
+/// `attempt` is the attempt that was lost; the answer is a [`ClaimResponse`] for a new
+/// attempt in the same folder, with `resumed` set.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResumeParams {
+    pub attempt: u32,
 }

@@ -8,6 +8,7 @@ pub mod capabilities;
 pub mod decisions;
 pub mod devices;
 pub mod error;
+pub mod files;
 pub mod frames;
 pub mod ids;
 pub mod jobs;
