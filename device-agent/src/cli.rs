@@ -41,6 +41,10 @@ pub enum Command {
         /// How many jobs may run at the same time.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
         max_runs: u16,
+        /// When no sandbox works on this computer, run jobs UNCONFINED instead of refusing
+        /// them (reported to the server as such). Never used when a sandbox works.
+        #[arg(long)]
+        allow_unsandboxed: bool,
     },
     /// Show whether this computer is paired, and what it shares.
     Status {
@@ -63,6 +67,13 @@ pub enum Command {
     Sandbox {
         #[command(subcommand)]
         command: SandboxCommand,
+    },
+    /// Internal: the launcher a confined run starts through (restricts itself, then runs the
+    /// program its spec file names and supervises its whole process tree).
+    #[command(hide = true)]
+    SandboxExec {
+        #[arg(long, value_name = "FILE")]
+        spec_file: PathBuf,
     },
 }
 
@@ -119,7 +130,18 @@ async fn apply(cli: Cli, shutdown: impl Future) -> Result<i32> {
             println!("Paired as {}", paired.name);
             Ok(0)
         }
-        Command::Run { max_runs } => run(data_dir, usize::from(max_runs), shutdown).await,
+        Command::Run {
+            max_runs,
+            allow_unsandboxed,
+        } => {
+            // Probe once, before anything runs; every run and heartbeat uses this result.
+            let settings = sandbox::Settings::from_env(allow_unsandboxed);
+            let sandbox = sandbox::install(sandbox::Sandbox::probe(&settings));
+            sandbox::install_guard(crate::guard::Guard::for_user(data_dir.root()));
+            eprint!("{}", status::render_sandbox(sandbox.report()));
+            run(data_dir, usize::from(max_runs), shutdown).await
+        }
+        Command::SandboxExec { spec_file } => sandbox::launcher::run_main(&spec_file),
         Command::Status { json } => {
             let report = status::gather(&data_dir)?;
             if json {

@@ -5,20 +5,35 @@
 //! `{"error": {"code", "message"}}` into [`ApiError`], so callers match on meaning
 //! (revoked, stale lease) rather than on status numbers.
 
-use std::time::Duration;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
 
 use reqwest::{RequestBuilder, Response, StatusCode};
 use serde::de::DeserializeOwned;
 use tether_protocol::devices::{HeartbeatParams, HeartbeatResponse};
+use tether_protocol::files::FileAnswer;
 use tether_protocol::jobs::{
-    ClaimResponse, ClaimedJob, CompleteParams, ProgressParams, ProgressResponse,
+    ClaimResponse, ClaimedJob, CompleteParams, LeaseGrant, ProgressParams, ProgressResponse,
+    ReattachParams, ResumeParams,
 };
 use tether_protocol::pairing::{PairParams, PairResponse, RegisterParams, RegisterResponse};
 use tether_protocol::{routes, Code, ErrorBody, JobId, PROTOCOL_VERSION};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::handshake::client::Request as WsRequest;
 
 /// Longest a single call may take; a hung connection must not hold a run's report forever.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A 429 asking to wait at most this long is waited out inside the call and retried; a
+/// longer wait is handed to the caller as [`ApiError::RateLimited`].
+const MAX_INLINE_RETRY_AFTER: Duration = Duration::from_secs(30);
+/// How many times one call is retried after 429s before giving the error to its caller.
+const MAX_RATE_LIMIT_RETRIES: u32 = 3;
+/// A `Retry-After` is never taken as longer than this (a bad header must not park us for days).
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
+/// Without a `Retry-After`, a 429 waits this long.
+const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Why a call to the server did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -29,6 +44,9 @@ pub enum ApiError {
     /// 409 `stale_lease`: this run's lease is wrong, old or expired. Stop its side effects.
     #[error("the server no longer holds this run's lease")]
     StaleLease,
+    /// 429: over a rate limit; nothing may be sent on this route before `retry_after`.
+    #[error("the server asks to slow down for {retry_after:?}")]
+    RateLimited { retry_after: Duration },
     /// Any other error answer.
     #[error("the server answered {status} {code}: {message}")]
     Http {
@@ -45,10 +63,34 @@ impl ApiError {
     /// Whether trying again later may succeed: no answer, a server fault or a rate limit.
     pub fn is_transient(&self) -> bool {
         match self {
-            ApiError::Network(_) => true,
+            ApiError::Network(_) | ApiError::RateLimited { .. } => true,
             ApiError::Http { status, .. } => *status >= 500 || *status == 429,
             ApiError::Revoked | ApiError::StaleLease => false,
         }
+    }
+
+    /// Whether this is a sign that the server could not be reached or could not serve: no
+    /// answer, or a 5xx (a proxy in front of a server that is down). A run whose lease ran
+    /// out during such an outage may be reattached; one that was merely silent may not.
+    pub fn is_outage(&self) -> bool {
+        match self {
+            ApiError::Network(_) => true,
+            ApiError::Http { status, .. } => *status >= 500,
+            ApiError::Revoked | ApiError::StaleLease | ApiError::RateLimited { .. } => false,
+        }
+    }
+
+    /// The least time to wait before calling again: the server's `Retry-After` on a 429.
+    pub fn retry_after(&self) -> Duration {
+        match self {
+            ApiError::RateLimited { retry_after } => *retry_after,
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// Whether the server refused for good with this code (`resume_refused`, `not_found`, …).
+    pub fn has_code(&self, code: Code) -> bool {
+        self.code() == Some(code.name())
     }
 
     /// The error code the server sent, if it sent one.
@@ -56,6 +98,7 @@ impl ApiError {
         match self {
             ApiError::Revoked => Some(Code::Revoked.name()),
             ApiError::StaleLease => Some(Code::StaleLease.name()),
+            ApiError::RateLimited { .. } => Some(Code::RateLimited.name()),
             ApiError::Http { code, .. } => Some(code),
             ApiError::Network(_) => None,
         }
@@ -75,6 +118,72 @@ pub struct ServerClient {
 pub struct DeviceClient {
     server: ServerClient,
     token: String,
+    /// Shared by every clone: when a call last found the server unreachable.
+    connectivity: Arc<Connectivity>,
+}
+
+/// When the agent found the server unreachable (no answer, or a 5xx), so that a run whose
+/// lease ran out during an outage can be told apart from one whose agent was merely silent
+/// (suspended, or too busy to heartbeat): only the first may be reattached.
+///
+/// Outages are kept as episodes: from the first failed call after a success to the next
+/// success. A few recent episodes are enough, since a lease is minutes long.
+#[derive(Debug, Default)]
+pub struct Connectivity {
+    /// A std mutex: held only to read or change a few `Instant`s.
+    episodes: Mutex<VecDeque<Outage>>,
+}
+
+/// Most outage episodes remembered.
+const MAX_OUTAGES: usize = 16;
+
+#[derive(Debug, Clone, Copy)]
+struct Outage {
+    started: Instant,
+    /// `None` while it lasts.
+    ended: Option<Instant>,
+}
+
+impl Connectivity {
+    /// Records that a call found the server unreachable now.
+    pub fn note_outage(&self) {
+        self.note_outage_at(Instant::now());
+    }
+
+    /// Records that a call got an answer now (any answer: the server is reachable).
+    pub fn note_answer(&self) {
+        self.note_answer_at(Instant::now());
+    }
+
+    fn note_outage_at(&self, at: Instant) {
+        let mut episodes = self.episodes.lock().unwrap_or_else(PoisonError::into_inner);
+        if episodes.back().is_some_and(|last| last.ended.is_none()) {
+            return;
+        }
+        episodes.push_back(Outage {
+            started: at,
+            ended: None,
+        });
+        while episodes.len() > MAX_OUTAGES {
+            episodes.pop_front();
+        }
+    }
+
+    fn note_answer_at(&self, at: Instant) {
+        let mut episodes = self.episodes.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(last) = episodes.back_mut().filter(|last| last.ended.is_none()) {
+            last.ended = Some(at);
+        }
+    }
+
+    /// Whether the server was unreachable at some moment between `from` and `to`.
+    pub fn unreachable_between(&self, from: Instant, to: Instant) -> bool {
+        self.episodes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .any(|outage| outage.started <= to && outage.ended.is_none_or(|ended| ended >= from))
+    }
 }
 
 /// Checks and normalizes a server URL typed by a person: `http(s)://host[:port][/prefix]`.
@@ -120,7 +229,7 @@ impl ServerClient {
     /// [`ApiError`] for any failure.
     pub async fn pair(&self, params: &PairParams) -> Result<PairResponse, ApiError> {
         let request = self.post(routes::PAIR).json(params);
-        decode(send(request).await?).await
+        decode(send(request, None).await?).await
     }
 
     /// `POST /api/devices/register`; `authorization_pending` and friends come back as
@@ -130,7 +239,7 @@ impl ServerClient {
     /// [`ApiError`] for any failure.
     pub async fn register(&self, params: &RegisterParams) -> Result<RegisterResponse, ApiError> {
         let request = self.post(routes::REGISTER).json(params);
-        decode(send(request).await?).await
+        decode(send(request, None).await?).await
     }
 
     fn post(&self, path: &str) -> RequestBuilder {
@@ -143,11 +252,51 @@ impl ServerClient {
 impl DeviceClient {
     /// A client acting as the device whose token is `token`.
     pub fn new(server: ServerClient, token: String) -> DeviceClient {
-        DeviceClient { server, token }
+        DeviceClient {
+            server,
+            token,
+            connectivity: Arc::new(Connectivity::default()),
+        }
     }
 
     pub fn base(&self) -> &str {
         self.server.base()
+    }
+
+    /// When calls last found the server unreachable; shared by every clone.
+    pub fn connectivity(&self) -> &Arc<Connectivity> {
+        &self.connectivity
+    }
+
+    /// The WebSocket handshake request of the event stream (`GET /api/devices/self/events`):
+    /// `ws(s)://` from the server's `http(s)://`, with the device token and protocol header.
+    ///
+    /// # Errors
+    /// When the server URL cannot be turned into a WebSocket URL.
+    pub fn events_request(&self) -> anyhow::Result<WsRequest> {
+        let base = self.server.base();
+        let ws_base = if let Some(rest) = base.strip_prefix("https://") {
+            format!("wss://{rest}")
+        } else if let Some(rest) = base.strip_prefix("http://") {
+            format!("ws://{rest}")
+        } else {
+            anyhow::bail!("{base:?} is not an http(s) address");
+        };
+        let mut request = format!("{ws_base}{}", routes::EVENTS).into_client_request()?;
+        let headers = request.headers_mut();
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            format!("Bearer {}", self.token).parse()?,
+        );
+        headers.insert(
+            routes::PROTOCOL_HEADER,
+            PROTOCOL_VERSION.to_string().parse()?,
+        );
+        headers.insert(
+            reqwest::header::USER_AGENT,
+            concat!("tether-agent/", env!("CARGO_PKG_VERSION")).parse()?,
+        );
+        Ok(request)
     }
 
     /// `POST /api/devices/self/heartbeat`.
@@ -158,7 +307,7 @@ impl DeviceClient {
         let request = self
             .request(reqwest::Method::POST, routes::HEARTBEAT)
             .json(params);
-        decode(send(request).await?).await
+        decode(self.send(request).await?).await
     }
 
     /// `POST /api/devices/self/claim`: a job, or `None` when nothing is queued for us.
@@ -169,7 +318,7 @@ impl DeviceClient {
         let request = self
             .request(reqwest::Method::POST, routes::CLAIM)
             .json(&serde_json::json!({}));
-        let response = send(request).await?;
+        let response = self.send(request).await?;
         if response.status() == StatusCode::NO_CONTENT {
             return Ok(None);
         }
@@ -188,7 +337,7 @@ impl DeviceClient {
         params: &ProgressParams,
     ) -> Result<ProgressResponse, ApiError> {
         let request = self.leased(job_id, "progress", lease_token).json(params);
-        decode(send(request).await?).await
+        decode(self.send(request).await?).await
     }
 
     /// `POST /api/devices/self/jobs/{id}/complete` under the run's lease. The answer's job is
@@ -203,7 +352,65 @@ impl DeviceClient {
         params: &CompleteParams,
     ) -> Result<(), ApiError> {
         let request = self.leased(job_id, "complete", lease_token).json(params);
-        send(request).await.map(drop)
+        self.send(request).await.map(drop)
+    }
+
+    /// `POST /api/devices/self/jobs/{id}/reattach`: after an outage, a new lease for the same
+    /// attempt of a run that kept going (or finished while cut off). `lease_token` is the
+    /// lease the run last held; it goes in the body, not as the lease header, since it may
+    /// well be stale.
+    ///
+    /// # Errors
+    /// [`ApiError::StaleLease`] when the server will not give the run back; any other
+    /// [`ApiError`].
+    pub async fn reattach(
+        &self,
+        job_id: &JobId,
+        attempt: u32,
+        lease_token: &str,
+    ) -> Result<LeaseGrant, ApiError> {
+        let params = ReattachParams {
+            attempt,
+            lease_token: lease_token.to_owned(),
+        };
+        let request = self
+            .request(
+                reqwest::Method::POST,
+                &routes::device_job(job_id.as_str(), "reattach"),
+            )
+            .json(&params);
+        decode(self.send(request).await?).await
+    }
+
+    /// `POST /api/devices/self/jobs/{id}/resume`: a new attempt, in the same folder, of a run
+    /// lost to a restart of this agent.
+    ///
+    /// # Errors
+    /// 409 `resume_refused` (as [`ApiError::Http`]) when the server will not carry it on;
+    /// any other [`ApiError`].
+    pub async fn resume(&self, job_id: &JobId, attempt: u32) -> Result<ClaimedJob, ApiError> {
+        let request = self
+            .request(
+                reqwest::Method::POST,
+                &routes::device_job(job_id.as_str(), "resume"),
+            )
+            .json(&ResumeParams { attempt });
+        let claimed: ClaimResponse = decode(self.send(request).await?).await?;
+        Ok(claimed.job)
+    }
+
+    /// `POST /api/devices/self/file-requests/{id}`: the answer to a `file.request` frame.
+    ///
+    /// # Errors
+    /// [`ApiError`] for any failure (a 404 once the request timed out on the server).
+    pub async fn answer_file_request(
+        &self,
+        request_id: &str,
+        answer: &FileAnswer,
+    ) -> Result<(), ApiError> {
+        let path = format!("/api/devices/self/file-requests/{request_id}");
+        let request = self.request(reqwest::Method::POST, &path).json(answer);
+        self.send(request).await.map(drop)
     }
 
     /// `DELETE /api/devices/self`: the device removes itself.
@@ -211,9 +418,14 @@ impl DeviceClient {
     /// # Errors
     /// [`ApiError`] for any failure.
     pub async fn delete_self(&self) -> Result<(), ApiError> {
-        send(self.request(reqwest::Method::DELETE, routes::DEVICE_SELF))
+        self.send(self.request(reqwest::Method::DELETE, routes::DEVICE_SELF))
             .await
             .map(drop)
+    }
+
+    /// Sends a device call, noting an outage when the server cannot be reached.
+    async fn send(&self, request: RequestBuilder) -> Result<Response, ApiError> {
+        send(request, Some(&self.connectivity)).await
     }
 
     fn request(&self, method: reqwest::Method, path: &str) -> RequestBuilder {
@@ -233,8 +445,52 @@ impl DeviceClient {
     }
 }
 
-/// Sends a request; a non-2xx answer becomes an [`ApiError`].
-async fn send(request: RequestBuilder) -> Result<Response, ApiError> {
+/// Sends a request; a non-2xx answer becomes an [`ApiError`]. A 429 is waited out (its
+/// `Retry-After`, when short) and retried a few times before it is handed to the caller;
+/// unreachable servers and 5xx answers are noted on `connectivity`.
+async fn send(
+    request: RequestBuilder,
+    connectivity: Option<&Connectivity>,
+) -> Result<Response, ApiError> {
+    let mut request = request;
+    let mut retries = 0;
+    loop {
+        // Bodies here are JSON, so a request can be cloned for a retry; if not, no retry.
+        let again = request.try_clone();
+        let result = send_once(request).await;
+        match &result {
+            Err(ApiError::RateLimited { retry_after })
+                if retries < MAX_RATE_LIMIT_RETRIES && *retry_after <= MAX_INLINE_RETRY_AFTER =>
+            {
+                let Some(again) = again else {
+                    return result;
+                };
+                tracing::warn!("rate limited; trying again in {retry_after:?}");
+                tokio::time::sleep(*retry_after).await;
+                retries += 1;
+                request = again;
+            }
+            Err(err) => {
+                if let Some(connectivity) = connectivity {
+                    if err.is_outage() {
+                        connectivity.note_outage();
+                    } else {
+                        connectivity.note_answer();
+                    }
+                }
+                return result;
+            }
+            Ok(_) => {
+                if let Some(connectivity) = connectivity {
+                    connectivity.note_answer();
+                }
+                return result;
+            }
+        }
+    }
+}
+
+async fn send_once(request: RequestBuilder) -> Result<Response, ApiError> {
     let response = request
         .send()
         .await
@@ -243,8 +499,30 @@ async fn send(request: RequestBuilder) -> Result<Response, ApiError> {
         return Ok(response);
     }
     let status = response.status().as_u16();
+    if status == 429 {
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| parse_retry_after(value, SystemTime::now()))
+            .unwrap_or(DEFAULT_RETRY_AFTER);
+        return Err(ApiError::RateLimited { retry_after });
+    }
     let body = response.bytes().await.unwrap_or_default();
     Err(classify(status, &body))
+}
+
+/// A `Retry-After` value: delay-seconds or an HTTP date (RFC 9110 §10.2.3), capped.
+pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    let wait = if let Ok(seconds) = value.parse::<u64>() {
+        Duration::from_secs(seconds)
+    } else {
+        let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+        let at = SystemTime::from(at.with_timezone(&chrono::Utc));
+        at.duration_since(now).unwrap_or(Duration::ZERO)
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
 }
 
 /// Turns an error answer into an [`ApiError`].
@@ -367,6 +645,123 @@ mod tests {
         let err = client.claim().await.err();
         assert!(matches!(&err, Some(ApiError::Network(_))), "{err:?}");
         assert!(err.is_some_and(|err| err.is_transient()));
+        Ok(())
+    }
+
+    /// A server that answers 429 with `Retry-After: 1` first: the call waits a second and
+    /// goes through; a long `Retry-After` is handed to the caller instead.
+    #[tokio::test]
+    async fn a_rate_limit_is_waited_out_as_the_server_asks() -> anyhow::Result<()> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        let answers = [
+            "HTTP/1.1 429 Too Many Requests\r\nretry-after: 1\r\ncontent-length: 0\r\n\r\n",
+            "HTTP/1.1 204 No Content\r\n\r\n",
+            "HTTP/1.1 429 Too Many Requests\r\nretry-after: 120\r\ncontent-length: 0\r\n\r\n",
+        ];
+        let server = tokio::spawn(async move {
+            for answer in answers {
+                let (mut socket, _) = listener.accept().await?;
+                let mut buffer = vec![0u8; 8192];
+                let _ = socket.read(&mut buffer).await?;
+                socket.write_all(answer.as_bytes()).await?;
+                socket.shutdown().await?;
+            }
+            anyhow::Ok(())
+        });
+        let client = DeviceClient::new(ServerClient::new(&base)?, "tdt_x".into());
+        let started = Instant::now();
+        let claimed = client.claim().await;
+        assert!(matches!(claimed, Ok(None)), "{claimed:?}");
+        assert!(
+            started.elapsed() >= Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+        let err = client.claim().await.err();
+        assert_eq!(
+            err,
+            Some(ApiError::RateLimited {
+                retry_after: Duration::from_secs(120)
+            })
+        );
+        server.await??;
+        Ok(())
+    }
+
+    #[test]
+    fn retry_after_is_seconds_or_a_date_and_is_capped() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480);
+        let check = |value: &str| parse_retry_after(value, now);
+        assert_eq!(check("3"), Some(Duration::from_secs(3)));
+        assert_eq!(check(" 0 "), Some(Duration::ZERO));
+        assert_eq!(check("999999"), Some(MAX_RETRY_AFTER));
+        // 2015-10-21 07:28:00 GMT is `now`; 07:28:30 is 30 s later.
+        assert_eq!(
+            check("Wed, 21 Oct 2015 07:28:30 GMT"),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(check("Wed, 21 Oct 2015 07:00:00 GMT"), Some(Duration::ZERO));
+        assert_eq!(check("soon"), None);
+    }
+
+    #[test]
+    fn outages_are_told_apart_from_refusals() {
+        assert!(ApiError::Network("reset".into()).is_outage());
+        assert!(classify(503, b"").is_outage());
+        assert!(!classify(409, br#"{"error":{"code":"stale_lease","message":"x"}}"#).is_outage());
+        let limited = ApiError::RateLimited {
+            retry_after: Duration::from_secs(2),
+        };
+        assert!(limited.is_transient() && !limited.is_outage());
+        assert_eq!(limited.retry_after(), Duration::from_secs(2));
+    }
+
+    #[test]
+    fn outages_are_remembered_as_episodes() {
+        let t0 = Instant::now();
+        let at = |secs: u64| t0 + Duration::from_secs(secs);
+        let connectivity = Connectivity::default();
+        assert!(!connectivity.unreachable_between(at(0), at(100)));
+        // Down from 10 to 20 (the failures at 12 and 15 belong to the same episode).
+        connectivity.note_answer_at(at(5));
+        connectivity.note_outage_at(at(10));
+        connectivity.note_outage_at(at(12));
+        connectivity.note_outage_at(at(15));
+        connectivity.note_answer_at(at(20));
+        assert!(connectivity.unreachable_between(at(0), at(10)));
+        assert!(connectivity.unreachable_between(at(12), at(13)));
+        assert!(connectivity.unreachable_between(at(20), at(30)));
+        assert!(!connectivity.unreachable_between(at(0), at(9)));
+        assert!(!connectivity.unreachable_between(at(21), at(30)));
+        // Down again from 40, still down.
+        connectivity.note_outage_at(at(40));
+        assert!(connectivity.unreachable_between(at(100), at(200)));
+        assert!(!connectivity.unreachable_between(at(25), at(39)));
+    }
+
+    #[test]
+    fn the_event_stream_url_follows_the_server_scheme() -> anyhow::Result<()> {
+        for (base, expected) in [
+            (
+                "http://127.0.0.1:8080",
+                "ws://127.0.0.1:8080/api/devices/self/events",
+            ),
+            (
+                "https://t.example/base",
+                "wss://t.example/base/api/devices/self/events",
+            ),
+        ] {
+            let client = DeviceClient::new(ServerClient::new(base)?, "tdt_x".into());
+            let request = client.events_request()?;
+            assert_eq!(request.uri().to_string(), expected);
+            assert_eq!(
+                request.headers().get("authorization").map(|v| v.as_bytes()),
+                Some(&b"Bearer tdt_x"[..])
+            );
+            assert!(request.headers().contains_key(routes::PROTOCOL_HEADER));
+        }
         Ok(())
     }
 

@@ -1,23 +1,30 @@
 //! The daemon loop behind `tether-agent run`.
 //!
 //! Shaped like mini-redis's server: [`run`] takes its context and a shutdown future, and the
-//! caller (main) passes `ctrl_c()`. Three kinds of task run side by side:
+//! caller (main) passes `ctrl_c()`. Four kinds of task run side by side:
 //!
 //! - the **heartbeat** task, alone on its own tokio task so busy runs cannot starve it,
-//!   reports capabilities and held leases every `heartbeatSecs`, applies `lost` and
+//!   reports capabilities and held leases every `heartbeatSecs`, applies `lost` (reattaching
+//!   runs whose lease ran out while this computer was cut off, stopping the others) and
 //!   `cancelRequested`, and wakes the claim loop;
-//! - the **claim loop** (this function's body) claims while below `max_runs`: after each
-//!   heartbeat and as soon as a run ends;
-//! - one **run** task per claimed job ([`crate::runner::run_job`]).
+//! - the **event stream** ([`crate::events`]) wakes the claim loop at once on `wake` and on
+//!   every (re)connect, cancels runs, answers file requests; it is only a hint, and the
+//!   heartbeat does not depend on it;
+//! - the **claim loop** (this function's body) first settles what an earlier agent process
+//!   left in the journal ([`crate::reconcile`]), then claims while below `max_runs`: after
+//!   each heartbeat, each wake-up and as soon as a run ends;
+//! - one **run** task per claimed job ([`crate::runner::run_job`]), journalled before its
+//!   process starts ([`crate::journal`]).
 //!
-//! A 401 `revoked` from any of them ends everything: runs are killed, the token forgotten.
+//! A 401 `revoked` (or a `device.revoked` frame) from any of them ends everything: runs are
+//! killed, the token and the journal forgotten.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use tether_protocol::capabilities::{Capabilities, Engine, EngineKind, SealKey};
 use tether_protocol::devices::{HeartbeatParams, HeartbeatResponse, HeldLease};
 use tether_protocol::jobs::ClaimedJob;
@@ -27,6 +34,11 @@ use tokio::task::JoinSet;
 
 use crate::backoff::Backoff;
 use crate::client::{ApiError, DeviceClient};
+use crate::events::{self, EventSink, FileRequest};
+use crate::file_answers;
+use crate::journal::{Journal, RunRecord};
+use crate::lease::{LeasePeriod, Recovery, RunLease};
+use crate::reconcile::{self, Settled};
 use crate::runner::{run_job, RunEnd, RunStop, StopReason};
 use crate::seal_key::SealKeyPair;
 use crate::state::{Config, DataDir};
@@ -40,6 +52,8 @@ const MIN_HEARTBEAT: Duration = Duration::from_secs(1);
 const MAX_HEARTBEAT: Duration = Duration::from_secs(300);
 /// How long runs get to stop when the daemon ends, before they are abandoned.
 const STOP_RUNS_WAIT: Duration = Duration::from_secs(15);
+/// Locked by a running daemon (see [`lock_data_dir`]).
+const RUN_LOCK_FILE: &str = "run.lock";
 
 /// Everything `run` needs, loaded and checked by the caller.
 pub struct Ctx {
@@ -83,7 +97,7 @@ pub fn load_ctx(data_dir: DataDir, max_runs: usize) -> Result<Option<Ctx>> {
     }))
 }
 
-/// State shared by the claim loop, the heartbeat task and the runs.
+/// State shared by the claim loop, the heartbeat task, the event stream and the runs.
 struct Shared {
     client: DeviceClient,
     data_dir: DataDir,
@@ -92,45 +106,91 @@ struct Shared {
     config: Mutex<Config>,
     /// The runs in progress, with their leases (reported in each heartbeat) and stop signals.
     runs: Mutex<HashMap<JobId, RunEntry>>,
+    /// The runs on disk, for restarts and for browsing a job's files.
+    journal: Arc<Journal>,
+    /// The lease period the server announced.
+    lease_period: Arc<LeasePeriod>,
+    /// Tells the claim loop to claim now.
+    claim_wake: Arc<Notify>,
+    /// Tells the claim loop the device was revoked.
+    revoked: mpsc::Sender<()>,
 }
 
 struct RunEntry {
-    lease_token: String,
+    lease: Arc<RunLease>,
     stop: RunStop,
 }
 
 /// Runs the daemon until `shutdown` resolves or the computer is revoked.
 ///
 /// # Errors
-/// Only when local state cannot be updated after a revocation.
+/// When another `run` uses the same data dir, when the journal cannot be read, or when local
+/// state cannot be updated after a revocation.
 pub async fn run(ctx: Ctx, shutdown: impl Future) -> Result<DaemonEnd> {
+    let _lock = lock_data_dir(&ctx.data_dir)?;
     let max_runs = ctx.max_runs;
+    let journal = Arc::new(Journal::new(&ctx.data_dir));
+    // Every record on disk now was left by an earlier agent process (we hold the lock).
+    let mut leftovers: VecDeque<RunRecord> = journal.load_all()?.into();
+    if !leftovers.is_empty() {
+        tracing::info!(
+            "{} run(s) left by the previous agent process to settle",
+            leftovers.len()
+        );
+    }
+    // The heartbeat task and the event stream tell the claim loop "claim now" and "revoked".
+    let claim_wake = Arc::new(Notify::new());
+    let (revoked_sender, mut revoked) = mpsc::channel::<()>(1);
     let shared = Arc::new(Shared {
         client: ctx.client,
         data_dir: ctx.data_dir,
         seal_key: ctx.seal_key,
         config: Mutex::new(ctx.config),
         runs: Mutex::new(HashMap::new()),
+        journal,
+        lease_period: Arc::new(LeasePeriod::new()),
+        claim_wake: claim_wake.clone(),
+        revoked: revoked_sender,
     });
-    // The heartbeat task tells the claim loop "answered, claim now" and "revoked".
-    let claim_wake = Arc::new(Notify::new());
-    let (revoked_sender, mut revoked) = mpsc::channel::<()>(1);
-    let heartbeat = tokio::spawn(heartbeat_loop(
-        shared.clone(),
-        claim_wake.clone(),
-        revoked_sender,
+    let heartbeat = tokio::spawn(heartbeat_loop(shared.clone()));
+    let stream = tokio::spawn(events::run(
+        shared.client.clone(),
+        Arc::new(StreamSink(shared.clone())),
     ));
 
     let mut runs: JoinSet<RunEnd> = JoinSet::new();
+    let mut settle_backoff = Backoff::new();
+    let mut settle_at = tokio::time::Instant::now();
     tokio::pin!(shutdown);
     let end = loop {
         tokio::select! {
             _ = &mut shutdown => break DaemonEnd::Shutdown,
             _ = revoked.recv() => break DaemonEnd::Revoked,
             () = claim_wake.notified() => {}
+            () = tokio::time::sleep_until(settle_at), if !leftovers.is_empty() => {}
             Some(joined) = runs.join_next(), if !runs.is_empty() => {
                 if matches!(joined, Ok(RunEnd::Abandoned(StopReason::Revoked))) {
                     break DaemonEnd::Revoked;
+                }
+            }
+        }
+        // What the previous agent process left is settled before any new work is claimed,
+        // so carried-on runs come first.
+        if !leftovers.is_empty() {
+            if tokio::time::Instant::now() < settle_at {
+                continue;
+            }
+            let settled = tokio::select! {
+                _ = &mut shutdown => break DaemonEnd::Shutdown,
+                settled = settle_leftovers(&shared, &mut runs, &mut leftovers) => settled,
+            };
+            match settled {
+                Err(()) => break DaemonEnd::Revoked,
+                Ok(None) => settle_backoff.reset(),
+                Ok(Some(at_least)) => {
+                    settle_at =
+                        tokio::time::Instant::now() + settle_backoff.next_delay().max(at_least);
+                    continue;
                 }
             }
         }
@@ -144,15 +204,38 @@ pub async fn run(ctx: Ctx, shutdown: impl Future) -> Result<DaemonEnd> {
     };
 
     heartbeat.abort();
+    stream.abort();
     let reason = match end {
         DaemonEnd::Shutdown => StopReason::Shutdown,
         DaemonEnd::Revoked => StopReason::Revoked,
     };
     stop_all_runs(&shared, &mut runs, reason).await;
     if end == DaemonEnd::Revoked {
-        forget_pairing(&shared.data_dir)?;
+        forget_pairing(&shared.data_dir, &shared.journal)?;
     }
     Ok(end)
+}
+
+/// Settles leftover records in order until one must wait.
+///
+/// # Returns
+/// `Ok(None)` when all are settled, `Ok(Some(wait))` when the server could not be reached
+/// (the rest stay for later), `Err(())` when the device was revoked.
+async fn settle_leftovers(
+    shared: &Arc<Shared>,
+    runs: &mut JoinSet<RunEnd>,
+    leftovers: &mut VecDeque<RunRecord>,
+) -> Result<Option<Duration>, ()> {
+    while let Some(record) = leftovers.front() {
+        match reconcile::settle(&shared.client, &shared.journal, record).await {
+            Settled::Done => {}
+            Settled::Resumed(job) => start_run(shared, runs, job),
+            Settled::Later(at_least) => return Ok(Some(at_least)),
+            Settled::Revoked => return Err(()),
+        }
+        leftovers.pop_front();
+    }
+    Ok(None)
 }
 
 /// Claims jobs until `max_runs` run or nothing is queued.
@@ -179,11 +262,25 @@ async fn claim_while_free(
     Ok(())
 }
 
+/// Journals a claimed (or carried-on) job, then starts its run task.
 fn start_run(shared: &Arc<Shared>, runs: &mut JoinSet<RunEnd>, job: ClaimedJob) {
-    tracing::info!(job = %job.id, title = %job.spec.title, engine = %job.spec.engine, folder = %job.spec.folder, "claimed");
+    tracing::info!(job = %job.id, attempt = job.attempt, resumed = ?job.resumed, title = %job.spec.title, engine = %job.spec.engine, folder = %job.spec.folder, "claimed");
+    // Written before the process starts, so a restart at any point after this finds it.
+    if let Err(err) = shared.journal.record(&RunRecord::claimed(&job)) {
+        tracing::error!(job = %job.id, "cannot journal the run; a restart would lose it: {err:#}");
+    }
+    if let Err(err) = shared.journal.remember_folder(&job.id, &job.spec.folder) {
+        tracing::warn!(job = %job.id, "cannot remember the run's folder: {err:#}");
+    }
     let stop = RunStop::new();
+    let lease = RunLease::new(
+        shared.client.clone(),
+        shared.journal.clone(),
+        shared.lease_period.clone(),
+        &job,
+    );
     let entry = RunEntry {
-        lease_token: job.lease_token.clone(),
+        lease: lease.clone(),
         stop: stop.clone(),
     };
     lock(&shared.runs).insert(job.id.clone(), entry);
@@ -191,9 +288,15 @@ fn start_run(shared: &Arc<Shared>, runs: &mut JoinSet<RunEnd>, job: ClaimedJob) 
     let shared = shared.clone();
     runs.spawn(async move {
         let job_id = job.id.clone();
-        let end = run_job(shared.client.clone(), job, config, stop).await;
+        let end = run_job(shared.client.clone(), job, config, stop, lease).await;
         // Only now stop reporting the lease: until complete is answered, the run holds it.
         lock(&shared.runs).remove(&job_id);
+        // A run stopped by a shutdown stays in the journal: the next start carries it on.
+        if end != RunEnd::Abandoned(StopReason::Shutdown) {
+            if let Err(err) = shared.journal.remove(&job_id) {
+                tracing::error!(job = %job_id, "cannot remove the run's record: {err:#}");
+            }
+        }
         end
     });
 }
@@ -213,9 +316,12 @@ async fn stop_all_runs(shared: &Shared, runs: &mut JoinSet<RunEnd>, reason: Stop
     }
 }
 
-/// After a revocation: the token and seal key are dead, forget them. The install id,
-/// folders and recipes stay.
-fn forget_pairing(data_dir: &DataDir) -> Result<()> {
+/// After a revocation: the token and seal key are dead, forget them, and the runs of the
+/// revoked pairing with them. The install id, folders and recipes stay.
+fn forget_pairing(data_dir: &DataDir, journal: &Journal) -> Result<()> {
+    for record in journal.load_all()? {
+        journal.remove(&record.job_id)?;
+    }
     data_dir.forget_token()?;
     SealKeyPair::forget(data_dir)?;
     let mut config = data_dir.load_or_init_config()?;
@@ -224,8 +330,9 @@ fn forget_pairing(data_dir: &DataDir) -> Result<()> {
 }
 
 /// Heartbeats forever: at the server's pace when it answers, with backoff when it cannot be
-/// reached (an outage is never taken for revocation).
-async fn heartbeat_loop(shared: Arc<Shared>, claim_wake: Arc<Notify>, revoked: mpsc::Sender<()>) {
+/// reached (an outage is never taken for revocation). Each answer also wakes the claim loop,
+/// so a lost wake-up frame costs at most one heartbeat. Independent of the event stream.
+async fn heartbeat_loop(shared: Arc<Shared>) {
     let mut period = DEFAULT_HEARTBEAT;
     let mut backoff = Backoff::new();
     loop {
@@ -238,17 +345,20 @@ async fn heartbeat_loop(shared: Arc<Shared>, claim_wake: Arc<Notify>, revoked: m
                 backoff.reset();
                 period = Duration::from_secs(answer.intervals.heartbeat_secs)
                     .clamp(MIN_HEARTBEAT, MAX_HEARTBEAT);
-                shared.apply(&answer);
-                claim_wake.notify_one();
+                shared
+                    .lease_period
+                    .set(Duration::from_secs(answer.intervals.lease_secs));
+                shared.apply(&params.running, &answer);
+                shared.claim_wake.notify_one();
                 period
             }
             Err(ApiError::Revoked) => {
-                let _ = revoked.send(()).await;
+                let _ = shared.revoked.send(()).await;
                 return;
             }
             Err(err) if err.is_transient() => {
                 tracing::warn!("heartbeat failed, retrying: {err}");
-                backoff.next_delay().min(period)
+                backoff.next_delay().min(period).max(err.retry_after())
             }
             Err(err) => {
                 tracing::error!("heartbeat refused: {err}");
@@ -260,16 +370,21 @@ async fn heartbeat_loop(shared: Arc<Shared>, claim_wake: Arc<Notify>, revoked: m
 }
 
 impl Shared {
-    /// What this computer offers, from the configuration on disk now (so `folders share`
-    /// and `recipe add` take effect while the daemon runs).
-    fn capabilities(&self) -> Capabilities {
-        let config = match self.data_dir.load_config() {
+    /// The configuration on disk now (the last good one if it cannot be read).
+    fn fresh_config(&self) -> Config {
+        match self.data_dir.load_config() {
             Ok(Some(config)) => {
                 *lock(&self.config) = config.clone();
                 config
             }
             Ok(None) | Err(_) => lock(&self.config).clone(),
-        };
+        }
+    }
+
+    /// What this computer offers, from the configuration on disk now (so `folders share`
+    /// and `recipe add` take effect while the daemon runs).
+    fn capabilities(&self) -> Capabilities {
+        let config = self.fresh_config();
         Capabilities {
             protocol: PROTOCOL_VERSION,
             agent_version: AGENT_VERSION.to_owned(),
@@ -298,25 +413,154 @@ impl Shared {
             .iter()
             .map(|(job_id, entry)| HeldLease {
                 job_id: job_id.clone(),
-                lease_token: entry.lease_token.clone(),
+                lease_token: entry.lease.token(),
             })
             .collect()
     }
 
-    /// Stops runs whose lease is lost and those the owner asked to cancel.
-    fn apply(&self, answer: &HeartbeatResponse) {
+    /// Applies a heartbeat answer to the runs: extended leases are confirmed, cancels raised,
+    /// and lost leases either reattached (this computer was cut off while they ran) or their
+    /// runs stopped at once.
+    fn apply(self: &Arc<Self>, sent: &[HeldLease], answer: &HeartbeatResponse) {
+        let sent_token = |job_id: &JobId| {
+            sent.iter()
+                .find(|held| &held.job_id == job_id)
+                .map(|held| held.lease_token.clone())
+        };
         let runs = lock(&self.runs);
+        for lease in &answer.leases {
+            let Some(entry) = runs.get(&lease.job_id) else {
+                continue;
+            };
+            if let Some(token) = sent_token(&lease.job_id) {
+                entry.lease.confirmed(&token);
+            }
+            if lease.cancel_requested {
+                tracing::info!(job = %lease.job_id, "cancel requested");
+                entry.stop.raise(StopReason::Cancel);
+            }
+        }
         for job_id in &answer.lost {
-            if let Some(entry) = runs.get(job_id) {
+            let (Some(entry), Some(token)) = (runs.get(job_id), sent_token(job_id)) else {
+                continue;
+            };
+            if entry.lease.cut_off() {
+                let (lease, stop, shared) = (entry.lease.clone(), entry.stop.clone(), self.clone());
+                tokio::spawn(async move {
+                    match lease.recover(&token).await {
+                        Recovery::Renewed | Recovery::Later(_) => {}
+                        Recovery::Lost => stop.raise(StopReason::LeaseLost),
+                        Recovery::Revoked => {
+                            let _ = shared.revoked.send(()).await;
+                        }
+                    }
+                });
+            } else {
                 tracing::warn!(job = %job_id, "the server says this run's lease is lost; stopping it");
                 entry.stop.raise(StopReason::LeaseLost);
             }
         }
-        for lease in answer.leases.iter().filter(|lease| lease.cancel_requested) {
-            if let Some(entry) = runs.get(&lease.job_id) {
-                tracing::info!(job = %lease.job_id, "cancel requested");
-                entry.stop.raise(StopReason::Cancel);
+    }
+
+    /// The owner asked to stop a run (a `job.cancel` frame).
+    fn cancel(&self, job_id: &JobId) {
+        if let Some(entry) = lock(&self.runs).get(job_id) {
+            tracing::info!(job = %job_id, "cancel requested");
+            entry.stop.raise(StopReason::Cancel);
+        }
+    }
+
+    /// Answers a `file.request` from the job's folder, as this computer shares it now.
+    async fn answer_file_request(self: Arc<Self>, request: FileRequest) {
+        let shared = self.clone();
+        let job_id = request.job_id.clone();
+        let answer = tokio::task::spawn_blocking(move || {
+            let label = match shared.journal.folder_of(&job_id) {
+                Ok(Some(label)) => label,
+                Ok(None) => {
+                    return file_answers::refusal(file_answers::error(
+                        "not_found",
+                        "this computer has no record of that job",
+                    ))
+                }
+                Err(err) => {
+                    tracing::warn!(job = %job_id, "cannot read the run journal: {err:#}");
+                    return file_answers::refusal(file_answers::error(
+                        "not_found",
+                        "this computer cannot tell which folder that job used",
+                    ));
+                }
+            };
+            let config = shared.fresh_config();
+            let Some(folder) = config.folder(&label) else {
+                return file_answers::refusal(file_answers::error(
+                    "not_found",
+                    format!("this computer no longer shares the folder {label:?}"),
+                ));
+            };
+            // The run confinement's guard applies to reading as to running: the folder must
+            // still be the one shared, and nothing shown may be a protected path.
+            let guard = sandbox::guard();
+            if let Err(refusal) = guard.check_shared_folder(&folder.label, &folder.path) {
+                return file_answers::refusal(file_answers::error(
+                    "path_refused",
+                    refusal.to_string(),
+                ));
             }
+            let check =
+                |path: &std::path::Path| guard.check_access(path).err().map(|r| r.to_string());
+            file_answers::answer(&folder.path, request.op, &request.path, &check)
+        })
+        .await
+        .unwrap_or_else(|_| {
+            file_answers::refusal(file_answers::error("internal", "the answer failed"))
+        });
+        if let Err(err) = self.client.answer_file_request(&request.id, &answer).await {
+            tracing::warn!(job = %request.job_id, "file answer not delivered: {err}");
+        }
+    }
+}
+
+/// The daemon's side of the event stream.
+struct StreamSink(Arc<Shared>);
+
+impl EventSink for StreamSink {
+    fn wake(&self) {
+        self.0.claim_wake.notify_one();
+    }
+
+    fn cancel(&self, job_id: &JobId) {
+        self.0.cancel(job_id);
+    }
+
+    fn revoked(&self) {
+        let _ = self.0.revoked.try_send(());
+    }
+
+    fn file_request(&self, request: FileRequest) {
+        tokio::spawn(self.0.clone().answer_file_request(request));
+    }
+}
+
+/// Holds the data dir's run lock for the daemon's life, so two agents never share a journal
+/// (the lock goes with the process, however it ends).
+fn lock_data_dir(data_dir: &DataDir) -> Result<std::fs::File> {
+    data_dir.ensure()?;
+    let path = data_dir.path(RUN_LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "another `tether-agent run` is using {}",
+            data_dir.root().display()
+        ),
+        Err(std::fs::TryLockError::Error(err)) => {
+            Err(err).with_context(|| format!("cannot lock {}", path.display()))
         }
     }
 }

@@ -7,18 +7,27 @@
 //! **Architecture Invariant:** the server names only a folder *label* and an engine *name*;
 //! the path and the argv always come from this computer's own configuration.
 //!
-//! **Architecture Invariant:** only [`client`] knows HTTP; only [`state`] writes to the data
-//! directory.
+//! **Architecture Invariant:** only [`client`] knows HTTP (it also builds the event stream's
+//! WebSocket request, which [`events`] drives); only [`state`] and [`journal`] write to the
+//! data directory (plus the daemon's lock file).
 
 pub mod backoff;
 pub mod cli;
 pub mod client;
 pub mod daemon;
+pub mod environment;
+pub mod events;
+pub mod file_answers;
 pub mod folders;
+pub mod guard;
+pub mod hard_floor;
+pub mod journal;
+pub mod lease;
 pub mod pairing;
 pub mod process_group;
 pub mod progress;
 pub mod recipes;
+pub mod reconcile;
 pub mod runner;
 pub mod sandbox;
 pub mod seal_key;

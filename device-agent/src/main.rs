@@ -9,6 +9,11 @@ use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::SandboxExec { spec_file } = &cli.command {
+        // The launcher of a confined run: no runtime, no logging; it restricts itself and
+        // supervises one program.
+        tether_agent::sandbox::launcher::run_main(spec_file);
+    }
     init_logging(&cli.command);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -10,6 +10,8 @@ use tokio::process::Child;
 
 /// How long a group gets between SIGTERM and SIGKILL to exit cleanly.
 pub const TERMINATE_GRACE: Duration = Duration::from_secs(3);
+/// How long a stop without grace waits for the leader after SIGHUP, before SIGKILL.
+pub const HANGUP_WAIT: Duration = Duration::from_millis(1000);
 
 /// The signals the agent sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +20,8 @@ pub enum Signal {
     Terminate,
     /// Stop now (SIGKILL).
     Kill,
+    /// Stop now, letting a run's launcher kill its whole tree first (SIGHUP).
+    Hangup,
     /// Send nothing; only check that the group exists.
     Probe,
 }
@@ -38,6 +42,7 @@ pub fn signal_group(pgid: u32, signal: Signal) -> io::Result<()> {
     let signo = match signal {
         Signal::Terminate => libc::SIGTERM,
         Signal::Kill => libc::SIGKILL,
+        Signal::Hangup => libc::SIGHUP,
         Signal::Probe => 0,
     };
     // SAFETY: kill(2) takes two integers and reads or writes no memory of this process.
@@ -68,6 +73,11 @@ pub async fn terminate(child: &mut Child, pgid: u32, grace: Duration) {
     if grace > Duration::ZERO {
         let _ = signal_group(pgid, Signal::Terminate);
         let _ = tokio::time::timeout(grace, child.wait()).await;
+    } else {
+        // A confined run's leader is its launcher: SIGHUP makes it kill the whole tree at
+        // once (including processes that left the group), which SIGKILL would not let it do.
+        let _ = signal_group(pgid, Signal::Hangup);
+        let _ = tokio::time::timeout(HANGUP_WAIT, child.wait()).await;
     }
     // The leader may be gone while children that ignored SIGTERM live on; the group id stays
     // reserved as long as any member exists, so this reaches only them.

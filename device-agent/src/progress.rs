@@ -5,14 +5,15 @@
 //! than the last; a call that got no answer is sent again with the same `seq`, which the
 //! server treats as a repeat, so no line is recorded twice.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tether_protocol::jobs::{ProgressParams, MAX_LINES_PER_PROGRESS, MAX_LINE_BYTES};
-use tether_protocol::JobId;
 use tokio::sync::mpsc;
 
 use crate::backoff::Backoff;
 use crate::client::{ApiError, DeviceClient};
+use crate::lease::{Recovery, RunLease};
 use crate::runner::{RunStop, StopReason};
 
 /// Most bytes of line text one progress call carries.
@@ -109,12 +110,13 @@ enum Delivery {
 
 /// Sends the run's output until `lines` closes, then flushes what is left.
 ///
-/// Stops early when the lease is stale or the device revoked (raising that on `stop`), and
-/// raises a cancel when an answer says the owner asked to stop.
+/// Stops early when the lease is lost for good or the device revoked (raising that on
+/// `stop`), and raises a cancel when an answer says the owner asked to stop. A lease found
+/// stale after an outage is reattached ([`RunLease::recover`]) and the batch sent again
+/// under the new lease, with the same `seq`.
 pub async fn report_output(
     client: DeviceClient,
-    job_id: JobId,
-    lease_token: String,
+    lease: Arc<RunLease>,
     mut lines: mpsc::Receiver<String>,
     stop: RunStop,
 ) {
@@ -130,7 +132,7 @@ pub async fn report_output(
             _ = tick.tick() => (batcher.take(), false),
         };
         if let Some(batch) = batch {
-            let delivery = deliver(&client, &job_id, &lease_token, batch, &stop).await;
+            let delivery = deliver(&client, &lease, batch, &stop).await;
             if delivery == Delivery::Abandoned {
                 return;
             }
@@ -144,11 +146,11 @@ pub async fn report_output(
 /// Sends one batch, retrying with the same `seq` while the server cannot be reached.
 async fn deliver(
     client: &DeviceClient,
-    job_id: &JobId,
-    lease_token: &str,
+    lease: &RunLease,
     batch: Batch,
     stop: &RunStop,
 ) -> Delivery {
+    let job_id = lease.job_id();
     let params = ProgressParams {
         seq: batch.seq,
         lines: batch.lines,
@@ -156,29 +158,34 @@ async fn deliver(
     };
     let mut backoff = Backoff::new();
     loop {
-        match client.progress(job_id, lease_token, &params).await {
+        let token = lease.token();
+        let wait = match client.progress(job_id, &token, &params).await {
             Ok(answer) => {
+                lease.confirmed(&token);
                 if answer.cancel_requested {
                     stop.raise(StopReason::Cancel);
                 }
                 return Delivery::Delivered;
             }
-            Err(ApiError::StaleLease) => {
-                stop.raise(StopReason::LeaseLost);
-                return Delivery::Abandoned;
-            }
+            Err(ApiError::StaleLease) => match lease.recover(&token).await {
+                Recovery::Renewed => continue,
+                Recovery::Later(at_least) => backoff.next_delay().max(at_least),
+                Recovery::Lost => {
+                    stop.raise(StopReason::LeaseLost);
+                    return Delivery::Abandoned;
+                }
+                Recovery::Revoked => {
+                    stop.raise(StopReason::Revoked);
+                    return Delivery::Abandoned;
+                }
+            },
             Err(ApiError::Revoked) => {
                 stop.raise(StopReason::Revoked);
                 return Delivery::Abandoned;
             }
             Err(err) if err.is_transient() => {
                 tracing::warn!(job = %job_id, seq = params.seq, "progress not delivered, retrying: {err}");
-                if stop
-                    .wait_at_least(StopReason::Shutdown, backoff.next_delay())
-                    .await
-                {
-                    return Delivery::Abandoned;
-                }
+                backoff.next_delay().max(err.retry_after())
             }
             Err(err) => {
                 // The server refused this batch for good; holding the run hostage to it would
@@ -186,6 +193,9 @@ async fn deliver(
                 tracing::warn!(job = %job_id, seq = params.seq, "progress refused, lines dropped: {err}");
                 return Delivery::Delivered;
             }
+        };
+        if stop.wait_at_least(StopReason::Shutdown, wait).await {
+            return Delivery::Abandoned;
         }
     }
 }

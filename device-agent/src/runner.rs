@@ -6,7 +6,7 @@
 //! unknown one ends the job `blocked`.
 
 use std::ffi::OsString;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,9 +18,11 @@ use tokio::task::JoinSet;
 
 use crate::backoff::Backoff;
 use crate::client::{ApiError, DeviceClient};
+use crate::lease::{Recovery, RunLease};
 use crate::process_group::{self, Signal, TERMINATE_GRACE};
 use crate::progress::report_output;
 use crate::state::{Config, Recipe, SharedFolder};
+use crate::{environment, hard_floor, sandbox};
 
 /// Lines waiting for the reporter; when it is behind (server slow), the run's pipe fills and
 /// the run waits, instead of the agent's memory growing.
@@ -28,21 +30,6 @@ const LINE_BUFFER: usize = 1024;
 /// How long output may keep flowing after the run's first process exited, before whatever
 /// it left behind in its group is killed.
 const DRAIN_GRACE: Duration = Duration::from_secs(1);
-
-/// Name fragments of environment variables that usually hold credentials. Matched against
-/// the upper-cased name; a false positive only costs a recipe one variable.
-const CREDENTIAL_NAME_PARTS: &[&str] = &[
-    "TOKEN",
-    "SECRET",
-    "PASSWORD",
-    "PASSWD",
-    "PASSPHRASE",
-    "KEY",
-    "CREDENTIAL",
-    "PRIVATE",
-];
-/// Variables that are credentials without saying so: agent sockets that sign for the user.
-const CREDENTIAL_NAMES: &[&str] = &["SSH_AUTH_SOCK", "GPG_AGENT_INFO"];
 
 /// Why a run must stop before its program ends, weakest first; when several arrive the
 /// strongest wins (`max`).
@@ -137,18 +124,20 @@ impl Default for RunStop {
 }
 
 /// Runs a claimed job to its end and reports it. `config` is the owner's configuration at
-/// claim time.
+/// claim time; `lease` fences every write and journals the run's process and outcome.
 pub async fn run_job(
     client: DeviceClient,
     job: ClaimedJob,
     config: Config,
     stop: RunStop,
+    lease: Arc<RunLease>,
 ) -> RunEnd {
-    let outcome = execute(&client, &job, &config, &stop).await;
+    let outcome = execute(&client, &job, &config, &stop, &lease).await;
     match outcome {
         Ok(params) => {
             tracing::info!(job = %job.id, outcome = ?params.outcome, "{}", params.summary);
-            complete(&client, &job, &params, &stop).await
+            lease.finished(&params);
+            complete(&client, &lease, &params, &stop).await
         }
         Err(reason) => {
             tracing::warn!(job = %job.id, ?reason, "run stopped without completing");
@@ -163,6 +152,7 @@ async fn execute(
     job: &ClaimedJob,
     config: &Config,
     stop: &RunStop,
+    lease: &Arc<RunLease>,
 ) -> Result<CompleteParams, StopReason> {
     let spec = &job.spec;
     let Some(folder) = config.folder(&spec.folder) else {
@@ -184,19 +174,69 @@ async fn execute(
             folder.path.display()
         )));
     }
+    let mut prepared = match confine(recipe, folder, job) {
+        Ok(prepared) => prepared,
+        Err(refusal) => return Ok(blocked(refusal)),
+    };
     let (line_sender, line_receiver) = mpsc::channel(LINE_BUFFER);
     let reporter = tokio::spawn(report_output(
         client.clone(),
-        job.id.clone(),
-        job.lease_token.clone(),
+        lease.clone(),
         line_receiver,
         stop.clone(),
     ));
-    let command = recipe_command(recipe, folder, job, std::env::vars_os());
-    let ended = supervise(command, timeout_of(job), stop, line_sender).await;
+    let spawned = |pid| lease.spawned(pid);
+    let command = std::mem::replace(&mut prepared.command, Command::new("true"));
+    let ended = supervise(command, timeout_of(job), stop, line_sender, spawned).await;
     // The reporter ends once every line is sent (or the lease is gone).
     let _ = reporter.await;
-    completion(ended, job, recipe, stop.current())
+    let notes = prepared.finish();
+    for note in &notes {
+        tracing::warn!(job = %job.id, "{note}");
+    }
+    let mut params = completion(ended, job, recipe, stop.current())?;
+    if params.exit_code == Some(sandbox::SANDBOX_FAILED) {
+        params = blocked(format!(
+            "the sandbox could not be applied, so nothing ran (see the output): {}",
+            sandbox::current().report().backend
+        ));
+    }
+    if !notes.is_empty() {
+        params.summary = format!("{}; {}", params.summary, notes.join("; "));
+    }
+    Ok(params)
+}
+
+/// Everything checked before anything runs, whatever the backend: the hard floor on the
+/// recipe's argv, the guard on the folder (still the one shared, not protected, not a
+/// blocked root), then the confined command. A refusal is the blocked job's summary.
+fn confine(
+    recipe: &Recipe,
+    folder: &SharedFolder,
+    job: &ClaimedJob,
+) -> Result<sandbox::Prepared, String> {
+    let argv: Vec<String> = std::iter::once(recipe.program.clone())
+        .chain(recipe.args.iter().cloned())
+        .collect();
+    let evaluation = hard_floor::check(&argv);
+    if let Some(refusal) = evaluation.refusal() {
+        return Err(refusal);
+    }
+    let guard = sandbox::guard();
+    let work_folder = guard
+        .check_shared_folder(&folder.label, &folder.path)
+        .map_err(|err| format!("the guard refused the folder: {err}"))?;
+    let policy = sandbox::Policy {
+        work_folder,
+        writable: Vec::new(),
+        readable: Vec::new(),
+        denied: Vec::new(),
+        network: job.spec.network,
+        env: child_env(std::env::vars_os(), job),
+    };
+    sandbox::current()
+        .prepare(&guard, &policy, &argv)
+        .map_err(|refused| refused.0)
 }
 
 /// Maps how the program ended to the completion to report.
@@ -268,41 +308,50 @@ fn timeout_of(job: &ClaimedJob) -> Duration {
     Duration::from_secs(u64::from(job.spec.timeout_minutes.max(1)) * 60)
 }
 
-/// Reports the outcome, retrying while the server cannot be reached, until it answers.
+/// Reports the outcome, retrying while the server cannot be reached, until it answers. A
+/// lease that ran out while this computer was cut off is reattached first (the completion
+/// is idempotent under one lease, so a repeat after a lost answer is harmless).
 async fn complete(
     client: &DeviceClient,
-    job: &ClaimedJob,
+    lease: &RunLease,
     params: &CompleteParams,
     stop: &RunStop,
 ) -> RunEnd {
+    let job_id = lease.job_id();
     let mut backoff = Backoff::new();
     loop {
-        match client.complete(&job.id, &job.lease_token, params).await {
+        let token = lease.token();
+        let wait = match client.complete(job_id, &token, params).await {
             Ok(()) => return RunEnd::Completed,
-            Err(ApiError::StaleLease) => {
-                tracing::warn!(job = %job.id, "the server no longer holds this run's lease; outcome not recorded");
-                return RunEnd::Abandoned(StopReason::LeaseLost);
-            }
+            Err(ApiError::StaleLease) => match lease.recover(&token).await {
+                Recovery::Renewed => continue,
+                Recovery::Later(at_least) => backoff.next_delay().max(at_least),
+                Recovery::Lost => {
+                    tracing::warn!(job = %job_id, "the server no longer holds this run's lease; outcome not recorded");
+                    return RunEnd::Abandoned(StopReason::LeaseLost);
+                }
+                Recovery::Revoked => return RunEnd::Abandoned(StopReason::Revoked),
+            },
             Err(ApiError::Revoked) => return RunEnd::Abandoned(StopReason::Revoked),
             Err(err) if err.is_transient() => {
-                tracing::warn!(job = %job.id, "completion not delivered, retrying: {err}");
-                if stop
-                    .wait_at_least(StopReason::Shutdown, backoff.next_delay())
-                    .await
-                {
-                    return RunEnd::Abandoned(stop.current().unwrap_or(StopReason::Shutdown));
-                }
+                tracing::warn!(job = %job_id, "completion not delivered, retrying: {err}");
+                backoff.next_delay().max(err.retry_after())
             }
             Err(err) => {
-                tracing::error!(job = %job.id, "the server refused the completion: {err}");
+                tracing::error!(job = %job_id, "the server refused the completion: {err}");
                 return RunEnd::Completed;
             }
+        };
+        if stop.wait_at_least(StopReason::Shutdown, wait).await {
+            return RunEnd::Abandoned(stop.current().unwrap_or(StopReason::Shutdown));
         }
     }
 }
 
-/// The recipe's command, in the shared folder, as the leader of a new process group, with a
-/// scrubbed environment and no stdin.
+/// The recipe's command, UNCONFINED, in the shared folder, as the leader of a new process
+/// group, with a scrubbed environment and no stdin. Only the tests of [`supervise`] use it;
+/// jobs start through [`sandbox::Sandbox::prepare`].
+#[cfg(test)]
 pub fn recipe_command(
     recipe: &Recipe,
     folder: &SharedFolder,
@@ -315,9 +364,9 @@ pub fn recipe_command(
         .current_dir(&folder.path)
         .env_clear()
         .envs(child_env(inherited, job))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         // If the agent itself dies, do not leave the run behind unsupervised.
         .kill_on_drop(true);
     #[cfg(unix)]
@@ -325,32 +374,26 @@ pub fn recipe_command(
     command
 }
 
-/// The run's environment: the user's, minus credentials and the agent's own settings, plus
+/// The run's environment: the allow-listed part of the agent's (see [`environment`]), plus
 /// the job's prompt, id and title.
 pub fn child_env(
     inherited: impl IntoIterator<Item = (OsString, OsString)>,
     job: &ClaimedJob,
-) -> Vec<(OsString, OsString)> {
-    let mut env: Vec<(OsString, OsString)> = inherited
-        .into_iter()
-        .filter(|(name, _)| {
-            let name = name.to_string_lossy();
-            !is_credential_name(&name) && !name.starts_with("TETHER_")
-        })
-        .collect();
-    env.push(("TETHER_TASK_PROMPT".into(), job.spec.prompt.clone().into()));
+) -> Vec<(String, String)> {
+    let mut env = environment::scrub(inherited);
+    env.push(("TETHER_TASK_PROMPT".into(), job.spec.prompt.clone()));
     env.push(("TETHER_JOB_ID".into(), job.id.as_str().into()));
-    env.push(("TETHER_JOB_TITLE".into(), job.spec.title.clone().into()));
+    env.push(("TETHER_JOB_TITLE".into(), job.spec.title.clone()));
+    if let Some(resumed) = job.resumed {
+        // A carry-on of a run lost to a restart: the recipe may pick up where it stopped.
+        env.push(("TETHER_RESUMED".into(), resumed.to_string()));
+    }
     env
 }
 
 /// Whether a variable's name suggests it holds a credential.
 pub fn is_credential_name(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
-    CREDENTIAL_NAME_PARTS
-        .iter()
-        .any(|part| upper.contains(part))
-        || CREDENTIAL_NAMES.contains(&upper.as_str())
+    environment::is_denied_name(name)
 }
 
 /// Spawns `command` and waits until it ends, times out or is stopped, sending each output
@@ -358,12 +401,14 @@ pub fn is_credential_name(name: &str) -> bool {
 ///
 /// On timeout or Cancel the whole group gets SIGTERM, then SIGKILL after a grace; on a lost
 /// lease or revocation it gets SIGKILL at once. Whatever the program left running in its
-/// group after it exited is killed too.
+/// group after it exited is killed too. `spawned` learns the leader's pid (also the group
+/// id) as soon as the process exists, for the run journal.
 pub async fn supervise(
     mut command: Command,
     timeout: Duration,
     stop: &RunStop,
     lines: mpsc::Sender<String>,
+    spawned: impl FnOnce(u32),
 ) -> Ended {
     if let Some(reason) = stop.current() {
         return Ended::Stopped(reason);
@@ -373,6 +418,10 @@ pub async fn supervise(
         Err(err) => return Ended::SpawnFailed(err.to_string()),
     };
     let pgid = child.id().unwrap_or(0);
+    spawned(pgid);
+    // A confined run's stdin is its launcher's control pipe: held open until the run is over
+    // (`Child::wait` would close it, and the launcher takes that as "the agent is gone").
+    let _control = child.stdin.take();
     let mut readers = JoinSet::new();
     if let Some(stdout) = child.stdout.take() {
         readers.spawn(forward_lines(stdout, lines.clone()));
@@ -512,17 +561,13 @@ mod tests {
             ("TETHER_TASK_PROMPT", "forged"),
         ]);
         let env = child_env(inherited, &job("fix the tests", 5));
-        let names: Vec<String> = env
-            .iter()
-            .map(|(name, _)| name.to_string_lossy().into_owned())
-            .collect();
+        let names: Vec<String> = env.iter().map(|(name, _)| name.clone()).collect();
         assert_eq!(
             names,
             [
                 "PATH",
                 "HOME",
                 "LANG",
-                "GIT_AUTHOR_NAME",
                 "TETHER_TASK_PROMPT",
                 "TETHER_JOB_ID",
                 "TETHER_JOB_TITLE"
@@ -613,7 +658,7 @@ mod tests {
             }
             lines
         });
-        let ended = supervise(command, timeout, stop, sender).await;
+        let ended = supervise(command, timeout, stop, sender, |_| {}).await;
         let lines = collector.await.unwrap_or_default();
         (ended, lines, dir)
     }
@@ -766,7 +811,7 @@ mod tests {
         };
         let command = recipe_command(&recipe, &folder, &job("p", 1), Vec::new());
         let (sender, _receiver) = mpsc::channel(1);
-        let ended = supervise(command, Duration::from_secs(5), &stop, sender).await;
+        let ended = supervise(command, Duration::from_secs(5), &stop, sender, |_| {}).await;
         assert!(matches!(ended, Ended::SpawnFailed(_)), "{ended:?}");
     }
 }

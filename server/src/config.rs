@@ -7,6 +7,8 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
+use crate::rate_limits::RateLimitConfig;
+
 /// Everything the server needs to start. Not `Debug`: the database URL may hold a password.
 #[derive(Clone)]
 pub struct Config {
@@ -16,7 +18,7 @@ pub struct Config {
     pub database_url: Option<String>,
     /// Where the embedded database (and later evidence blobs) live.
     pub data_dir: PathBuf,
-    /// Accepted and kept for the relays of a later issue; unused yet.
+    /// Redis for wake-ups and relays across replicas; `None` keeps them in process.
     pub redis_url: Option<String>,
     /// Base of verification links and cookie security; derived from the request's Host when unset.
     pub public_url: Option<String>,
@@ -38,6 +40,14 @@ pub struct Config {
     pub http_workers: usize,
     /// Connections of the PostgreSQL pool, or of the SQLite read pool.
     pub db_max_connections: u32,
+    /// How long a live file request waits for the device before answering 504.
+    pub relay_timeout_secs: u64,
+    /// How often the server pings an event stream.
+    pub events_ping_secs: u64,
+    /// An event stream silent (no pong, no message) this long is closed.
+    pub events_idle_secs: u64,
+    /// Per-replica rate limits (`TETHER_RATE_LIMITS`).
+    pub rate_limits: RateLimitConfig,
 }
 
 impl Config {
@@ -58,12 +68,18 @@ impl Config {
             max_running_per_account: 4,
             http_workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
             db_max_connections: 10,
+            relay_timeout_secs: 10,
+            events_ping_secs: 20,
+            events_idle_secs: 60,
+            rate_limits: RateLimitConfig::defaults(),
         }
     }
 
-    /// Reads flags and environment variables.
-    pub fn from_args() -> Config {
-        Cli::parse().into_config()
+    /// Reads flags and environment variables; the second value is `--migrate-only`.
+    pub fn from_args() -> (Config, bool) {
+        let cli = Cli::parse();
+        let migrate_only = cli.migrate_only;
+        (cli.into_config(), migrate_only)
     }
 
     /// The SQLite URL used when no database URL is configured.
@@ -96,8 +112,8 @@ struct Cli {
     /// Data directory, created when missing.
     #[arg(long, env = "TETHER_DATA_DIR", default_value = "./tether-data")]
     data_dir: PathBuf,
-    /// Redis for fan-out across replicas (not used yet).
-    #[arg(long, env = "TETHER_REDIS_URL", hide = true)]
+    /// redis://… for wake-ups and relays across replicas; default in process.
+    #[arg(long, env = "TETHER_REDIS_URL")]
     redis_url: Option<String>,
     /// Public base URL, e.g. https://tether.example.com.
     #[arg(long, env = "TETHER_PUBLIC_URL")]
@@ -110,6 +126,20 @@ struct Cli {
     heartbeat_secs: u64,
     #[arg(long, env = "TETHER_SWEEP_SECS", default_value_t = 15, hide = true)]
     sweep_secs: u64,
+    /// Seconds a live file request waits for the device.
+    #[arg(
+        long,
+        env = "TETHER_RELAY_TIMEOUT_SECS",
+        default_value_t = 10,
+        hide = true
+    )]
+    relay_timeout_secs: u64,
+    /// Apply the database migrations and exit (for a deploy's migration step).
+    #[arg(long)]
+    migrate_only: bool,
+    /// `off`, or changes such as `heartbeat=120/min,files=30/min` (units s, min, h).
+    #[arg(long, env = "TETHER_RATE_LIMITS", default_value = "on", value_parser = RateLimitConfig::parse)]
+    rate_limits: RateLimitConfig,
 }
 
 impl Cli {
@@ -127,6 +157,8 @@ impl Cli {
         config.online_secs = self.online_secs.max(1);
         config.heartbeat_secs = self.heartbeat_secs.max(1);
         config.sweep_secs = self.sweep_secs.max(1);
+        config.relay_timeout_secs = self.relay_timeout_secs.max(1);
+        config.rate_limits = self.rate_limits;
         config
     }
 }

@@ -108,6 +108,7 @@ pub async fn revoke(
         LedgerKind::DeviceRevoked,
     )
     .await
+    .map(drop)
 }
 
 /// Every account's devices, for the platform admin.
@@ -131,12 +132,28 @@ pub async fn admin_list(store: &Store, config: &Config) -> Result<Vec<AdminDevic
         .collect()
 }
 
-/// Revokes any account's device (the caller must already be the platform admin).
+/// Revokes any account's device (the caller must already be the platform admin). Returns
+/// the device's account.
 ///
 /// # Errors
 /// 404 for an unknown device.
-pub async fn admin_revoke(store: &Store, device_id: &DeviceId) -> Result<(), ApiError> {
+pub async fn admin_revoke(store: &Store, device_id: &DeviceId) -> Result<AccountId, ApiError> {
     end_device(store, None, device_id, LedgerKind::DeviceRevoked).await
+}
+
+/// Whether the device was revoked (or no longer exists): open event streams check this now
+/// and then, in case the frame telling them was lost.
+///
+/// # Errors
+/// A database error.
+pub async fn is_revoked(store: &Store, device_id: &DeviceId) -> Result<bool, ApiError> {
+    let row = on_read!(store, |pool| sqlx::query_scalar::<_, Option<i64>>(
+        "SELECT revoked_at FROM devices WHERE id = $1"
+    )
+    .bind(device_id.as_str())
+    .fetch_optional(pool)
+    .await)?;
+    Ok(!matches!(row, Some(None)))
 }
 
 /// `GET /api/devices/self`.
@@ -160,6 +177,7 @@ pub async fn remove_self(store: &Store, device: &DeviceCaller) -> Result<(), Api
         LedgerKind::DeviceRemoved,
     )
     .await
+    .map(drop)
 }
 
 /// Resolves a device token.
@@ -266,7 +284,7 @@ async fn end_device(
     account_id: Option<&AccountId>,
     device_id: &DeviceId,
     kind: LedgerKind,
-) -> Result<(), ApiError> {
+) -> Result<AccountId, ApiError> {
     let now = now_millis();
     let mut tx = store.begin().await?;
     let row = on_tx!(&mut tx, |conn| sqlx::query_as::<_, (String, Option<i64>)>(
@@ -283,7 +301,7 @@ async fn end_device(
         return Err(ApiError::not_found("device"));
     }
     if revoked_at.is_some() {
-        return Ok(());
+        return Ok(owner);
     }
     on_tx!(&mut tx, |conn| sqlx::query(
         "UPDATE devices SET revoked_at = $1 WHERE id = $2"
@@ -299,7 +317,7 @@ async fn end_device(
     ledger::record(&mut tx, &owner, now, kind, device_id.as_str(), detail).await?;
     tx.commit().await?;
     tracing::info!(device_id = %device_id, kind = kind.as_str(), "device ended");
-    Ok(())
+    Ok(owner)
 }
 
 const DEVICE_COLUMNS: &str = "id, account_id, name, platform, seal_key_json, seal_key_mismatch, \

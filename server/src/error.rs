@@ -14,6 +14,8 @@ use tether_protocol::{Code, ErrorBody};
 pub struct ApiError {
     code: Code,
     message: String,
+    /// Seconds for the `Retry-After` header (rate limits).
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -21,7 +23,19 @@ impl ApiError {
         ApiError {
             code,
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    /// Adds `Retry-After: secs` to the answer.
+    #[must_use]
+    pub fn with_retry_after(mut self, secs: u64) -> ApiError {
+        self.retry_after = Some(secs);
+        self
+    }
+
+    pub fn retry_after(&self) -> Option<u64> {
+        self.retry_after
     }
 
     /// A missing object, or one that belongs to another account (never a 403).
@@ -63,9 +77,12 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.status_code())
-            .insert_header(("cache-control", "no-store"))
-            .json(ErrorBody::new(self.code, self.message.clone()))
+        let mut answer = HttpResponse::build(self.status_code());
+        answer.insert_header(("cache-control", "no-store"));
+        if let Some(secs) = self.retry_after {
+            answer.insert_header(("retry-after", secs.to_string()));
+        }
+        answer.json(ErrorBody::new(self.code, self.message.clone()))
     }
 }
 

@@ -174,7 +174,7 @@ pub async fn cancel(
     match job.state()? {
         JobState::Queued => {
             let outcome = outcome(Outcome::Cancelled, "Cancelled before it started.");
-            finish(&mut tx, &job, &outcome, now).await?;
+            finish(&mut tx, &job, &outcome, EndCause::Owner, now).await?;
         }
         JobState::Running | JobState::Waiting => {
             if job.cancel_requested == 0 {
@@ -216,9 +216,35 @@ pub(crate) fn outcome(outcome: Outcome, summary: &str) -> JobOutcome {
     }
 }
 
-/// Ends `job` with `outcome`: state, outcome, end time, lease expiry cleared, a `system`
-/// event and the ledger entry. The lease token hash is kept only for a device's own
-/// completion (so it can be answered again); other ends clear it.
+/// Who or what ended a job, stored as `jobs.end_cause`: reattach and resume revive only a
+/// run whose lease expired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EndCause {
+    /// The device completed it.
+    Device,
+    /// The owner cancelled it before it started.
+    Owner,
+    /// The sweeper found its lease expired.
+    LeaseExpired,
+    /// Its device was revoked or removed.
+    Revoked,
+}
+
+impl EndCause {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            EndCause::Device => "device",
+            EndCause::Owner => "owner",
+            EndCause::LeaseExpired => "lease_expired",
+            EndCause::Revoked => "revoked",
+        }
+    }
+}
+
+/// Ends `job` with `outcome`: state, outcome, end time, cause, lease expiry cleared, a
+/// `system` event and the ledger entry. The lease token hash is kept only for a device's own
+/// completion (so it can be answered again); other ends clear it. `last_lease_hash` is kept
+/// either way, for reattach.
 ///
 /// # Errors
 /// A database error.
@@ -226,6 +252,7 @@ pub(crate) async fn finish(
     tx: &mut Tx,
     job: &JobRow,
     outcome: &JobOutcome,
+    cause: EndCause,
     now: Millis,
 ) -> Result<(), ApiError> {
     let state = outcome.outcome.state();
@@ -234,13 +261,14 @@ pub(crate) async fn finish(
     let keep_lease = outcome.outcome != Outcome::Interrupted;
     let sql = "UPDATE jobs SET state = $1, outcome_json = $2, ended_at = $3, \
                lease_expires_at = NULL, \
-               lease_token_hash = CASE WHEN $4 = 1 THEN lease_token_hash ELSE NULL END \
-               WHERE id = $5";
+               lease_token_hash = CASE WHEN $4 = 1 THEN lease_token_hash ELSE NULL END, \
+               end_cause = $5 WHERE id = $6";
     on_tx!(tx, |conn| sqlx::query(sql)
         .bind(state.as_str())
         .bind(serde_json::to_string(outcome)?)
         .bind(now)
         .bind(i64::from(keep_lease))
+        .bind(cause.as_str())
         .bind(&job.id)
         .execute(conn)
         .await
@@ -284,9 +312,45 @@ pub(crate) async fn end_for_revoked_device(
                 "The device was revoked while the job ran.",
             )
         };
-        finish(tx, job, &ended, now).await?;
+        finish(tx, job, &ended, EndCause::Revoked, now).await?;
     }
     Ok(rows.len())
+}
+
+/// The devices of `account_id` with queued jobs: the ones to wake when a run slot frees.
+///
+/// # Errors
+/// A database error.
+pub async fn devices_with_queued_work(
+    store: &Store,
+    account_id: &AccountId,
+) -> Result<Vec<DeviceId>, ApiError> {
+    let rows = on_read!(store, |pool| sqlx::query_scalar::<_, String>(
+        "SELECT DISTINCT device_id FROM jobs WHERE account_id = $1 AND state = 'queued'"
+    )
+    .bind(account_id.as_str())
+    .fetch_all(pool)
+    .await)?;
+    rows.into_iter().map(stored_id).collect()
+}
+
+/// The device a job of `account_id` belongs to.
+///
+/// # Errors
+/// 404 `not_found` for an unknown job or another account's.
+pub async fn device_of(
+    store: &Store,
+    account_id: &AccountId,
+    job_id: &JobId,
+) -> Result<DeviceId, ApiError> {
+    let row = on_read!(store, |pool| sqlx::query_scalar::<_, String>(
+        "SELECT device_id FROM jobs WHERE id = $1 AND account_id = $2"
+    )
+    .bind(job_id.as_str())
+    .bind(account_id.as_str())
+    .fetch_optional(pool)
+    .await)?;
+    stored_id(row.ok_or_else(|| ApiError::not_found("job"))?)
 }
 
 /// Appends timeline lines of one kind, numbering them after the job's last event.
@@ -401,7 +465,7 @@ fn check_secret_names(names: &[String]) -> Result<(), ApiError> {
 pub(crate) const JOB_COLUMNS: &str =
     "id, account_id, device_id, title, spec_json, state, attempt, \
     cancel_requested, outcome_json, lease_token_hash, lease_expires_at, progress_seq, \
-    created_at, started_at, ended_at";
+    created_at, started_at, ended_at, last_lease_hash, end_cause, resumes";
 
 /// A `jobs` row. Not `Serialize`: [`JobRow::into_job`] builds the wire type.
 #[derive(sqlx::FromRow)]
@@ -421,6 +485,9 @@ pub(crate) struct JobRow {
     pub(crate) created_at: i64,
     pub(crate) started_at: Option<i64>,
     pub(crate) ended_at: Option<i64>,
+    pub(crate) last_lease_hash: Option<String>,
+    pub(crate) end_cause: Option<String>,
+    pub(crate) resumes: i64,
 }
 
 impl JobRow {

@@ -1,4 +1,5 @@
-//! The fenced lease protocol of devices: heartbeat, claim, progress, complete.
+//! The fenced lease protocol of devices: heartbeat, claim, progress, complete, and the
+//! outage recovery of a run: reattach (the run kept going) and resume (it was lost).
 //!
 //! A claim hands the device a random lease token (stored as a hash) with an expiry.
 //! Heartbeats and progress extend only a lease the device still holds; every write about a
@@ -7,19 +8,22 @@
 //! **Invariant:** a device only ever reads or writes its own jobs (another device's job is
 //! `not_found`), and only the holder of the current, unexpired lease moves a run forward.
 
+use serde_json::json;
 use tether_protocol::devices::{HeartbeatParams, HeartbeatResponse, Intervals, LeaseStatus};
 use tether_protocol::jobs::{
-    ClaimedJob, CompleteParams, Job, JobOutcome, JobState, Outcome, ProgressParams,
-    ProgressResponse, MAX_LINES_PER_PROGRESS, MAX_LINE_BYTES,
+    ClaimedJob, CompleteParams, Job, JobOutcome, JobState, LeaseGrant, Outcome, ProgressParams,
+    ProgressResponse, ReattachParams, ResumeParams, MAX_AUTO_RESUMES, MAX_LINES_PER_PROGRESS,
+    MAX_LINE_BYTES, RESUME_WINDOW_SECS,
 };
-use tether_protocol::{Code, JobId};
+use tether_protocol::{AccountId, Code, JobId};
 
 use crate::auth::DeviceCaller;
 use crate::config::Config;
 use crate::credentials;
 use crate::devices;
 use crate::error::ApiError;
-use crate::jobs::{self, append_events, finish, truncate, JobRow, JOB_COLUMNS};
+use crate::jobs::{self, append_events, finish, truncate, EndCause, JobRow, JOB_COLUMNS};
+use crate::ledger::{self, LedgerKind};
 use crate::store::{now_millis, on_tx, secs, to_time, Millis, Store, Tx};
 
 /// Most held runs one heartbeat may report.
@@ -114,8 +118,8 @@ pub async fn claim(
     let lease_until = now + secs(config.lease_secs);
     let attempt = job.attempt + 1;
     let sql = "UPDATE jobs SET state = 'running', attempt = $1, lease_token_hash = $2, \
-               lease_expires_at = $3, started_at = COALESCE(started_at, $4), progress_seq = 0 \
-               WHERE id = $5";
+               last_lease_hash = $2, lease_expires_at = $3, \
+               started_at = COALESCE(started_at, $4), progress_seq = 0 WHERE id = $5";
     on_tx!(&mut tx, |conn| sqlx::query(sql)
         .bind(attempt)
         .bind(credentials::hash_token(&lease_token))
@@ -231,10 +235,236 @@ pub async fn complete(
     if !holds_lease(&job, lease_token, now) {
         return Err(stale_lease());
     }
-    finish(&mut tx, &job, &outcome, now).await?;
+    finish(&mut tx, &job, &outcome, EndCause::Device, now).await?;
     tx.commit().await?;
     tracing::info!(job_id = %job_id, outcome = outcome.outcome.state().as_str(), "job completed");
     jobs::get(store, &device.account_id, job_id).await
+}
+
+/// Gives a run that kept going through an outage a new lease for the same attempt. Allowed
+/// when `leaseToken` is the last lease issued for that attempt, the attempt is the job's
+/// latest, and the job is still running or waiting, or was interrupted only because its
+/// lease expired (not cancelled by its owner, not by a revocation). An interrupted job runs
+/// again.
+///
+/// # Errors
+/// 404 for a job not of this device, 409 `stale_lease` otherwise.
+pub async fn reattach(
+    store: &Store,
+    device: &DeviceCaller,
+    job_id: &JobId,
+    params: ReattachParams,
+    config: &Config,
+) -> Result<LeaseGrant, ApiError> {
+    let now = now_millis();
+    let mut tx = store.begin().await?;
+    let job = device_job(&mut tx, device, job_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("job"))?;
+    let presented = credentials::hash_token(&params.lease_token);
+    let last_lease = job
+        .last_lease_hash
+        .as_deref()
+        .is_some_and(|hash| credentials::hashes_match(hash, &presented));
+    if job.attempt != i64::from(params.attempt) || !last_lease {
+        return Err(ApiError::new(
+            Code::StaleLease,
+            "This is not the last lease of the job's latest attempt; stop this run.",
+        ));
+    }
+    let state = job.state()?;
+    let revivable = match state {
+        JobState::Running | JobState::Waiting => true,
+        JobState::Interrupted => lease_expired_only(&job),
+        _ => false,
+    };
+    if !revivable {
+        return Err(ApiError::new(
+            Code::StaleLease,
+            format!(
+                "The job ended ({}) and cannot be taken back; stop this run.",
+                ended_why(&job, state)
+            ),
+        ));
+    }
+    let lease_token = credentials::random_token("");
+    let lease_until = now + secs(config.lease_secs);
+    revive(&mut tx, &job, &lease_token, lease_until, None).await?;
+    let text = if state == JobState::Interrupted {
+        format!(
+            "Reattached by the device after an outage (attempt {}); running again.",
+            job.attempt
+        )
+    } else {
+        format!(
+            "Reattached by the device after an outage (attempt {}).",
+            job.attempt
+        )
+    };
+    append_events(&mut tx, &job, now, "system", &[text]).await?;
+    let account_id: AccountId = crate::store::stored_id(job.account_id.clone())?;
+    let detail = json!({ "jobId": job.id, "deviceId": job.device_id, "attempt": job.attempt,
+                         "wasInterrupted": state == JobState::Interrupted });
+    ledger::record(
+        &mut tx,
+        &account_id,
+        now,
+        LedgerKind::JobReattached,
+        &job.id,
+        detail,
+    )
+    .await?;
+    tx.commit().await?;
+    tracing::info!(job_id = %job_id, attempt = job.attempt, "run reattached");
+    Ok(LeaseGrant {
+        job_id: job_id.clone(),
+        attempt: params.attempt,
+        lease_token,
+        lease_expires_at: to_time(lease_until),
+    })
+}
+
+/// Carries on a run the device lost to a restart: a new attempt of the same job (same spec
+/// and folder) with a new lease. Allowed when the lost attempt is the job's latest, the job
+/// is running or waiting or was interrupted only because its lease expired, at most
+/// [`MAX_AUTO_RESUMES`] times per job, within [`RESUME_WINDOW_SECS`] of the interruption,
+/// and never for a run its owner cancelled.
+///
+/// # Errors
+/// 404 for a job not of this device, 409 `resume_refused` naming the reason.
+pub async fn resume(
+    store: &Store,
+    device: &DeviceCaller,
+    job_id: &JobId,
+    params: ResumeParams,
+    config: &Config,
+) -> Result<ClaimedJob, ApiError> {
+    let now = now_millis();
+    let mut tx = store.begin().await?;
+    let job = device_job(&mut tx, device, job_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("job"))?;
+    let refused = |why: String| ApiError::new(Code::ResumeRefused, why);
+    if job.attempt != i64::from(params.attempt) {
+        return Err(refused(format!(
+            "Attempt {} is not the job's latest (it is at attempt {}).",
+            params.attempt, job.attempt
+        )));
+    }
+    if job.cancel_requested != 0 {
+        return Err(refused("Its owner cancelled the job.".to_owned()));
+    }
+    let state = job.state()?;
+    match state {
+        JobState::Running | JobState::Waiting => {}
+        JobState::Interrupted if lease_expired_only(&job) => {
+            let interrupted_at = job.ended_at.unwrap_or(now);
+            if now - interrupted_at > RESUME_WINDOW_SECS.saturating_mul(1000) {
+                return Err(refused(
+                    "The run was interrupted more than 24 hours ago; run it again instead."
+                        .to_owned(),
+                ));
+            }
+        }
+        _ => {
+            return Err(refused(format!(
+                "The job ended ({}) and is not carried on.",
+                ended_why(&job, state)
+            )))
+        }
+    }
+    if job.resumes >= i64::from(MAX_AUTO_RESUMES) {
+        return Err(refused(format!(
+            "The job was carried on {MAX_AUTO_RESUMES} times already; run it again instead."
+        )));
+    }
+    let lease_token = credentials::random_token("");
+    let lease_until = now + secs(config.lease_secs);
+    let attempt = job.attempt + 1;
+    let resumes = job.resumes + 1;
+    revive(
+        &mut tx,
+        &job,
+        &lease_token,
+        lease_until,
+        Some((attempt, resumes)),
+    )
+    .await?;
+    let text = format!(
+        "Resumed by the device after a restart (attempt {attempt}, carry-on \
+         {resumes}/{MAX_AUTO_RESUMES})."
+    );
+    append_events(&mut tx, &job, now, "system", &[text]).await?;
+    let account_id: AccountId = crate::store::stored_id(job.account_id.clone())?;
+    let detail = json!({ "jobId": job.id, "deviceId": job.device_id, "attempt": attempt,
+                         "lostAttempt": job.attempt, "resumed": resumes });
+    ledger::record(
+        &mut tx,
+        &account_id,
+        now,
+        LedgerKind::JobResumed,
+        &job.id,
+        detail,
+    )
+    .await?;
+    tx.commit().await?;
+    tracing::info!(job_id = %job_id, attempt, resumes, "run resumed");
+    Ok(ClaimedJob {
+        id: job_id.clone(),
+        attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
+        lease_token,
+        lease_expires_at: to_time(lease_until),
+        spec: job.spec()?,
+        resumed: Some(u32::try_from(resumes).unwrap_or(u32::MAX)),
+    })
+}
+
+/// Whether an interrupted job was interrupted only by its lease expiring.
+fn lease_expired_only(job: &JobRow) -> bool {
+    job.end_cause.as_deref() == Some(EndCause::LeaseExpired.as_str()) && job.cancel_requested == 0
+}
+
+/// How an ended job ended, for refusals.
+fn ended_why(job: &JobRow, state: JobState) -> String {
+    match job.end_cause.as_deref() {
+        Some("revoked") => format!("{}, because its device was revoked", state.as_str()),
+        Some("owner") => format!("{}, by its owner", state.as_str()),
+        _ if job.cancel_requested != 0 => {
+            format!("{}, after its owner cancelled it", state.as_str())
+        }
+        _ => state.as_str().to_owned(),
+    }
+}
+
+/// Puts `job` back to running (a waiting job stays waiting) under a new lease; with
+/// `new_attempt` = `(attempt, resumes)`, as a new attempt.
+async fn revive(
+    tx: &mut Tx,
+    job: &JobRow,
+    lease_token: &str,
+    lease_until: Millis,
+    new_attempt: Option<(i64, i64)>,
+) -> Result<(), ApiError> {
+    let (attempt, resumes, progress_seq) = match new_attempt {
+        Some((attempt, resumes)) => (attempt, resumes, 0),
+        None => (job.attempt, job.resumes, job.progress_seq),
+    };
+    let sql = "UPDATE jobs SET state = CASE WHEN state = 'waiting' AND $1 = 0 THEN 'waiting' \
+               ELSE 'running' END, attempt = $2, resumes = $3, progress_seq = $4, \
+               lease_token_hash = $5, last_lease_hash = $5, lease_expires_at = $6, \
+               outcome_json = NULL, ended_at = NULL, end_cause = NULL WHERE id = $7";
+    on_tx!(tx, |conn| sqlx::query(sql)
+        .bind(i64::from(new_attempt.is_some()))
+        .bind(attempt)
+        .bind(resumes)
+        .bind(progress_seq)
+        .bind(credentials::hash_token(lease_token))
+        .bind(lease_until)
+        .bind(&job.id)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    Ok(())
 }
 
 fn parse_outcome(params: CompleteParams) -> Result<JobOutcome, ApiError> {

@@ -18,6 +18,8 @@ pub enum LedgerKind {
     DeviceRemoved,
     JobCreated,
     JobEnded,
+    JobReattached,
+    JobResumed,
 }
 
 impl LedgerKind {
@@ -28,6 +30,8 @@ impl LedgerKind {
             LedgerKind::DeviceRemoved => "device.removed",
             LedgerKind::JobCreated => "job.created",
             LedgerKind::JobEnded => "job.ended",
+            LedgerKind::JobReattached => "job.reattached",
+            LedgerKind::JobResumed => "job.resumed",
         }
     }
 }

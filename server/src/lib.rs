@@ -8,7 +8,7 @@
 //! [`devices::list`], [`devices::get`], [`devices::rename`], [`devices::revoke`],
 //! [`jobs::create`], [`jobs::list`], [`jobs::get`], [`jobs::cancel`], [`pairing::link`],
 //! [`pairing::pending_by_user_code`], [`accounts::signup`], [`accounts::login`],
-//! [`accounts::logout`], [`sweeper::try_expire_leases`].
+//! [`accounts::logout`], [`sweeper::try_expire_leases`], [`relay::Hub`].
 
 use std::net::TcpListener;
 use std::time::Instant;
@@ -24,11 +24,15 @@ pub mod config;
 pub mod credentials;
 pub mod devices;
 pub mod error;
+pub mod files;
 pub mod jobs;
 pub mod leases;
 pub mod ledger;
+pub mod metrics;
 pub mod pages;
 pub mod pairing;
+pub mod rate_limits;
+pub mod relay;
 pub mod routes;
 pub mod store;
 pub mod sweeper;
@@ -38,10 +42,20 @@ pub use config::Config;
 pub use error::ApiError;
 pub use store::Store;
 
+use metrics::Metrics;
+use rate_limits::RateLimits;
+use relay::Hub;
+
 /// What every handler reaches through `web::Data<AppState>`.
 pub struct AppState {
     pub store: Store,
     pub config: Config,
+    /// Event streams and relays (in process, or across replicas through Redis).
+    pub hub: Hub,
+    /// This replica's rate limits.
+    pub limits: RateLimits,
+    /// This replica's metrics (`/metrics`).
+    pub metrics: Metrics,
 }
 
 /// A bound, migrated server that has not started serving yet.
@@ -53,21 +67,35 @@ pub struct Application {
 
 impl Application {
     /// Binds `config.listen` (port 0 picks a free port), connects the store and applies its
-    /// migrations. Starts no task.
+    /// migrations, and reaches Redis when one is configured. Starts no task.
     ///
     /// # Errors
-    /// When the address cannot be bound or the database cannot be prepared.
+    /// When the address cannot be bound, the database cannot be prepared or Redis does not
+    /// answer.
     pub async fn build(config: Config) -> anyhow::Result<Application> {
         let store = Store::connect(&config).await?;
+        let hub = Hub::connect(config.redis_url.as_deref()).await?;
+        let limits = RateLimits::new(config.rate_limits.clone());
         let listener = TcpListener::bind(&config.listen)
             .with_context(|| format!("binding {}", config.listen))?;
         listener.set_nonblocking(true)?;
         let port = listener.local_addr()?.port();
-        tracing::info!(port, backend = store.backend_name(), "tether-server ready");
+        tracing::info!(
+            port,
+            backend = store.backend_name(),
+            bus = hub.bus_name(),
+            "tether-server ready"
+        );
         Ok(Application {
             listener,
             port,
-            state: web::Data::new(AppState { store, config }),
+            state: web::Data::new(AppState {
+                store,
+                config,
+                hub,
+                limits,
+                metrics: Metrics::new(),
+            }),
         })
     }
 
@@ -85,12 +113,31 @@ impl Application {
         self.state.store.clone()
     }
 
-    /// Serves HTTP and runs the sweeper until either stops (the sweeper only stops with the
-    /// task). `main` selects this against ctrl-c.
+    /// The hub, for tests.
+    pub fn hub(&self) -> Hub {
+        self.state.hub.clone()
+    }
+
+    /// Serves HTTP, runs the sweeper and the hub's Redis listener until one of them stops
+    /// (the sweeper and the listener only stop with the task). `main` selects this against
+    /// ctrl-c.
     ///
     /// # Errors
     /// When the HTTP server fails.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+        self.run_until(std::future::pending()).await
+    }
+
+    /// Like [`Application::run_until_stopped`], stopping HTTP (without waiting for open
+    /// connections), the sweeper and the listener once `shutdown` completes. Tests use it to
+    /// restart a server on the same database.
+    ///
+    /// # Errors
+    /// When the HTTP server fails.
+    pub async fn run_until(
+        self,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> anyhow::Result<()> {
         let state = self.state.clone();
         let workers = state.config.http_workers.max(1);
         let server = HttpServer::new(move || {
@@ -105,6 +152,13 @@ impl Application {
                 .wrap(routes::error_bodies())
                 .wrap_fn(|req, srv| {
                     let request_id = telemetry::request_id(&req);
+                    let metrics = req
+                        .app_data::<web::Data<AppState>>()
+                        .map(|state| state.metrics.clone());
+                    let route = req
+                        .match_pattern()
+                        .unwrap_or_else(|| "unmatched".to_owned());
+                    let method = req.method().to_string();
                     let span = tracing::info_span!(
                         "request",
                         request_id = %request_id,
@@ -115,6 +169,10 @@ impl Application {
                     let answer = span.in_scope(|| srv.call(req));
                     async move {
                         let mut res = answer.await?;
+                        if let Some(metrics) = metrics {
+                            let seconds = started.elapsed().as_secs_f64();
+                            metrics.record_request(&route, &method, res.status().as_u16(), seconds);
+                        }
                         telemetry::finish(&mut res, &request_id, started);
                         Ok(res)
                     }
@@ -125,10 +183,26 @@ impl Application {
         .disable_signals()
         .listen(self.listener)?
         .run();
-        let sweeper = sweeper::run(self.state.store.clone(), self.state.config.clone());
+        let handle = server.handle();
+        let sweeper = sweeper::run(
+            self.state.store.clone(),
+            self.state.config.clone(),
+            self.state.hub.clone(),
+            self.state.metrics.clone(),
+        );
+        let listener = self.state.hub.clone().listen();
+        // Stopping goes through the handle while the server future keeps being polled; the
+        // server future then completes.
+        let stopper = async {
+            shutdown.await;
+            handle.stop(false).await;
+            std::future::pending::<()>().await;
+        };
         tokio::select! {
             served = server => served.context("HTTP server stopped"),
             swept = sweeper => swept.context("sweeper stopped"),
+            listened = listener => listened.context("relay listener stopped"),
+            () = stopper => Ok(()),
         }
     }
 }

@@ -5,7 +5,12 @@ use tether_server::{telemetry, Application, Config};
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     telemetry::init_logs();
-    let config = Config::from_args();
+    let (config, migrate_only) = Config::from_args();
+    if migrate_only {
+        tether_server::Store::connect(&config).await?;
+        tracing::info!("migrations applied");
+        return Ok(());
+    }
     let application = Application::build(config).await?;
     tracing::info!(url = %application.base_url(), "serving");
     tokio::select! {

@@ -105,6 +105,18 @@ impl Store {
         }
     }
 
+    /// Checks the database answers a trivial query.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn ping(&self) -> Result<(), ApiError> {
+        on_read!(self, |pool| sqlx::query("SELECT 1")
+            .execute(pool)
+            .await
+            .map(drop))?;
+        Ok(())
+    }
+
     /// Starts a write transaction (`BEGIN IMMEDIATE` on SQLite).
     ///
     /// # Errors

@@ -9,12 +9,14 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tether_protocol::jobs::Outcome;
-use tether_protocol::JobId;
+use tether_protocol::{AccountId, JobId};
 
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::jobs::{self, JobRow, JOB_COLUMNS};
+use crate::metrics::Metrics;
 use crate::pairing;
+use crate::relay::Hub;
 use crate::store::{on_read, on_tx, secs, stored_id, to_time, Millis, Store};
 
 /// Most runs one sweep ends; the next sweep takes the rest.
@@ -25,6 +27,8 @@ pub const SWEEP_BATCH: i64 = 500;
 pub struct SweepOutcome {
     /// Runs that ended `interrupted` because their lease expired.
     pub interrupted: Vec<JobId>,
+    /// The accounts those runs belonged to (each once): a run slot freed in each.
+    pub accounts: Vec<AccountId>,
 }
 
 /// Ends every running or waiting job whose lease expired before `now` as `interrupted`,
@@ -59,10 +63,15 @@ pub async fn try_expire_leases(
             &mut tx,
             job,
             &jobs::outcome(Outcome::Interrupted, &summary),
+            jobs::EndCause::LeaseExpired,
             now,
         )
         .await?;
         outcome.interrupted.push(stored_id(job.id.clone())?);
+        let account_id: AccountId = stored_id(job.account_id.clone())?;
+        if !outcome.accounts.contains(&account_id) {
+            outcome.accounts.push(account_id);
+        }
     }
     tx.commit().await?;
     if !outcome.interrupted.is_empty() {
@@ -130,7 +139,7 @@ pub async fn record_server_heartbeat(store: &Store, now: DateTime<Utc>) -> Resul
 ///
 /// # Errors
 /// Never returns on its own; the result type lets `run_until_stopped` select over it.
-pub async fn run(store: Store, config: Config) -> anyhow::Result<()> {
+pub async fn run(store: Store, config: Config, hub: Hub, metrics: Metrics) -> anyhow::Result<()> {
     if let Err(error) = grant_outage_grace(&store, Utc::now(), &config).await {
         tracing::error!(%error, "outage grace failed");
     }
@@ -138,20 +147,28 @@ pub async fn run(store: Store, config: Config) -> anyhow::Result<()> {
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        if let Err(error) = sweep_once(&store, Utc::now()).await {
-            tracing::error!(%error, "sweep failed");
+        match sweep_once(&store, Utc::now()).await {
+            Ok(swept) => {
+                metrics.record_lease_expiries(swept.interrupted.len());
+                // Each interrupted run freed a slot of its account's concurrent-run limit.
+                for account_id in &swept.accounts {
+                    hub.wake_queued(&store, account_id).await;
+                }
+            }
+            Err(error) => tracing::error!(%error, "sweep failed"),
         }
     }
 }
 
-async fn sweep_once(store: &Store, now: DateTime<Utc>) -> Result<(), ApiError> {
-    try_expire_leases(store, now).await?;
+async fn sweep_once(store: &Store, now: DateTime<Utc>) -> Result<SweepOutcome, ApiError> {
+    let swept = try_expire_leases(store, now).await?;
     record_server_heartbeat(store, now).await?;
     let mut tx = store.begin().await?;
     let now_ms = now.timestamp_millis();
     pairing::delete_stale(&mut tx, now_ms).await?;
     delete_expired_sessions(&mut tx, now_ms).await?;
-    tx.commit().await
+    tx.commit().await?;
+    Ok(swept)
 }
 
 async fn delete_expired_sessions(tx: &mut crate::store::Tx, now: Millis) -> Result<(), ApiError> {

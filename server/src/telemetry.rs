@@ -10,11 +10,17 @@ use actix_web::http::header::{HeaderName, HeaderValue};
 use rand::RngCore;
 use tether_protocol::routes::REQUEST_ID_HEADER;
 
-/// Installs the log subscriber (`RUST_LOG`, default `info`).
+/// Installs the log subscriber: `RUST_LOG` filters (default `info`); `TETHER_LOG_FORMAT=json`
+/// writes one JSON object per line (with the request span's fields) for log pipelines.
 pub fn init_logs() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let _ = if std::env::var("TETHER_LOG_FORMAT").as_deref() == Ok("json") {
+        builder.json().with_current_span(true).try_init()
+    } else {
+        builder.try_init()
+    };
 }
 
 /// The caller's `x-request-id` when it is sane (1 to 64 of `[A-Za-z0-9._-]`), else a new one.

@@ -14,6 +14,7 @@ pub mod ids;
 pub mod jobs;
 pub mod pairing;
 pub mod routes;
+pub mod seal;
 
 pub use error::{Code, ErrorBody, ErrorDetail};
 pub use ids::{AccountId, DecisionId, DeviceId, IdError, JobId, TokenId, UserId};

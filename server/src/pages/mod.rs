@@ -21,6 +21,7 @@ use crate::auth::Caller;
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/", web::get().to(home))
         .route("/assets/app.js", web::get().to(script))
+        .route("/assets/seal.js", web::get().to(seal_script))
         .route("/assets/app.css", web::get().to(stylesheet))
         .route("/signin", web::get().to(account::signin))
         .route("/signup", web::get().to(account::signup))
@@ -42,6 +43,14 @@ async fn script() -> HttpResponse {
     asset(
         "text/javascript; charset=utf-8",
         include_str!("assets/app.js"),
+    )
+}
+
+/// The browser sealer (DESIGN §5), an ES module the device page imports.
+async fn seal_script() -> HttpResponse {
+    asset(
+        "text/javascript; charset=utf-8",
+        include_str!("assets/seal.js"),
     )
 }
 

@@ -1,6 +1,7 @@
 //! `GET /api/admin/devices`, `DELETE /api/admin/devices/{id}`: platform admin only.
 
 use actix_web::{web, HttpResponse};
+use tether_protocol::frames::ServerFrame;
 use tether_protocol::DeviceId;
 
 use crate::auth::Caller;
@@ -24,6 +25,11 @@ async fn revoke(
     device_id: web::Path<DeviceId>,
 ) -> Result<HttpResponse, ApiError> {
     caller.require_admin()?;
-    devices::admin_revoke(&state.store, &device_id).await?;
+    let account_id = devices::admin_revoke(&state.store, &device_id).await?;
+    state
+        .hub
+        .notify(&device_id, ServerFrame::DeviceRevoked)
+        .await;
+    state.hub.wake_queued(&state.store, &account_id).await;
     Ok(HttpResponse::NoContent().finish())
 }

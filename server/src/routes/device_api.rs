@@ -2,12 +2,16 @@
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use tether_protocol::devices::HeartbeatParams;
-use tether_protocol::jobs::{ClaimResponse, CompleteParams, JobResponse, ProgressParams};
+use tether_protocol::frames::ServerFrame;
+use tether_protocol::jobs::{
+    ClaimResponse, CompleteParams, JobResponse, ProgressParams, ReattachParams, ResumeParams,
+};
 use tether_protocol::routes::LEASE_HEADER;
 use tether_protocol::{Code, JobId};
 
 use crate::auth::DeviceCaller;
 use crate::error::ApiError;
+use crate::rate_limits::Bucket;
 use crate::{devices, leases, AppState};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -19,7 +23,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(web::resource("/api/devices/self/heartbeat").route(web::post().to(heartbeat)))
     .service(web::resource("/api/devices/self/claim").route(web::post().to(claim)))
     .service(web::resource("/api/devices/self/jobs/{id}/progress").route(web::post().to(progress)))
-    .service(web::resource("/api/devices/self/jobs/{id}/complete").route(web::post().to(complete)));
+    .service(web::resource("/api/devices/self/jobs/{id}/complete").route(web::post().to(complete)))
+    .service(web::resource("/api/devices/self/jobs/{id}/reattach").route(web::post().to(reattach)))
+    .service(web::resource("/api/devices/self/jobs/{id}/resume").route(web::post().to(resume)));
 }
 
 async fn describe(device: DeviceCaller) -> HttpResponse {
@@ -31,6 +37,14 @@ async fn remove(
     device: DeviceCaller,
 ) -> Result<HttpResponse, ApiError> {
     devices::remove_self(&state.store, &device).await?;
+    state
+        .hub
+        .notify(&device.device_id, ServerFrame::DeviceRevoked)
+        .await;
+    state
+        .hub
+        .wake_queued(&state.store, &device.account_id)
+        .await;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -39,6 +53,9 @@ async fn heartbeat(
     device: DeviceCaller,
     params: web::Json<HeartbeatParams>,
 ) -> Result<HttpResponse, ApiError> {
+    state
+        .limits
+        .check(Bucket::Heartbeat, device.device_id.as_str())?;
     let answer =
         leases::heartbeat(&state.store, &device, params.into_inner(), &state.config).await?;
     Ok(HttpResponse::Ok().json(answer))
@@ -61,6 +78,9 @@ async fn progress(
     job_id: web::Path<JobId>,
     params: web::Json<ProgressParams>,
 ) -> Result<HttpResponse, ApiError> {
+    state
+        .limits
+        .check(Bucket::Progress, device.device_id.as_str())?;
     let lease = lease_token(&req)?;
     let answer = leases::progress(
         &state.store,
@@ -83,7 +103,50 @@ async fn complete(
 ) -> Result<HttpResponse, ApiError> {
     let lease = lease_token(&req)?;
     let job = leases::complete(&state.store, &device, &job_id, &lease, params.into_inner()).await?;
+    // The run's slot of the account's concurrent-run limit is free again.
+    state
+        .hub
+        .wake_queued(&state.store, &device.account_id)
+        .await;
     Ok(HttpResponse::Ok().json(JobResponse { job }))
+}
+
+async fn reattach(
+    state: web::Data<AppState>,
+    device: DeviceCaller,
+    job_id: web::Path<JobId>,
+    params: web::Json<ReattachParams>,
+) -> Result<HttpResponse, ApiError> {
+    let grant = leases::reattach(
+        &state.store,
+        &device,
+        &job_id,
+        params.into_inner(),
+        &state.config,
+    )
+    .await?;
+    Ok(HttpResponse::Ok()
+        .insert_header(("cache-control", "no-store"))
+        .json(grant))
+}
+
+async fn resume(
+    state: web::Data<AppState>,
+    device: DeviceCaller,
+    job_id: web::Path<JobId>,
+    params: web::Json<ResumeParams>,
+) -> Result<HttpResponse, ApiError> {
+    let job = leases::resume(
+        &state.store,
+        &device,
+        &job_id,
+        params.into_inner(),
+        &state.config,
+    )
+    .await?;
+    Ok(HttpResponse::Ok()
+        .insert_header(("cache-control", "no-store"))
+        .json(ClaimResponse { job }))
 }
 
 fn lease_token(req: &HttpRequest) -> Result<String, ApiError> {

@@ -2,6 +2,7 @@
 
 use actix_web::{web, HttpResponse};
 use tether_protocol::devices::RenameParams;
+use tether_protocol::frames::ServerFrame;
 use tether_protocol::DeviceId;
 
 use crate::auth::Caller;
@@ -45,5 +46,14 @@ async fn revoke(
     device_id: web::Path<DeviceId>,
 ) -> Result<HttpResponse, ApiError> {
     devices::revoke(&state.store, &caller.account.id, &device_id).await?;
+    state
+        .hub
+        .notify(&device_id, ServerFrame::DeviceRevoked)
+        .await;
+    // Its runs ended, freeing slots of the account's concurrent-run limit.
+    state
+        .hub
+        .wake_queued(&state.store, &caller.account.id)
+        .await;
     Ok(HttpResponse::NoContent().finish())
 }

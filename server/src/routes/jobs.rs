@@ -2,6 +2,7 @@
 
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
+use tether_protocol::frames::ServerFrame;
 use tether_protocol::jobs::{JobResponse, JobState, NewJobParams};
 use tether_protocol::{DeviceId, JobId};
 
@@ -54,6 +55,7 @@ async fn create(
     params: web::Json<NewJobParams>,
 ) -> Result<HttpResponse, ApiError> {
     let job = jobs::create(&state.store, &caller.account.id, params.into_inner()).await?;
+    state.hub.notify(&job.device_id, ServerFrame::Wake).await;
     Ok(HttpResponse::Created().json(job))
 }
 
@@ -82,5 +84,11 @@ async fn cancel(
     job_id: web::Path<JobId>,
 ) -> Result<HttpResponse, ApiError> {
     let job = jobs::cancel(&state.store, &caller.account.id, &job_id).await?;
+    if job.cancel_requested && matches!(job.state, JobState::Running | JobState::Waiting) {
+        let frame = ServerFrame::JobCancel {
+            job_id: job.id.clone(),
+        };
+        state.hub.notify(&job.device_id, frame).await;
+    }
     Ok(HttpResponse::Ok().json(JobResponse { job }))
 }

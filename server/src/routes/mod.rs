@@ -16,6 +16,8 @@ mod admin;
 mod auth;
 mod device_api;
 mod devices;
+mod events;
+mod files;
 mod jobs;
 mod pairing;
 mod tokens;
@@ -26,10 +28,14 @@ pub const JSON_LIMIT_BYTES: usize = 256 * 1024;
 /// Mounts every API route. Device self-routes and pairing come before `/api/devices/{id}`
 /// so `self`, `pair`, `register` and `link` are never taken for an id.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/healthz", web::get().to(healthz));
+    cfg.route("/healthz", web::get().to(healthz))
+        .route("/readyz", web::get().to(readyz))
+        .route("/metrics", web::get().to(metrics));
     auth::configure(cfg);
     tokens::configure(cfg);
     device_api::configure(cfg);
+    events::configure(cfg);
+    files::configure(cfg);
     pairing::configure(cfg);
     admin::configure(cfg);
     devices::configure(cfg);
@@ -39,8 +45,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 /// JSON bodies: size-limited; every parse failure is a 400 naming the problem, an oversized
 /// body a 413.
 pub fn json_config() -> web::JsonConfig {
+    json_config_with_limit(JSON_LIMIT_BYTES)
+}
+
+/// Like [`json_config`] with another size limit, for one resource.
+pub fn json_config_with_limit(limit: usize) -> web::JsonConfig {
     web::JsonConfig::default()
-        .limit(JSON_LIMIT_BYTES)
+        .limit(limit)
         .error_handler(|error, _req| json_error(&error).into())
 }
 
@@ -119,6 +130,31 @@ fn json_error(error: &JsonPayloadError) -> ApiError {
 
 async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
+}
+
+/// 200 while this replica can reach its database (and Redis, when configured); 503
+/// `unavailable` otherwise, so a load balancer stops sending it traffic.
+async fn readyz(state: web::Data<crate::AppState>) -> Result<HttpResponse, ApiError> {
+    state.store.ping().await.map_err(|_| {
+        ApiError::new(
+            tether_protocol::Code::Unavailable,
+            "The database is unreachable.",
+        )
+    })?;
+    state
+        .hub
+        .ping()
+        .await
+        .map_err(|_| ApiError::new(tether_protocol::Code::Unavailable, "Redis is unreachable."))?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "status": "ready" })))
+}
+
+/// Prometheus text exposition of this replica's metrics.
+async fn metrics(state: web::Data<crate::AppState>) -> Result<HttpResponse, ApiError> {
+    let text = state.metrics.render(&state.store, &state.hub).await?;
+    Ok(HttpResponse::Ok()
+        .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")
+        .body(text))
 }
 
 /// The base of links we hand out: the configured public URL, else this request's origin.

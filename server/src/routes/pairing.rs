@@ -5,6 +5,7 @@ use tether_protocol::pairing::{LinkParams, PairParams, RegisterParams};
 
 use crate::auth::{check_protocol, Caller};
 use crate::error::ApiError;
+use crate::rate_limits::Bucket;
 use crate::routes::public_base;
 use crate::{pairing, AppState};
 
@@ -20,6 +21,7 @@ async fn pair(
     params: web::Json<PairParams>,
 ) -> Result<HttpResponse, ApiError> {
     check_protocol(&req)?;
+    state.limits.check(Bucket::Pairing, &peer(&req))?;
     let base = public_base(&req, state.config.public_url.as_deref());
     let answer = pairing::start(&state.store, params.into_inner(), &base, &state.config).await?;
     Ok(HttpResponse::Created()
@@ -33,6 +35,7 @@ async fn register(
     params: web::Json<RegisterParams>,
 ) -> Result<HttpResponse, ApiError> {
     check_protocol(&req)?;
+    state.limits.check(Bucket::Register, &peer(&req))?;
     let answer = pairing::register(&state.store, params.into_inner()).await?;
     Ok(HttpResponse::Ok()
         .insert_header(("cache-control", "no-store"))
@@ -44,6 +47,15 @@ async fn link(
     caller: Caller,
     params: web::Json<LinkParams>,
 ) -> Result<HttpResponse, ApiError> {
+    state
+        .limits
+        .check(Bucket::Link, caller.account.id.as_str())?;
     let linked = pairing::link(&state.store, &caller.account.id, &params.user_code).await?;
     Ok(HttpResponse::Ok().json(linked))
+}
+
+/// The peer's address (not a forwarded header, which the client could set).
+fn peer(req: &HttpRequest) -> String {
+    req.peer_addr()
+        .map_or_else(|| "unknown".to_owned(), |addr| addr.ip().to_string())
 }

@@ -6,12 +6,19 @@ use rand::RngCore;
 use reqwest::{Response, StatusCode};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+use std::time::Duration;
 use tether_protocol::auth::Me;
 use tether_protocol::capabilities::{
     Capabilities, Engine as EngineCap, EngineKind, SandboxReport, SandboxStrength, SealKey,
 };
+
+use futures_util::StreamExt;
+use tether_protocol::frames::ServerFrame;
 use tether_protocol::jobs::{ClaimedJob, Job};
+use tether_server::store::Tx;
 use tether_server::{Application, Config, Store};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
 
 use crate::postgres;
 
@@ -60,7 +67,10 @@ pub struct TestApp {
     pub base: String,
     pub store: Store,
     pub config: Config,
-    _data_dir: tempfile::TempDir,
+    /// Stops the server (see [`TestApp::stop`]).
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    running: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    data_dir: std::sync::Arc<tempfile::TempDir>,
 }
 
 /// Builds and starts the server on port 0 with test-friendly settings.
@@ -81,15 +91,42 @@ pub async fn spawn_app_with(backend: Backend, tweak: impl FnOnce(&mut Config)) -
         config.database_url = Some(url);
     }
     tweak(&mut config);
+    start(config, std::sync::Arc::new(data_dir)).await
+}
+
+async fn start(config: Config, data_dir: std::sync::Arc<tempfile::TempDir>) -> TestApp {
     let app = Application::build(config.clone()).await.unwrap();
     let base = app.base_url();
     let store = app.store();
-    tokio::spawn(app.run_until_stopped());
+    let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(app.run_until(async move {
+        let _ = stopped.await;
+    }));
     TestApp {
         base,
         store,
         config,
-        _data_dir: data_dir,
+        shutdown: Some(shutdown),
+        running: Some(running),
+        data_dir,
+    }
+}
+
+impl TestApp {
+    /// Stops serving, sweeping and listening, as a crashed or stopped server would.
+    pub async fn stop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(running) = self.running.take() {
+            running.await.unwrap().unwrap();
+        }
+    }
+
+    /// Another server on the same database and data dir with the same settings (a restart,
+    /// or a second replica), on a new port.
+    pub async fn another(&self) -> TestApp {
+        start(self.config.clone(), self.data_dir.clone()).await
     }
 }
 
@@ -379,11 +416,119 @@ impl DeviceClient {
             .unwrap()
     }
 
+    /// Opens the event stream.
+    pub async fn events(&self) -> Events {
+        self.try_events().await.unwrap()
+    }
+
+    pub async fn try_events(&self) -> Result<Events, tokio_tungstenite::tungstenite::Error> {
+        let url = format!(
+            "{}/api/devices/self/events",
+            self.base.replacen("http://", "ws://", 1)
+        );
+        let mut request = url.into_client_request().unwrap();
+        let headers = request.headers_mut();
+        headers.insert(
+            "authorization",
+            format!("Bearer {}", self.token).parse().unwrap(),
+        );
+        headers.insert("x-tether-protocol", "1".parse().unwrap());
+        tokio_tungstenite::connect_async(request)
+            .await
+            .map(|(events, _)| events)
+    }
+
+    pub async fn answer_file(&self, request_id: &str, body: &Value) -> Response {
+        self.request(
+            reqwest::Method::POST,
+            &format!("/api/devices/self/file-requests/{request_id}"),
+        )
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+    }
+
+    pub async fn reattach(&self, job_id: &str, attempt: u32, lease: &str) -> Response {
+        self.request(
+            reqwest::Method::POST,
+            &format!("/api/devices/self/jobs/{job_id}/reattach"),
+        )
+        .json(&json!({ "attempt": attempt, "leaseToken": lease }))
+        .send()
+        .await
+        .unwrap()
+    }
+
+    pub async fn resume(&self, job_id: &str, attempt: u32) -> Response {
+        self.request(
+            reqwest::Method::POST,
+            &format!("/api/devices/self/jobs/{job_id}/resume"),
+        )
+        .json(&json!({ "attempt": attempt }))
+        .send()
+        .await
+        .unwrap()
+    }
+
     pub async fn delete_self(&self) -> Response {
         self.request(reqwest::Method::DELETE, "/api/devices/self")
             .send()
             .await
             .unwrap()
+    }
+}
+
+/// A device's event stream, as a test client.
+pub type Events =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// The next frame other than `ping` within `within`; `None` when the stream closed or
+/// nothing came.
+pub async fn next_frame(events: &mut Events, within: Duration) -> Option<ServerFrame> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let message = tokio::time::timeout_at(deadline, events.next())
+            .await
+            .ok()??;
+        match message.ok()? {
+            Message::Text(text) => {
+                let frame: ServerFrame = serde_json::from_str(text.as_str()).unwrap();
+                if frame != ServerFrame::Ping {
+                    return Some(frame);
+                }
+            }
+            Message::Close(_) => return None,
+            _ => {}
+        }
+    }
+}
+
+/// Waits until the server closes the stream (a close frame or the end), at most `within`.
+/// Returns the close code, when one came.
+pub async fn closed_within(events: &mut Events, within: Duration) -> Option<u16> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, events.next()).await {
+            Err(_) => panic!("the stream stayed open for {within:?}"),
+            Ok(None) | Ok(Some(Err(_))) => return None,
+            Ok(Some(Ok(Message::Close(frame)))) => return frame.map(|f| u16::from(f.code)),
+            Ok(Some(Ok(_))) => {}
+        }
+    }
+}
+
+/// Runs SQL on the test's database directly (to age a row, say).
+pub async fn exec_sql(store: &Store, sql: &str) {
+    match store.begin().await.unwrap() {
+        Tx::Sqlite(mut tx) => {
+            sqlx::query(sql).execute(&mut *tx).await.unwrap();
+            tx.commit().await.unwrap();
+        }
+        Tx::Postgres(mut tx) => {
+            sqlx::query(sql).execute(&mut *tx).await.unwrap();
+            tx.commit().await.unwrap();
+        }
     }
 }
 

@@ -22,7 +22,6 @@ both_backends! {
             ("folder", json!("/home/ann"), "unknown_folder"),
             ("title", json!(""), "invalid_field"),
             ("title", json!("t".repeat(201)), "invalid_field"),
-            ("prompt", json!("  "), "invalid_field"),
             ("prompt", json!("p".repeat(20_001)), "invalid_field"),
             ("timeoutMinutes", json!(0), "invalid_field"),
             ("timeoutMinutes", json!(1441), "invalid_field"),

@@ -3,14 +3,22 @@
 
 #[path = "../support/postgres.rs"]
 mod postgres;
+#[path = "../support/redis.rs"]
+mod redis;
 
 mod helpers;
 
 mod auth;
 mod devices;
+mod events;
+mod files;
 mod hostile;
 mod jobs;
 mod leases;
+mod limits;
+mod operations;
 mod pages;
 mod pairing;
+mod recovery;
+mod replicas;
 mod tenancy;

@@ -1,0 +1,368 @@
+//! The launcher: the agent binary re-executed as `tether-agent sandbox-exec --spec-file F`.
+//!
+//! It needs no `unsafe` (no `pre_exec`): it restricts *itself* — Landlock, capabilities
+//! dropped, seccomp, as its [`LaunchSpec`] says — then starts the program, which inherits
+//! every restriction. It stays as the program's parent and the subreaper of everything the
+//! program starts (so a `setsid` or a double fork cannot leave the tree), and:
+//!
+//! - when the program exits, gives what it left running 1 s, then kills it, and exits with the
+//!   program's status;
+//! - on SIGTERM, sends SIGTERM to the whole tree, then SIGKILL after 2 s;
+//! - on SIGHUP or SIGINT, or when its stdin (a pipe the agent holds) closes because the agent
+//!   died, kills the whole tree at once.
+
+use std::path::Path;
+
+use super::{LaunchSpec, SANDBOX_FAILED, SANDBOX_FAILED_PREFIX};
+
+/// Runs the launcher and exits with the program's status.
+pub fn run_main(spec_file: &Path) -> ! {
+    let code = match imp::run(spec_file) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("{SANDBOX_FAILED_PREFIX}{err}");
+            SANDBOX_FAILED
+        }
+    };
+    std::process::exit(code)
+}
+
+fn read_spec(spec_file: &Path) -> Result<LaunchSpec, String> {
+    let bytes = std::fs::read(spec_file)
+        .map_err(|err| format!("cannot read the launch spec {}: {err}", spec_file.display()))?;
+    // The spec holds the environment: gone as soon as it is read.
+    let _ = std::fs::remove_file(spec_file);
+    serde_json::from_slice(&bytes).map_err(|err| format!("bad launch spec: {err}"))
+}
+
+#[cfg(target_os = "linux")]
+mod imp {
+    use std::collections::{HashMap, HashSet};
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use rustix::process::{Pid, Signal, WaitOptions};
+    use tokio::signal::unix::{signal, SignalKind};
+    use tokio::sync::mpsc;
+
+    use super::super::{LaunchSpec, Layer, ProbeResult};
+    use super::read_spec;
+
+    /// How long what the program left behind may live after it exited.
+    const LEFTOVER_GRACE: Duration = Duration::from_millis(1000);
+    /// How long the tree gets between SIGTERM and SIGKILL.
+    const TERMINATE_GRACE: Duration = Duration::from_secs(2);
+    const TICK: Duration = Duration::from_millis(20);
+
+    pub fn run(spec_file: &Path) -> Result<i32, String> {
+        let spec = read_spec(spec_file)?;
+        // Become the reaper of every orphan below us before anything can fork.
+        rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+            .map_err(|err| format!("cannot become a subreaper: {err}"))?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|err| format!("cannot start: {err}"))?;
+        runtime.block_on(supervise(spec))
+    }
+
+    fn restrict(spec: &LaunchSpec) -> Result<ProbeResult, String> {
+        let mut result = ProbeResult::default();
+        match spec.layer {
+            Layer::Landlock => {
+                let applied = super::super::landlock::apply(
+                    &spec.read,
+                    &spec.write,
+                    &spec.devices,
+                    !spec.network,
+                )?;
+                result.landlock_abi = applied.kernel_abi;
+                result.landlock = Some(applied.status.to_owned());
+                result.no_new_privs = applied.no_new_privs;
+                if applied.status == "none" && !spec.probe {
+                    return Err(
+                        "Landlock is not enforced by this kernel; refusing to run unconfined"
+                            .to_owned(),
+                    );
+                }
+                drop_capabilities(&mut result);
+                super::super::seccomp::apply(!spec.network)?;
+                result.seccomp = true;
+            }
+            Layer::Seccomp => {
+                rustix::thread::set_no_new_privs(true)
+                    .map_err(|err| format!("no_new_privs: {err}"))?;
+                result.no_new_privs = true;
+                // Bubblewrap isolates the network; seccomp adds the rest.
+                super::super::seccomp::apply(false)?;
+                result.seccomp = true;
+                result.capabilities_left = has_capabilities();
+            }
+            Layer::Unconfined => {}
+        }
+        Ok(result)
+    }
+
+    /// Drops every capability (the bounding set too, so running a program as root gives none
+    /// back). Only matters when the agent runs as root.
+    fn drop_capabilities(result: &mut ProbeResult) {
+        use rustix::thread::{CapabilitySet, CapabilitySets};
+        if !has_capabilities() {
+            return;
+        }
+        for bit in 0..64u32 {
+            let _ = rustix::thread::remove_capability_from_bounding_set(
+                CapabilitySet::from_bits_retain(1 << bit),
+            );
+        }
+        let _ = rustix::thread::clear_ambient_capability_set();
+        let empty = CapabilitySets {
+            effective: CapabilitySet::empty(),
+            permitted: CapabilitySet::empty(),
+            inheritable: CapabilitySet::empty(),
+        };
+        if let Err(err) = rustix::thread::set_capabilities(None, empty) {
+            result
+                .notes
+                .push(format!("could not drop capabilities: {err}"));
+        }
+        result.capabilities_left = has_capabilities();
+    }
+
+    fn has_capabilities() -> bool {
+        rustix::thread::capabilities(None)
+            .map(|sets| !sets.effective.is_empty() || !sets.permitted.is_empty())
+            .unwrap_or(true)
+    }
+
+    enum Control {
+        /// Terminate gracefully (SIGTERM, then SIGKILL).
+        Terminate,
+        /// Kill now.
+        Kill,
+    }
+
+    async fn supervise(spec: LaunchSpec) -> Result<i32, String> {
+        // Signal handlers and the runtime's own descriptors exist before seccomp applies.
+        let mut term = signal(SignalKind::terminate()).map_err(|err| err.to_string())?;
+        let mut hangup = signal(SignalKind::hangup()).map_err(|err| err.to_string())?;
+        let mut interrupt = signal(SignalKind::interrupt()).map_err(|err| err.to_string())?;
+        let result = restrict(&spec)?;
+        if spec.probe {
+            println!(
+                "{}",
+                serde_json::to_string(&result).map_err(|err| err.to_string())?
+            );
+            return Ok(0);
+        }
+        let Some((program, args)) = spec.argv.split_first() else {
+            return Err("nothing to run".to_owned());
+        };
+        let child = Command::new(program)
+            .args(args)
+            .current_dir(&spec.cwd)
+            .env_clear()
+            .envs(spec.env.iter().map(|(name, value)| (name, value)))
+            .stdin(Stdio::null())
+            // Its own group: signals for the launcher never reach the program directly.
+            .process_group(0)
+            .spawn()
+            .map_err(|err| format!("could not start {program:?}: {err}"))?;
+        let main = Pid::from_raw(child.id() as i32).ok_or("the program has no pid")?;
+        // Not waited for through `Child`: the loop below reaps every process, this one too.
+        drop(child);
+
+        let (control_sender, mut control) = mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            // The agent holds the other end; end of file means it closed it or died.
+            let mut stdin = std::io::stdin();
+            let mut byte = [0u8; 1];
+            loop {
+                match stdin.read(&mut byte) {
+                    Ok(1) if byte[0] == b'k' => {
+                        let _ = control_sender.send(Control::Kill);
+                    }
+                    Ok(1) => {}
+                    _ => {
+                        let _ = control_sender.send(Control::Terminate);
+                        return;
+                    }
+                }
+            }
+        });
+
+        let mut main_status: Option<rustix::process::WaitStatus> = None;
+        let mut leftovers_deadline: Option<Instant> = None;
+        let mut kill_at: Option<Instant> = None;
+        let mut terminating = false;
+        loop {
+            reap(main, &mut main_status);
+            let tree = descendants();
+            if main_status.is_some() && tree.is_empty() {
+                break;
+            }
+            let now = Instant::now();
+            if main_status.is_some() && leftovers_deadline.is_none() {
+                leftovers_deadline = Some(now + LEFTOVER_GRACE);
+            }
+            if leftovers_deadline.is_some_and(|at| now >= at) || kill_at.is_some_and(|at| now >= at)
+            {
+                kill_all(Signal::KILL);
+            }
+            tokio::select! {
+                _ = term.recv() => {
+                    if !terminating {
+                        terminating = true;
+                        kill_all(Signal::TERM);
+                        kill_at = Some(Instant::now() + TERMINATE_GRACE);
+                    }
+                }
+                _ = hangup.recv() => kill_at = Some(Instant::now()),
+                _ = interrupt.recv() => kill_at = Some(Instant::now()),
+                Some(command) = control.recv() => match command {
+                    Control::Terminate => {
+                        kill_all(Signal::TERM);
+                        kill_at.get_or_insert(Instant::now() + TERMINATE_GRACE);
+                    }
+                    Control::Kill => kill_at = Some(Instant::now()),
+                },
+                () = tokio::time::sleep(TICK) => {}
+            }
+        }
+        Ok(exit_code(main_status))
+    }
+
+    /// Reaps every child that ended (the program and adopted orphans).
+    fn reap(main: Pid, main_status: &mut Option<rustix::process::WaitStatus>) {
+        while let Ok(Some((pid, status))) = rustix::process::wait(WaitOptions::NOHANG) {
+            if pid == main {
+                *main_status = Some(status);
+            }
+        }
+    }
+
+    /// Sends `signal` to every descendant, repeatedly until a pass finds no new process (a
+    /// fork racing the kill is caught by the next pass).
+    fn kill_all(signal: Signal) {
+        let mut signalled = HashSet::new();
+        for _ in 0..50 {
+            let tree = descendants();
+            let fresh: Vec<i32> = tree
+                .into_iter()
+                .filter(|pid| !signalled.contains(pid))
+                .collect();
+            if fresh.is_empty() {
+                return;
+            }
+            for pid in fresh {
+                if let Some(target) = Pid::from_raw(pid) {
+                    let _ = rustix::process::kill_process(target, signal);
+                }
+                signalled.insert(pid);
+            }
+            if signal != Signal::KILL {
+                return;
+            }
+        }
+    }
+
+    /// Every live process below this one, from `/proc`. Orphans are re-parented to us (the
+    /// subreaper), so nothing the program started can leave this tree.
+    fn descendants() -> Vec<i32> {
+        let me = rustix::process::getpid().as_raw_nonzero().get();
+        let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|name| name.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
+            let Some(rest) = stat.rsplit_once(')').map(|(_, rest)| rest) else {
+                continue;
+            };
+            let mut fields = rest.split_whitespace();
+            let state = fields.next().unwrap_or("");
+            let Some(ppid) = fields.next().and_then(|ppid| ppid.parse::<i32>().ok()) else {
+                continue;
+            };
+            if state == "Z" || state == "X" {
+                continue;
+            }
+            children.entry(ppid).or_default().push(pid);
+        }
+        let mut found = Vec::new();
+        let mut queue = vec![me];
+        while let Some(parent) = queue.pop() {
+            if let Some(kids) = children.get(&parent) {
+                for kid in kids {
+                    found.push(*kid);
+                    queue.push(*kid);
+                }
+            }
+        }
+        found
+    }
+
+    fn exit_code(status: Option<rustix::process::WaitStatus>) -> i32 {
+        let Some(status) = status else {
+            return 128 + 9;
+        };
+        if let Some(code) = status.exit_status() {
+            return code;
+        }
+        if let Some(signo) = status.terminating_signal() {
+            // End the same way, so the agent reports "killed by signal N".
+            if let Some(signal) = Signal::from_named_raw(signo) {
+                let _ = rustix::process::kill_process(rustix::process::getpid(), signal);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            return 128 + signo;
+        }
+        1
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+mod imp {
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+
+    use super::super::Layer;
+    use super::read_spec;
+
+    /// Elsewhere (macOS: inside `sandbox-exec`), the launcher only starts the program.
+    pub fn run(spec_file: &Path) -> Result<i32, String> {
+        let spec = read_spec(spec_file)?;
+        if spec.layer != Layer::Unconfined {
+            return Err("this layer needs Linux".to_owned());
+        }
+        if spec.probe {
+            println!("{{}}");
+            return Ok(0);
+        }
+        let Some((program, args)) = spec.argv.split_first() else {
+            return Err("nothing to run".to_owned());
+        };
+        let status = Command::new(program)
+            .args(args)
+            .current_dir(&spec.cwd)
+            .env_clear()
+            .envs(spec.env.iter().map(|(name, value)| (name, value)))
+            .stdin(Stdio::null())
+            .status()
+            .map_err(|err| format!("could not start {program:?}: {err}"))?;
+        Ok(status.code().unwrap_or(1))
+    }
+}

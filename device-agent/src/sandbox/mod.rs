@@ -1,0 +1,844 @@
+//! Confinement: one layer every program a job starts goes through.
+//!
+//! A [`Policy`] says what a run may touch (its work folder read-write, extra writable and
+//! readable paths, denied paths, network on or off, an explicit environment). A [`Sandbox`],
+//! probed once at start, turns a policy and an argv into the command that starts it confined:
+//!
+//! | backend | strength | what it is |
+//! |---|---|---|
+//! | `bwrap` | strong | bubblewrap namespaces around the agent's launcher, which adds seccomp |
+//! | `landlock` | reduced | the launcher restricts itself (Landlock, explicit ABI, + seccomp, capabilities dropped) |
+//! | `seatbelt` | strong | macOS `sandbox-exec` with a generated profile |
+//! | `none` | advisory | a confined spawn is refused, unless the owner ran `run --allow-unsandboxed` |
+//!
+//! Every backend starts the program through the agent's own binary re-executed as a launcher
+//! (the hidden `sandbox-exec` subcommand, [`launcher`]): it restricts itself, starts the
+//! program, becomes the subreaper of everything the program starts, and kills that whole tree
+//! on a stop, on a timeout, when the program ends, or when the agent dies.
+//!
+//! **Architecture Invariant:** never a silent fallback. Whatever runs reports itself in
+//! [`SandboxReport`], the same object `sandbox status` prints and the heartbeat sends; a
+//! weaker mode than probed lowers the strength and says why.
+
+pub mod bwrap;
+#[cfg(target_os = "linux")]
+pub mod landlock;
+pub mod launcher;
+pub mod seatbelt;
+#[cfg(target_os = "linux")]
+pub mod seccomp;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, OnceLock};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use tether_protocol::capabilities::{SandboxReport, SandboxStrength};
+
+use crate::guard::{self, Guard};
+
+/// Exit code of the launcher when it could not apply the sandbox (the program never ran).
+pub const SANDBOX_FAILED: i32 = 121;
+/// The line the launcher prints (on stderr) before exiting with [`SANDBOX_FAILED`].
+pub const SANDBOX_FAILED_PREFIX: &str = "tether-sandbox: ";
+
+/// What a confined run may touch. Paths are absolute; the work folder is also the working
+/// directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// Read-write, and the working directory.
+    pub work_folder: PathBuf,
+    /// Extra read-write paths (the run's private temporary folder, grants).
+    pub writable: Vec<PathBuf>,
+    /// Extra read-only paths (toolchains outside the usual places, a test's probe binary).
+    pub readable: Vec<PathBuf>,
+    /// Paths hidden whatever else says (added to the guard's protected paths).
+    pub denied: Vec<PathBuf>,
+    /// Whether the run may reach the network.
+    pub network: bool,
+    /// The complete environment of the program (nothing else is inherited).
+    pub env: Vec<(String, String)>,
+}
+
+/// Which backend a sandbox uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// Bubblewrap at this path; `proc` is false when `/proc` could not be mounted.
+    Bwrap { path: PathBuf, proc: bool },
+    /// Landlock plus seccomp, applied by the launcher to itself.
+    Landlock,
+    /// macOS `sandbox-exec`.
+    Seatbelt,
+    /// Nothing works (or nothing was chosen); `allow_unsandboxed` is the owner's switch.
+    None { allow_unsandboxed: bool },
+}
+
+/// How the owner asked to pick a backend (`TETHER_SANDBOX`, `TETHER_BWRAP`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// `auto`, `bwrap`, `landlock`, `seatbelt` or `none`.
+    pub choice: String,
+    /// The bubblewrap binary.
+    pub bwrap: PathBuf,
+    /// The agent binary re-executed as the launcher.
+    pub launcher: PathBuf,
+    /// `run --allow-unsandboxed`.
+    pub allow_unsandboxed: bool,
+}
+
+impl Settings {
+    /// From the environment: `TETHER_SANDBOX` (default `auto`), `TETHER_BWRAP` (default
+    /// `/usr/bin/bwrap`), this executable as the launcher.
+    pub fn from_env(allow_unsandboxed: bool) -> Settings {
+        Settings {
+            choice: std::env::var("TETHER_SANDBOX")
+                .ok()
+                .filter(|choice| !choice.trim().is_empty())
+                .unwrap_or_else(|| "auto".to_owned()),
+            bwrap: std::env::var_os("TETHER_BWRAP")
+                .filter(|path| !path.is_empty())
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(bwrap::DEFAULT_PATH)),
+            launcher: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("tether-agent")),
+            allow_unsandboxed,
+        }
+    }
+}
+
+/// The probed sandbox: its backend, its report, and what it needs to build commands.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    backend: Backend,
+    report: SandboxReport,
+    launcher: PathBuf,
+}
+
+/// Why a confined spawn was refused; the job ends `blocked` with this sentence.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
+/// A command ready to spawn, with what must be cleaned up after the run.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The command: stdin is the launcher's control pipe (keep it open while the run lives),
+    /// stdout and stderr are piped, the launcher leads a new process group.
+    pub command: tokio::process::Command,
+    /// The run's private temporary folder, removed when dropped.
+    pub run_dir: tempfile::TempDir,
+    /// Git hooks and configs to restore after the run where the backend cannot make them
+    /// read-only.
+    pub git_snapshot: Option<guard::GitSnapshot>,
+}
+
+impl Prepared {
+    /// After the run: restores git hooks and configs the run changed; the sentences to add
+    /// to the run's output.
+    pub fn finish(self) -> Vec<String> {
+        let Some(snapshot) = &self.git_snapshot else {
+            return Vec::new();
+        };
+        snapshot
+            .restore()
+            .into_iter()
+            .map(|path| {
+                format!(
+                    "tether: restored {} (git hooks and config cannot be changed by a job)",
+                    path.display()
+                )
+            })
+            .collect()
+    }
+}
+
+/// What the launcher applies to itself before it starts the program.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Layer {
+    /// Landlock (the rules below), capabilities dropped, seccomp.
+    Landlock,
+    /// Only seccomp: bubblewrap already confines the filesystem and the network.
+    Seccomp,
+    /// Nothing: the owner allowed unconfined runs (or Seatbelt confines it).
+    Unconfined,
+}
+
+/// The launcher's instructions, written by the agent to a private file in the run's folder
+/// (so the environment never shows up in a process list). An IPC boundary, hence `Serialize`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LaunchSpec {
+    pub layer: Layer,
+    /// Whether the network is allowed (with [`Layer::Landlock`], off also means seccomp
+    /// denies every socket but Unix ones and every `connect`).
+    pub network: bool,
+    /// Read (and execute) access, Landlock only.
+    pub read: Vec<PathBuf>,
+    /// Full access but device creation, Landlock only.
+    pub write: Vec<PathBuf>,
+    /// Read-write device files (`/dev/null`, terminals), Landlock only.
+    pub devices: Vec<PathBuf>,
+    /// Only report what could be applied (as JSON on stdout), run nothing.
+    pub probe: bool,
+    pub argv: Vec<String>,
+    pub cwd: PathBuf,
+    pub env: Vec<(String, String)>,
+}
+
+/// What the launcher reports in probe mode.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProbeResult {
+    /// The Landlock ABI of the kernel, when Landlock is available.
+    pub landlock_abi: Option<i32>,
+    /// `full`, `partial` or `none` for the applied ruleset; absent when not asked.
+    pub landlock: Option<String>,
+    pub seccomp: bool,
+    pub no_new_privs: bool,
+    /// Whether the launcher holds any capability after restricting itself.
+    pub capabilities_left: bool,
+    /// Problems, in sentences.
+    pub notes: Vec<String>,
+}
+
+static INSTALLED: OnceLock<Arc<Sandbox>> = OnceLock::new();
+static GUARD: OnceLock<Guard> = OnceLock::new();
+
+/// Makes `guard` (built for this agent's data dir) the one runs are checked with.
+pub fn install_guard(guard: Guard) {
+    let _ = GUARD.set(guard);
+}
+
+/// The installed guard, else the guard of the default data dir (`TETHER_AGENT_HOME` or the
+/// platform's).
+pub fn guard() -> Guard {
+    GUARD
+        .get_or_init(|| {
+            let explicit = std::env::var_os("TETHER_AGENT_HOME").map(PathBuf::from);
+            let data_dir = crate::state::DataDir::resolve(explicit)
+                .map(|dir| dir.root().to_path_buf())
+                .unwrap_or_else(|_| PathBuf::from("tether-agent"));
+            Guard::for_user(&data_dir)
+        })
+        .clone()
+}
+
+/// Makes `sandbox` the one this process uses (called once at start by `run`).
+pub fn install(sandbox: Sandbox) -> Arc<Sandbox> {
+    INSTALLED.get_or_init(|| Arc::new(sandbox)).clone()
+}
+
+/// The sandbox of this process: the installed one, else probed now from the environment.
+pub fn current() -> Arc<Sandbox> {
+    INSTALLED
+        .get_or_init(|| Arc::new(Sandbox::probe(&Settings::from_env(false))))
+        .clone()
+}
+
+/// The report of this process's sandbox, as `sandbox status` prints it and the heartbeat
+/// sends it.
+pub fn report() -> SandboxReport {
+    current().report().clone()
+}
+
+impl Sandbox {
+    /// Probes the backend `settings` asks for (or the best that works, for `auto`), by
+    /// actually starting the launcher confined.
+    pub fn probe(settings: &Settings) -> Sandbox {
+        let choice = settings.choice.trim().to_ascii_lowercase();
+        let mut reasons = Vec::new();
+        let candidates: Vec<&str> = match choice.as_str() {
+            "auto" if cfg!(target_os = "macos") => vec!["seatbelt"],
+            "auto" => vec!["bwrap", "landlock"],
+            "bwrap" | "landlock" | "seatbelt" => vec![choice.as_str()],
+            "none" => {
+                reasons.push(
+                    "TETHER_SANDBOX=none: confinement was turned off by the owner".to_owned(),
+                );
+                Vec::new()
+            }
+            other => {
+                reasons.push(format!(
+                    "TETHER_SANDBOX={other:?} is not one of auto, bwrap, landlock, seatbelt, none"
+                ));
+                Vec::new()
+            }
+        };
+        for candidate in candidates {
+            let probed = match candidate {
+                "bwrap" => bwrap::probe(&settings.bwrap, &settings.launcher),
+                "landlock" => probe_landlock(&settings.launcher),
+                _ => seatbelt::probe(),
+            };
+            match probed {
+                Ok(sandbox) => {
+                    let mut sandbox = sandbox;
+                    sandbox.launcher = settings.launcher.clone();
+                    // Earlier candidates that failed explain why this one was picked.
+                    sandbox.report.reasons.splice(0..0, reasons);
+                    return sandbox;
+                }
+                Err(reason) => reasons.push(reason),
+            }
+        }
+        Sandbox::none(settings, reasons)
+    }
+
+    fn none(settings: &Settings, mut reasons: Vec<String>) -> Sandbox {
+        if settings.allow_unsandboxed {
+            reasons.push(
+                "the owner ran `tether-agent run --allow-unsandboxed`: jobs run UNCONFINED, with this user's permissions"
+                    .to_owned(),
+            );
+        } else {
+            reasons.push(
+                "confined runs are refused (jobs end blocked); `tether-agent run --allow-unsandboxed` runs them unconfined"
+                    .to_owned(),
+            );
+        }
+        let mut guarantees = Map::new();
+        guarantees.insert("confined".into(), json!(false));
+        guarantees.insert(
+            "unconfinedAllowed".into(),
+            json!(settings.allow_unsandboxed),
+        );
+        guarantees.insert("hardFloor".into(), json!(true));
+        guarantees.insert("protectedPathsRefused".into(), json!(true));
+        guarantees.insert("environmentScrubbed".into(), json!(true));
+        guarantees.insert("processTreeKill".into(), json!(cfg!(target_os = "linux")));
+        Sandbox {
+            backend: Backend::None {
+                allow_unsandboxed: settings.allow_unsandboxed,
+            },
+            report: SandboxReport {
+                backend: "none".to_owned(),
+                strength: SandboxStrength::Advisory,
+                guarantees,
+                reasons,
+            },
+            launcher: settings.launcher.clone(),
+        }
+    }
+
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    pub fn report(&self) -> &SandboxReport {
+        &self.report
+    }
+
+    /// Builds the confined command for `argv` under `policy`, after the guard checked every
+    /// path the policy grants.
+    ///
+    /// # Errors
+    /// [`Refused`] when no backend works (and unconfined runs are not allowed), or when the
+    /// guard refuses a granted path.
+    pub fn prepare(
+        &self,
+        guard: &Guard,
+        policy: &Policy,
+        argv: &[String],
+    ) -> Result<Prepared, Refused> {
+        if argv.is_empty() {
+            return Err(Refused("nothing to run".to_owned()));
+        }
+        if let Backend::None {
+            allow_unsandboxed: false,
+        } = self.backend
+        {
+            let why = self.report.reasons.first().cloned().unwrap_or_default();
+            return Err(Refused(format!(
+                "no working sandbox on this computer, so confined runs are refused ({why}); the owner can run `tether-agent run --allow-unsandboxed` to run jobs unconfined"
+            )));
+        }
+        for path in std::iter::once(&policy.work_folder)
+            .chain(&policy.writable)
+            .chain(&policy.readable)
+        {
+            guard
+                .check_access(path)
+                .map_err(|err| Refused(err.to_string()))?;
+        }
+        let run_dir = tempfile::Builder::new()
+            .prefix("tether-run-")
+            .tempdir()
+            .map_err(|err| Refused(format!("cannot create the run's temporary folder: {err}")))?;
+        let run_dir_path = run_dir
+            .path()
+            .canonicalize()
+            .unwrap_or_else(|_| run_dir.path().to_path_buf());
+        let mut policy = policy.clone();
+        policy.writable.push(run_dir_path.clone());
+        set_env(
+            &mut policy.env,
+            "TMPDIR",
+            &run_dir_path.display().to_string(),
+        );
+
+        let mut denied: Vec<PathBuf> = guard.protected().to_vec();
+        denied.extend(policy.denied.iter().cloned());
+        let (layer, mut command, git_snapshot) = match &self.backend {
+            Backend::Bwrap { path, proc } => {
+                let protected_git = bwrap::prepare_git(&policy.work_folder);
+                let args = bwrap::args(&bwrap::Mounts {
+                    policy: &policy,
+                    denied: &denied,
+                    home: guard.home(),
+                    git: &protected_git,
+                    launcher: &self.launcher,
+                    proc: *proc,
+                });
+                let mut command = tokio::process::Command::new(path);
+                command.args(args);
+                (Layer::Seccomp, command, None)
+            }
+            Backend::Landlock => {
+                let command = tokio::process::Command::new(&self.launcher);
+                let snapshot = guard::GitSnapshot::take(&policy.work_folder);
+                (Layer::Landlock, command, Some(snapshot))
+            }
+            Backend::Seatbelt => {
+                let profile = seatbelt::profile(&policy, &denied, guard.home());
+                let mut command = tokio::process::Command::new(seatbelt::SANDBOX_EXEC);
+                command.args(["-p", &profile, "--"]).arg(&self.launcher);
+                (Layer::Unconfined, command, None)
+            }
+            Backend::None { .. } => {
+                let command = tokio::process::Command::new(&self.launcher);
+                let snapshot = guard::GitSnapshot::take(&policy.work_folder);
+                (Layer::Unconfined, command, Some(snapshot))
+            }
+        };
+        let rules = landlock_rules(&policy, &denied, guard.home());
+        let spec = LaunchSpec {
+            layer,
+            network: policy.network,
+            read: rules.read,
+            write: rules.write,
+            devices: rules.devices,
+            probe: false,
+            argv: argv.to_vec(),
+            cwd: policy.work_folder.clone(),
+            env: policy.env.clone(),
+        };
+        let spec_path = run_dir_path.join(".tether-launch.json");
+        let bytes = serde_json::to_vec(&spec).map_err(|err| Refused(err.to_string()))?;
+        crate::state::write_atomic(&spec_path, &bytes)
+            .map_err(|err| Refused(format!("cannot write the launch spec: {err}")))?;
+        command
+            .args(["sandbox-exec", "--spec-file"])
+            .arg(&spec_path)
+            .current_dir(&policy.work_folder)
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        #[cfg(unix)]
+        command.process_group(0);
+        Ok(Prepared {
+            command,
+            run_dir,
+            git_snapshot,
+        })
+    }
+}
+
+fn set_env(env: &mut Vec<(String, String)>, name: &str, value: &str) {
+    env.retain(|(existing, _)| existing != name);
+    env.push((name.to_owned(), value.to_owned()));
+}
+
+/// System folders a confined program may read (and run programs from).
+pub const SYSTEM_READ: &[&str] = &[
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/nix/store",
+];
+
+/// Folders under the home folder that hold toolchains, given read-only.
+pub const HOME_TOOLCHAINS: &[&str] = &[
+    ".cargo",
+    ".rustup",
+    ".pyenv",
+    ".nvm",
+    ".local/bin",
+    ".local/lib",
+    ".local/share/pnpm",
+    "go",
+    ".deno",
+    ".bun",
+    ".volta",
+    ".asdf",
+    ".sdkman",
+    ".juliaup",
+    ".ghcup",
+    ".elan",
+];
+
+/// Device files a confined program may read and write.
+pub const DEVICES_RW: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+];
+/// Device files a confined program may read.
+pub const DEVICES_READ: &[&str] = &["/dev/random", "/dev/urandom"];
+
+/// Toolchain folders of this user that exist: the usual ones under home, plus every `PATH`
+/// entry under home.
+pub fn toolchains(home: Option<&Path>, path_var: Option<&str>) -> Vec<PathBuf> {
+    let Some(home) = home else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = HOME_TOOLCHAINS.iter().map(|dir| home.join(dir)).collect();
+    if let Some(path_var) = path_var {
+        for entry in path_var.split(':').filter(|entry| entry.starts_with('/')) {
+            let entry = PathBuf::from(entry);
+            if entry.starts_with(home) && entry != home {
+                found.push(entry);
+            }
+        }
+    }
+    found.retain(|dir| dir.is_dir());
+    found.sort();
+    found.dedup();
+    // Keep only the outermost of nested entries.
+    let all = found.clone();
+    found.retain(|dir| {
+        !all.iter()
+            .any(|other| other != dir && dir.starts_with(other))
+    });
+    found
+}
+
+/// Landlock rules of a policy: host paths, split around denied paths.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Rules {
+    pub read: Vec<PathBuf>,
+    pub write: Vec<PathBuf>,
+    pub devices: Vec<PathBuf>,
+}
+
+/// Landlock only allows; to keep a denied path out of an allowed folder, the folder is
+/// replaced by its entries (recursively, only along the way to the denied path). Entries made
+/// later in a split folder are not covered, so they are denied too.
+pub fn landlock_rules(policy: &Policy, denied: &[PathBuf], home: Option<&Path>) -> Rules {
+    let path_var = policy
+        .env
+        .iter()
+        .find(|(name, _)| name == "PATH")
+        .map(|(_, value)| value.as_str());
+    let mut read_roots: Vec<PathBuf> = SYSTEM_READ.iter().map(PathBuf::from).collect();
+    read_roots.push(PathBuf::from("/proc"));
+    read_roots.extend(toolchains(home, path_var));
+    read_roots.extend(policy.readable.iter().cloned());
+    let mut write_roots = vec![policy.work_folder.clone()];
+    write_roots.extend(policy.writable.iter().cloned());
+    let split = |roots: Vec<PathBuf>| -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for root in roots {
+            if root.exists() {
+                split_around(&root, denied, &mut out);
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    };
+    Rules {
+        read: split(read_roots),
+        write: split(write_roots),
+        devices: DEVICES_RW
+            .iter()
+            .chain(DEVICES_READ)
+            .map(PathBuf::from)
+            .filter(|path| path.exists())
+            .collect(),
+    }
+}
+
+fn split_around(root: &Path, denied: &[PathBuf], out: &mut Vec<PathBuf>) {
+    if denied.iter().any(|hole| root.starts_with(hole)) {
+        return;
+    }
+    if !denied.iter().any(|hole| hole.starts_with(root)) {
+        out.push(root.to_path_buf());
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        split_around(&entry.path(), denied, out);
+    }
+}
+
+/// Probes Landlock by starting the launcher with the full restriction in probe mode.
+fn probe_landlock(launcher: &Path) -> Result<Sandbox, String> {
+    if !cfg!(target_os = "linux") {
+        return Err("landlock: only on Linux".to_owned());
+    }
+    let work = tempfile::tempdir().map_err(|err| format!("landlock: cannot probe: {err}"))?;
+    let spec = LaunchSpec {
+        layer: Layer::Landlock,
+        network: false,
+        read: SYSTEM_READ
+            .iter()
+            .map(PathBuf::from)
+            .filter(|p| p.exists())
+            .collect(),
+        write: vec![work.path().to_path_buf()],
+        devices: vec![PathBuf::from("/dev/null")],
+        probe: true,
+        argv: vec!["true".to_owned()],
+        cwd: work.path().to_path_buf(),
+        env: Vec::new(),
+    };
+    let result =
+        run_probe(launcher, None, &spec, work.path()).map_err(|err| format!("landlock: {err}"))?;
+    let mut reasons = Vec::new();
+    let mut strength = SandboxStrength::Reduced;
+    match result.landlock.as_deref() {
+        Some("full") => {}
+        Some("partial") => {
+            strength = SandboxStrength::Advisory;
+            reasons
+                .push("landlock: the kernel enforces only part of the requested rules".to_owned());
+        }
+        _ => {
+            return Err(format!(
+                "landlock: not enforced on this kernel ({})",
+                result.notes.join("; ")
+            ))
+        }
+    }
+    let abi = result.landlock_abi.unwrap_or(0);
+    if abi < 4 {
+        reasons.push(format!(
+            "landlock ABI {abi}: TCP is not confined by Landlock, only by seccomp"
+        ));
+    }
+    if abi < 6 {
+        strength = SandboxStrength::Advisory;
+        reasons.push(format!(
+            "landlock ABI {abi}: signals and abstract sockets are not scoped"
+        ));
+    }
+    if !result.seccomp {
+        strength = SandboxStrength::Advisory;
+        reasons
+            .push("seccomp could not be applied: sockets, ptrace and io_uring are open".to_owned());
+    }
+    if result.capabilities_left {
+        strength = SandboxStrength::Advisory;
+        reasons.push("the launcher kept capabilities after dropping them".to_owned());
+    }
+    reasons.extend(result.notes);
+    reasons.extend(
+        [
+            "Landlock is reduced: no PID namespace (other processes are listed, their command lines readable)",
+            "home is unreadable except toolchains, but the system folders are shared with the host (read-only)",
+            "with network on, nothing is confined on the network, pathname Unix sockets included",
+            "git hooks and config in the work folder cannot be made read-only; the agent restores them after the run",
+        ]
+        .map(str::to_owned),
+    );
+    let mut guarantees = Map::new();
+    for (name, value) in [
+        ("confined", json!(true)),
+        ("landlockAbi", json!(abi)),
+        ("filesystemWriteConfined", json!(true)),
+        ("homeHidden", json!(true)),
+        ("protectedPathsHidden", json!(true)),
+        ("networkOffEnforced", json!(true)),
+        ("unixSocketsBlockedWhenOffline", json!(true)),
+        ("pidNamespace", json!(false)),
+        ("signalsScoped", json!(abi >= 6)),
+        ("seccomp", json!(result.seccomp)),
+        ("capabilitiesDropped", json!(!result.capabilities_left)),
+        ("gitMetadataReadOnly", json!(false)),
+        ("processTreeKill", json!("subreaper")),
+        ("hardFloor", json!(true)),
+        ("environmentScrubbed", json!(true)),
+    ] {
+        guarantees.insert(name.to_owned(), value);
+    }
+    Ok(Sandbox {
+        backend: Backend::Landlock,
+        report: SandboxReport {
+            backend: "landlock".to_owned(),
+            strength,
+            guarantees,
+            reasons,
+        },
+        launcher: launcher.to_path_buf(),
+    })
+}
+
+/// Runs the launcher in probe mode (under `wrapper` when given) and reads its report.
+fn run_probe(
+    launcher: &Path,
+    wrapper: Option<(&Path, Vec<String>)>,
+    spec: &LaunchSpec,
+    dir: &Path,
+) -> Result<ProbeResult, String> {
+    let spec_path = dir.join(".tether-probe.json");
+    let bytes = serde_json::to_vec(spec).map_err(|err| err.to_string())?;
+    crate::state::write_atomic(&spec_path, &bytes).map_err(|err| err.to_string())?;
+    let mut command = match &wrapper {
+        Some((program, args)) => {
+            let mut command = std::process::Command::new(program);
+            command.args(args);
+            command
+        }
+        None => std::process::Command::new(launcher),
+    };
+    let output = command
+        .args(["sandbox-exec", "--spec-file"])
+        .arg(&spec_path)
+        .current_dir(dir)
+        .env_clear()
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|err| {
+            format!(
+                "cannot start {}: {err}",
+                wrapper.as_ref().map_or(launcher, |w| w.0).display()
+            )
+        })?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() {
+        let said = stderr.trim();
+        return Err(format!(
+            "the probe failed ({}){}",
+            output.status,
+            if said.is_empty() {
+                String::new()
+            } else {
+                format!(": {said}")
+            }
+        ));
+    }
+    serde_json::from_str(stdout.trim()).map_err(|err| format!("the probe said {stdout:?}: {err}"))
+}
+
+/// The value of a guarantee, for tests and rendering.
+pub fn guarantee<'a>(report: &'a SandboxReport, name: &str) -> Option<&'a Value> {
+    report.guarantees.get(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(choice: &str, bwrap: &str) -> Settings {
+        Settings {
+            choice: choice.to_owned(),
+            bwrap: PathBuf::from(bwrap),
+            launcher: PathBuf::from("/nonexistent/tether-agent"),
+            allow_unsandboxed: false,
+        }
+    }
+
+    #[test]
+    fn a_missing_backend_is_reported_and_refused() {
+        let sandbox = Sandbox::probe(&settings("bwrap", "/nonexistent/bwrap"));
+        let report = sandbox.report();
+        assert_eq!(report.backend, "none");
+        assert_eq!(report.strength, SandboxStrength::Advisory);
+        assert!(
+            report.reasons[0].contains("/nonexistent/bwrap"),
+            "{report:?}"
+        );
+        let tmp = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
+        let guard = Guard::new(None, &tmp.path().join("data"));
+        let policy = Policy {
+            work_folder: tmp.path().to_path_buf(),
+            writable: Vec::new(),
+            readable: Vec::new(),
+            denied: Vec::new(),
+            network: false,
+            env: Vec::new(),
+        };
+        let refused = sandbox.prepare(&guard, &policy, &["true".to_owned()]);
+        assert!(
+            matches!(&refused, Err(Refused(why)) if why.contains("no working sandbox") && why.contains("/nonexistent/bwrap")),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_choice_is_none_with_the_reason() {
+        let report = Sandbox::probe(&settings("docker", "/usr/bin/bwrap"))
+            .report()
+            .clone();
+        assert_eq!(report.backend, "none");
+        assert!(report.reasons[0].contains("\"docker\""), "{report:?}");
+        let mut allowed = settings("none", "/usr/bin/bwrap");
+        allowed.allow_unsandboxed = true;
+        let report = Sandbox::probe(&allowed).report().clone();
+        assert_eq!(
+            report.guarantees.get("unconfinedAllowed"),
+            Some(&json!(true))
+        );
+        assert!(
+            report
+                .reasons
+                .iter()
+                .any(|reason| reason.contains("UNCONFINED")),
+            "{report:?}"
+        );
+    }
+
+    #[test]
+    fn landlock_rules_split_folders_around_denied_paths() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
+        let root = tmp.path().canonicalize().unwrap_or_default();
+        let home = root.join("home");
+        for dir in [".cargo/bin", ".cargo/registry", "work/src", ".ssh"] {
+            std::fs::create_dir_all(home.join(dir)).unwrap_or_default();
+        }
+        std::fs::write(home.join(".cargo/credentials.toml"), "token").unwrap_or_default();
+        std::fs::write(home.join(".cargo/config.toml"), "").unwrap_or_default();
+        let policy = Policy {
+            work_folder: home.join("work"),
+            writable: Vec::new(),
+            readable: Vec::new(),
+            denied: Vec::new(),
+            network: false,
+            env: vec![(
+                "PATH".into(),
+                format!("/usr/bin:{}", home.join(".cargo/bin").display()),
+            )],
+        };
+        let denied = vec![home.join(".cargo/credentials.toml"), home.join(".ssh")];
+        let rules = landlock_rules(&policy, &denied, Some(&home));
+        let under_home: Vec<&PathBuf> =
+            rules.read.iter().filter(|p| p.starts_with(&home)).collect();
+        assert_eq!(
+            under_home,
+            [
+                &home.join(".cargo/bin"),
+                &home.join(".cargo/config.toml"),
+                &home.join(".cargo/registry")
+            ]
+        );
+        assert_eq!(rules.write, [home.join("work")]);
+        assert!(rules.read.contains(&PathBuf::from("/usr")));
+        assert!(!rules.read.iter().any(|p| p == Path::new("/dev")));
+    }
+}

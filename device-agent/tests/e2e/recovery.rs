@@ -1,0 +1,635 @@
+//! Wake-ups, file relays and outage recovery with real processes: the agent binary, the
+//! server (in this process, or as its own binary when the test kills it), and a proxy
+//! between them that a test can cut.
+//!
+//! Side effects are counted, not guessed: the recipes append a line to `runs.txt` in the
+//! shared folder at start and at end, so a run that ran twice (or not to its end) shows.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tether_protocol::jobs::JobState;
+use tokio::process::{Child, Command};
+
+use super::proxy::Proxy;
+use super::*;
+
+/// Appends `start N` and `end N` (N = TETHER_RESUMED, 0 for a first run) around a sleep.
+/// The first attempt sleeps `$1` seconds, a carried-on one 1 second.
+const COUNTED: &str = r#"n=${TETHER_RESUMED:-0}; echo "start $n" >> runs.txt; echo "started $n"; if [ "$n" = 0 ]; then sleep "$1"; else sleep 1; fi; echo "end $n" >> runs.txt; echo "finished $n""#;
+
+/// A computer paired with a server, sharing `work`, with `counted` recipes.
+struct Rig {
+    web: Web,
+    home: tempfile::TempDir,
+    work: tempfile::TempDir,
+    device_id: String,
+}
+
+impl Rig {
+    /// Signs up on `server_base`, pairs the agent through `agent_base` (the server or a
+    /// proxy in front of it), shares a folder and adds `counted-<secs>` recipes.
+    async fn new(server_base: &str, agent_base: &str, sleeps: &[u32]) -> Rig {
+        let web = Web::sign_up(server_base).await;
+        let home = tempfile::tempdir().unwrap();
+        let work = tempfile::tempdir().unwrap();
+        let device_id = pair(agent_base, &web, home.path()).await;
+        agent_ok(
+            home.path(),
+            &["folders", "share", "work", work.path().to_str().unwrap()],
+        )
+        .await;
+        agent_ok(
+            home.path(),
+            &["recipe", "add", "echo", "--", "sh", "-c", "echo started"],
+        )
+        .await;
+        for secs in sleeps {
+            let name = format!("counted-{secs}");
+            let secs = secs.to_string();
+            agent_ok(
+                home.path(),
+                &[
+                    "recipe", "add", &name, "--", "sh", "-c", COUNTED, "counted", &secs,
+                ],
+            )
+            .await;
+        }
+        Rig {
+            web,
+            home,
+            work,
+            device_id,
+        }
+    }
+
+    /// Starts `tether-agent run` and waits until the device is online with its recipes and
+    /// its event stream is connected.
+    async fn start_daemon(&self) -> Daemon {
+        let daemon = Daemon::start(self.home.path());
+        self.web
+            .wait_for_device(&self.device_id, |device| {
+                device.online
+                    && device
+                        .capabilities
+                        .as_ref()
+                        .is_some_and(|caps| !caps.engines.is_empty())
+            })
+            .await;
+        daemon
+            .wait_for_log("event stream connected", Duration::from_secs(30))
+            .await;
+        daemon
+    }
+
+    /// The lines the runs appended to `runs.txt`.
+    fn side_effects(&self) -> Vec<String> {
+        std::fs::read_to_string(self.work.path().join("runs.txt"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Daemon {
+    /// `tether-agent run ARGS…` in the background, its output collected.
+    fn start_with(home: &Path, args: &[&str]) -> Daemon {
+        let mut child = agent_command(home)
+            .arg("run")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = Arc::new(Mutex::new(String::new()));
+        tokio::spawn(collect(child.stderr.take().unwrap(), stderr.clone()));
+        tokio::spawn(collect(child.stdout.take().unwrap(), stderr.clone()));
+        Daemon { child, stderr }
+    }
+
+    /// Waits until the agent's log says `text`.
+    async fn wait_for_log(&self, text: &str, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while !self.stderr().contains(text) {
+            assert!(
+                Instant::now() < deadline,
+                "the agent never said {text:?}:\n{}",
+                self.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// A job for a connected, idle agent starts at once through the event stream: the server's
+/// heartbeat is 30 s here, so only a push explains a start within a second or so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_starts_a_job_on_an_idle_agent_at_once() {
+    let server = spawn_server_with(None, |config| config.heartbeat_secs = 30).await;
+    let rig = Rig::new(&server.base, &server.base, &[]).await;
+    let daemon = rig.start_daemon().await;
+    // Let the first heartbeat's claim pass, so the agent is idle and waiting.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let jobs = jobs_to_measure(10);
+    let mut to_claim = Vec::new();
+    let mut to_output = Vec::new();
+    for _ in 0..jobs {
+        let created_at = Instant::now();
+        let job = rig.web.create_job(&rig.device_id, "echo", "hi").await;
+        let job = rig
+            .web
+            .wait_for_job(job.id.as_str(), Duration::from_secs(10), |job| {
+                output_lines(job).iter().any(|line| line == "started")
+            })
+            .await;
+        to_output.push(created_at.elapsed());
+        let claimed = job.started_at.unwrap() - job.created_at;
+        to_claim.push(claimed.to_std().unwrap_or_default());
+        rig.web
+            .wait_for_job(job.id.as_str(), Duration::from_secs(10), |job| {
+                job.state.is_final()
+            })
+            .await;
+    }
+    eprintln!(
+        "push, {jobs} jobs, heartbeat 30 s: assignment→claim (server clock) {}; \
+         assignment→first output seen by the web (includes the 250 ms output batching and \
+         this test's 100 ms polling) {}",
+        percentiles(&mut to_claim),
+        percentiles(&mut to_output)
+    );
+    assert!(
+        to_output.iter().all(|took| *took < Duration::from_secs(5)),
+        "{to_output:?}\n{}",
+        daemon.stderr()
+    );
+}
+
+/// How many jobs a latency test assigns: `TETHER_PICKUP_JOBS` (for a longer measurement),
+/// else `default`.
+fn jobs_to_measure(default: usize) -> usize {
+    std::env::var("TETHER_PICKUP_JOBS")
+        .ok()
+        .and_then(|jobs| jobs.parse().ok())
+        .unwrap_or(default)
+        .max(1)
+}
+
+/// `p50 …, p99 …, max …` of the samples (sorted in place).
+fn percentiles(samples: &mut [Duration]) -> String {
+    samples.sort();
+    let at = |share: f64| {
+        let index = ((samples.len() as f64 * share).ceil() as usize).clamp(1, samples.len());
+        samples[index - 1]
+    };
+    format!(
+        "p50 {:?}, p99 {:?}, max {:?}",
+        at(0.5),
+        at(0.99),
+        samples[samples.len() - 1]
+    )
+}
+
+/// With the event stream dropped (and refused), a new job still starts within a heartbeat:
+/// the agent claims on every heartbeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_event_stream_costs_at_most_a_heartbeat() {
+    let heartbeat = Duration::from_secs(2);
+    let server = spawn_server_with(None, |config| config.heartbeat_secs = 2).await;
+    let proxy = Proxy::start(&server.base).await;
+    let rig = Rig::new(&server.base, &proxy.base, &[]).await;
+    let daemon = rig.start_daemon().await;
+    assert_eq!(proxy.events_opened(), 1);
+
+    proxy.drop_events();
+    daemon
+        .wait_for_log("event stream lost", Duration::from_secs(10))
+        .await;
+    let jobs = jobs_to_measure(1);
+    let mut to_claim = Vec::new();
+    for _ in 0..jobs {
+        let job = rig.web.create_job(&rig.device_id, "echo", "hi").await;
+        let job = rig
+            .web
+            .wait_for_job(job.id.as_str(), Duration::from_secs(20), |job| {
+                job.state.is_final()
+            })
+            .await;
+        assert_eq!(job.state, JobState::Succeeded, "{}", daemon.stderr());
+        let claimed = (job.started_at.unwrap() - job.created_at)
+            .to_std()
+            .unwrap_or_default();
+        // One heartbeat, plus the claim's own round trip.
+        assert!(
+            claimed <= heartbeat + Duration::from_secs(1),
+            "{claimed:?}\n{}",
+            daemon.stderr()
+        );
+        to_claim.push(claimed);
+    }
+    eprintln!(
+        "no event stream (polling only), {jobs} job(s), heartbeat {heartbeat:?}: \
+         assignment→claim {}",
+        percentiles(&mut to_claim)
+    );
+    assert_eq!(proxy.events_opened(), 1, "the stream stayed down");
+
+    // Once the stream is allowed again, the agent reconnects by itself.
+    proxy.restore();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while proxy.events_opened() < 2 {
+        assert!(Instant::now() < deadline, "{}", daemon.stderr());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The web reads a job's folder live from the device, after the job ended, within the
+/// device's rules: no secrets, no `.git`, no links leading out, text redacted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_reads_a_jobs_folder_live_within_the_devices_rules() {
+    let server = spawn_server(None).await;
+    let rig = Rig::new(&server.base, &server.base, &[]).await;
+    let work = rig.work.path();
+    std::fs::create_dir_all(work.join("src")).unwrap();
+    std::fs::create_dir_all(work.join(".git")).unwrap();
+    std::fs::write(work.join("README.md"), "hello\n").unwrap();
+    std::fs::write(work.join("src/lib.rs"), "pub fn f() {}\n").unwrap();
+    std::fs::write(work.join(".env"), "DB_PASSWORD=hunter2\n").unwrap();
+    std::fs::write(work.join(".git/config"), "[core]\n").unwrap();
+    std::fs::write(
+        work.join("deploy.sh"),
+        "export API_TOKEN=abc123\ncurl -H 'x: ghp_abcdefghijklmnopqrstuvwxyz0123'\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", work.join("escape")).unwrap();
+    let daemon = rig.start_daemon().await;
+    let job = rig.web.create_job(&rig.device_id, "echo", "hi").await;
+    let job_id = job.id.to_string();
+    rig.web
+        .wait_for_job(&job_id, Duration::from_secs(30), |job| job.state.is_final())
+        .await;
+
+    let res = rig.web.get(&format!("/api/jobs/{job_id}/tree?path=")).await;
+    assert_eq!(res.status(), StatusCode::OK, "{}", daemon.stderr());
+    let tree: Value = res.json().await.unwrap();
+    let names: Vec<&str> = tree["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| entry["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["src", "README.md", "deploy.sh", "escape"], "{tree}");
+
+    let read = |path: &str| {
+        let web = &rig.web;
+        let url = format!("/api/jobs/{job_id}/file?path={path}");
+        async move {
+            let res = web.get(&url).await;
+            let status = res.status();
+            (status, res.json::<Value>().await.unwrap_or_default())
+        }
+    };
+    let (status, file) = read("README.md").await;
+    assert_eq!(
+        (status, file["text"].as_str()),
+        (StatusCode::OK, Some("hello\n"))
+    );
+    let (status, file) = read("deploy.sh").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        file["text"],
+        "export API_TOKEN=[redacted]\ncurl -H 'x: [redacted]'\n"
+    );
+    for refused in [".env", ".git/config", "escape"] {
+        let (status, body) = read(refused).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{refused}: {body}");
+        assert_eq!(body["error"]["code"], "path_refused", "{refused}: {body}");
+    }
+    let (status, body) = read("missing.txt").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+}
+
+/// `kill -9` of the agent mid-run: after the lease, the job is interrupted; the agent started
+/// again carries it on (a new attempt with TETHER_RESUMED=1) and it finishes once. The first
+/// attempt's process never reaches its end (it dies with the agent, or the restarted agent
+/// stops what is left of it before carrying on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_killed_mid_run_is_interrupted_then_resumed_once() {
+    let server = spawn_server_with(None, |config| {
+        config.lease_secs = 3;
+        config.heartbeat_secs = 1;
+    })
+    .await;
+    let rig = Rig::new(&server.base, &server.base, &[30]).await;
+    let mut daemon = rig.start_daemon().await;
+
+    let job = rig
+        .web
+        .create_job(&rig.device_id, "counted-30", "count")
+        .await;
+    let job_id = job.id.to_string();
+    rig.web
+        .wait_for_job(&job_id, Duration::from_secs(30), |job| {
+            output_lines(job).contains(&"started 0".to_owned())
+        })
+        .await;
+    daemon.signal("KILL").await;
+    let _ = daemon.wait(Duration::from_secs(10)).await;
+    let first = daemon.stderr();
+
+    let killed_at = Instant::now();
+    let job = rig
+        .web
+        .wait_for_job(&job_id, Duration::from_secs(30), |job| job.state.is_final())
+        .await;
+    assert_eq!(job.state, JobState::Interrupted, "{job:#?}");
+    eprintln!("interrupted {:?} after the kill", killed_at.elapsed());
+    assert_eq!(rig.side_effects(), ["start 0"]);
+    assert!(rig
+        .home
+        .path()
+        .join("runs")
+        .join(format!("{job_id}.json"))
+        .exists());
+
+    let daemon = rig.start_daemon().await;
+    let job = rig
+        .web
+        .wait_for_job(&job_id, Duration::from_secs(60), |job| job.state.is_final())
+        .await;
+    assert_eq!(
+        job.state,
+        JobState::Succeeded,
+        "{job:#?}\n--- first agent:\n{first}\n--- second agent:\n{}",
+        daemon.stderr()
+    );
+    assert_eq!(job.attempt, 2);
+    assert!(output_lines(&job).contains(&"finished 1".to_owned()));
+    // Nothing more happens: no second carry-on, no leftover of the first attempt.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(rig.side_effects(), ["start 0", "start 1", "end 1"]);
+    let job = rig.web.job(&job_id).await;
+    assert_eq!((job.state, job.attempt), (JobState::Succeeded, 2));
+    assert!(!rig
+        .home
+        .path()
+        .join("runs")
+        .join(format!("{job_id}.json"))
+        .exists());
+    eprintln!("--- second agent said:\n{}", daemon.stderr());
+}
+
+/// A network outage longer than the lease, with the server up: the sweeper marks the job
+/// interrupted; when the network is back the agent reattaches the run (same attempt, new
+/// lease) and it finishes once. One run keeps going through the outage, one finishes
+/// during it (its completion is reported after the reattach).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_network_outage_past_the_lease_is_reattached_and_finishes_once() {
+    let server = spawn_server_with(None, |config| {
+        config.lease_secs = 3;
+        config.heartbeat_secs = 1;
+    })
+    .await;
+    let proxy = Proxy::start(&server.base).await;
+    let rig = Rig::new(&server.base, &proxy.base, &[3, 12]).await;
+    let daemon = Daemon::start_with(rig.home.path(), &["--max-runs", "2"]);
+    daemon
+        .wait_for_log("event stream connected", Duration::from_secs(30))
+        .await;
+
+    let short = rig
+        .web
+        .create_job(&rig.device_id, "counted-3", "short")
+        .await;
+    let long = rig
+        .web
+        .create_job(&rig.device_id, "counted-12", "long")
+        .await;
+    for job in [&short, &long] {
+        rig.web
+            .wait_for_job(job.id.as_str(), Duration::from_secs(30), |job| {
+                output_lines(job).contains(&"started 0".to_owned())
+            })
+            .await;
+    }
+
+    proxy.cut();
+    let cut_at = Instant::now();
+    for job in [&short, &long] {
+        let seen = rig
+            .web
+            .wait_for_job(job.id.as_str(), Duration::from_secs(20), |job| {
+                job.state.is_final()
+            })
+            .await;
+        assert_eq!(seen.state, JobState::Interrupted, "{seen:#?}");
+    }
+    // The short run finishes while cut off.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rig.side_effects().len() < 3 {
+        assert!(Instant::now() < deadline, "{:?}", rig.side_effects());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "both interrupted; network back after {:?}",
+        cut_at.elapsed()
+    );
+    proxy.restore();
+
+    for job in [&short, &long] {
+        // Interrupted is final too; wait for it to come back and end.
+        let done = rig
+            .web
+            .wait_for_job(job.id.as_str(), Duration::from_secs(40), |job| {
+                job.state.is_final() && job.state != JobState::Interrupted
+            })
+            .await;
+        assert_eq!(
+            done.state,
+            JobState::Succeeded,
+            "{done:#?}\n{}",
+            daemon.stderr()
+        );
+        assert_eq!(done.attempt, 1, "reattached, not resumed");
+        assert!(
+            output_lines(&done).contains(&"finished 0".to_owned()),
+            "output printed while cut off is delivered: {:?}",
+            output_lines(&done)
+        );
+        assert!(
+            done.events
+                .iter()
+                .any(|event| event.text.contains("Reattached")),
+            "{:#?}",
+            done.events
+        );
+    }
+    let mut effects = rig.side_effects();
+    effects.sort();
+    assert_eq!(effects, ["end 0", "end 0", "start 0", "start 0"]);
+    assert!(daemon.stderr().contains("reattached after an outage"));
+}
+
+/// `kill -9` of the server mid-run, restarted on the same database after longer than a
+/// lease: one run finishes while the server is down (its output and completion wait), one
+/// keeps going through the outage. Both finish once, under their first attempt, with no
+/// second execution of the recipe. (The restarted server gives running leases one more
+/// period after its own outage, so the runs usually go on under their lease; if a lease was
+/// swept first, the agent reattaches it. Either way the side effects are counted.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_mid_run_and_restarted_finishes_the_runs_once() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut server = ServerProcess::start(data_dir.path(), port).await;
+    let rig = Rig::new(&server.base, &server.base, &[2, 9]).await;
+    let daemon = Daemon::start_with(rig.home.path(), &["--max-runs", "2"]);
+    daemon
+        .wait_for_log("event stream connected", Duration::from_secs(30))
+        .await;
+
+    let short = rig
+        .web
+        .create_job(&rig.device_id, "counted-2", "short")
+        .await;
+    let long = rig
+        .web
+        .create_job(&rig.device_id, "counted-9", "long")
+        .await;
+    for job in [&short, &long] {
+        rig.web
+            .wait_for_job(job.id.as_str(), Duration::from_secs(30), |job| {
+                output_lines(job).contains(&"started 0".to_owned())
+            })
+            .await;
+    }
+    server.kill9().await;
+    // Down for longer than the lease (3 s); the short run ends meanwhile.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(rig.side_effects().len(), 3, "{:?}", rig.side_effects());
+    let server = ServerProcess::start(data_dir.path(), port).await;
+
+    for job in [&short, &long] {
+        let done = rig
+            .web
+            .wait_for_job(job.id.as_str(), Duration::from_secs(60), |job| {
+                job.state.is_final() && job.state != JobState::Interrupted
+            })
+            .await;
+        assert_eq!(
+            done.state,
+            JobState::Succeeded,
+            "{done:#?}\n--- agent:\n{}\n--- server:\n{}",
+            daemon.stderr(),
+            server.log()
+        );
+        assert_eq!(done.attempt, 1);
+        assert!(output_lines(&done).contains(&"finished 0".to_owned()));
+        let reattached = done
+            .events
+            .iter()
+            .any(|event| event.text.contains("Reattached"));
+        eprintln!(
+            "server outage, {}: finished once; {}",
+            done.title,
+            if reattached {
+                "its lease had been swept, and the agent reattached it"
+            } else {
+                "it went on under its lease (the restarted server's outage grace)"
+            }
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut effects = rig.side_effects();
+    effects.sort();
+    assert_eq!(effects, ["end 0", "end 0", "start 0", "start 0"]);
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The built `tether-server` binary, next to the agent's.
+fn server_binary() -> PathBuf {
+    let path = Path::new(AGENT).with_file_name("tether-server");
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build -p tether-server` first (the README's test \
+         command builds the whole workspace)",
+        path.display()
+    );
+    path
+}
+
+/// `tether-server` as its own process, on SQLite in `data_dir`, with short timings.
+struct ServerProcess {
+    child: Child,
+    base: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl ServerProcess {
+    async fn start(data_dir: &Path, port: u16) -> ServerProcess {
+        let mut child = Command::new(server_binary())
+            .env("TETHER_LISTEN", format!("127.0.0.1:{port}"))
+            .env("TETHER_DATA_DIR", data_dir)
+            .env("TETHER_LEASE_SECS", "3")
+            .env("TETHER_HEARTBEAT_SECS", "1")
+            .env("TETHER_SWEEP_SECS", "1")
+            .env("TETHER_ONLINE_SECS", "5")
+            .env("TETHER_RATE_LIMITS", "off")
+            .env_remove("TETHER_DATABASE_URL")
+            .env_remove("TETHER_REDIS_URL")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        tokio::spawn(collect(child.stderr.take().unwrap(), log.clone()));
+        tokio::spawn(collect(child.stdout.take().unwrap(), log.clone()));
+        let base = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let healthy = http
+                .get(format!("{base}/healthz"))
+                .send()
+                .await
+                .is_ok_and(|res| res.status().is_success());
+            if healthy {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not start:\n{}",
+                log.lock().unwrap()
+            );
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the server exited:\n{}",
+                log.lock().unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        ServerProcess { child, base, log }
+    }
+
+    async fn kill9(&mut self) {
+        self.child.start_kill().unwrap();
+        let _ = self.child.wait().await;
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+}

@@ -1,0 +1,119 @@
+//! `tether-loadtest`: simulated devices and web users against a running `tether-server`.
+//!
+//! Pairs N devices over the real API, connects each to its event stream and heartbeats it at
+//! the pace the server asks, then has web users assign jobs at a constant arrival rate. Every
+//! simulated device claims on wake-ups and heartbeats, streams one progress batch and
+//! completes. The report gives assignment→claim and assignment→completion percentiles,
+//! heartbeat latency and rate, job throughput, errors, lost and duplicated jobs, and the
+//! server's memory per connected device.
+
+mod device;
+mod report;
+mod setup;
+mod web;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+
+use crate::report::{Recorder, Report};
+
+/// Command-line options.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Options {
+    /// Base URL of the server under load; repeat for several replicas. Devices and users are
+    /// spread over them, and a device whose replica stops answering moves to the next one,
+    /// as it would behind a load balancer.
+    #[arg(long = "server", default_value = "http://127.0.0.1:8080")]
+    servers: Vec<String>,
+    /// Simulated devices, each with its own token and event stream.
+    #[arg(long, default_value_t = 100)]
+    devices: usize,
+    /// Devices per account (accounts share the concurrent-run limit).
+    #[arg(long, default_value_t = 10)]
+    devices_per_account: usize,
+    /// Jobs assigned per second, spread over the devices.
+    #[arg(long, default_value_t = 20.0)]
+    rate: f64,
+    /// Seconds of steady assignment after every device is connected.
+    #[arg(long, default_value_t = 20)]
+    duration: u64,
+    /// Pairings in flight at once while connecting the fleet.
+    #[arg(long, default_value_t = 64)]
+    connect_concurrency: usize,
+    /// The server's process id, to read its memory (Linux `/proc`).
+    #[arg(long)]
+    server_pid: Option<u32>,
+    /// Print the report as one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// A label for the report row.
+    #[arg(long, default_value = "run")]
+    label: String,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let options = Options::parse();
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .timeout(Duration::from_secs(30))
+        .build()?;
+    let recorder = Arc::new(Recorder::default());
+
+    let connect_started = Instant::now();
+    let servers = &options.servers;
+    let n_accounts = options.devices.div_ceil(options.devices_per_account.max(1));
+    let accounts = setup::accounts(&http, &servers[0], n_accounts).await?;
+    let devices = setup::pair_devices(
+        &http,
+        servers,
+        &accounts,
+        options.devices,
+        options.connect_concurrency,
+    )
+    .await?;
+    let fleet = device::start_fleet(servers, devices.clone(), recorder.clone()).await?;
+    let connect_secs = connect_started.elapsed().as_secs_f64();
+    eprintln!(
+        "{} devices paired and connected in {connect_secs:.1} s",
+        devices.len()
+    );
+    let rss_before = options.server_pid.and_then(report::rss_bytes);
+
+    recorder.start_window();
+    let load = web::Load {
+        rate: options.rate,
+        duration: Duration::from_secs(options.duration),
+    };
+    let assigned =
+        web::assign_at_rate(&http, servers, &devices, &accounts, load, recorder.clone()).await;
+    let window = recorder.stop_window();
+    let settled = web::wait_settled(&recorder, &assigned, Duration::from_secs(60)).await;
+    let audit = web::audit(&http, servers, &accounts, &assigned).await?;
+    let rss = options
+        .server_pid
+        .and_then(report::rss_bytes)
+        .or(rss_before);
+    fleet.stop().await;
+
+    let report = Report::build(
+        &options.label,
+        &recorder,
+        devices.len(),
+        window,
+        connect_secs,
+        settled,
+        audit,
+        rss,
+    );
+    if options.json {
+        println!("{}", report.to_json());
+    } else {
+        println!("{}", Report::table_header());
+        println!("{}", report.table_row());
+    }
+    Ok(())
+}

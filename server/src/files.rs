@@ -1,0 +1,232 @@
+//! Live files of a job: the owner reads the job's folder from the device that ran it,
+//! through the hub's relay. The server keeps none of it.
+//!
+//! The server checks the shape of the path (relative, no `..`, no NUL, bounded) before it
+//! asks; the device alone decides what it shows (only inside the job's folder, never
+//! secrets, `.git` internals, links leading out, hard links or oversized files; text
+//! redacted).
+//!
+//! **Invariant:** only the job's owner asks, and only the device that owns the job answers.
+
+use std::time::Duration;
+
+use tether_protocol::files::{FileAnswer, FileContent, FileOp, Tree, MAX_FILE_BYTES};
+use tether_protocol::{AccountId, Code, DeviceId, JobId};
+
+use crate::error::ApiError;
+use crate::jobs;
+use crate::relay::Hub;
+use crate::store::Store;
+
+/// Longest path the web may ask for, in bytes.
+pub const MAX_PATH_BYTES: usize = 4096;
+/// Most entries one listing may carry.
+pub const MAX_TREE_ENTRIES: usize = 10_000;
+
+/// A path inside a job's folder: relative, `/`-separated, without `..`, NUL or a drive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FolderPath(String);
+
+impl FolderPath {
+    /// `""` (or `.`) is the folder itself.
+    ///
+    /// # Errors
+    /// 422 `invalid_field` naming `path`.
+    pub fn parse(raw: &str) -> Result<FolderPath, ApiError> {
+        let bad = |why: &str| ApiError::invalid_field("path", why);
+        if raw.len() > MAX_PATH_BYTES {
+            return Err(bad("must be at most 4096 bytes."));
+        }
+        if raw.contains('\0') {
+            return Err(bad("must not contain NUL."));
+        }
+        if raw.starts_with('/') || raw.starts_with('\\') || raw.starts_with('~') {
+            return Err(bad("must be relative to the job's folder."));
+        }
+        let bytes = raw.as_bytes();
+        if bytes.len() >= 2 && bytes[1] == b':' && bytes[0].is_ascii_alphabetic() {
+            return Err(bad("must be relative to the job's folder."));
+        }
+        if raw.split(['/', '\\']).any(|part| part == "..") {
+            return Err(bad("must not contain '..'."));
+        }
+        let trimmed = raw.trim_end_matches('/');
+        Ok(FolderPath(if trimmed == "." {
+            String::new()
+        } else {
+            trimmed.to_owned()
+        }))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Lists a directory of the job's folder, live from its device.
+///
+/// # Errors
+/// 404 for a job not of this account, 409 `device_offline`, 504 `device_timeout`, or the
+/// device's refusal (`not_found`, `path_refused`, …).
+pub async fn tree(
+    store: &Store,
+    hub: &Hub,
+    account_id: &AccountId,
+    job_id: &JobId,
+    path: &FolderPath,
+    timeout: Duration,
+) -> Result<Tree, ApiError> {
+    let answer = ask(store, hub, account_id, job_id, FileOp::Tree, path, timeout).await?;
+    answer.tree.ok_or_else(|| {
+        ApiError::new(
+            Code::InvalidState,
+            "The computer answered without a listing.",
+        )
+    })
+}
+
+/// Reads a file of the job's folder, live from its device.
+///
+/// # Errors
+/// As [`tree`].
+pub async fn file(
+    store: &Store,
+    hub: &Hub,
+    account_id: &AccountId,
+    job_id: &JobId,
+    path: &FolderPath,
+    timeout: Duration,
+) -> Result<FileContent, ApiError> {
+    let answer = ask(store, hub, account_id, job_id, FileOp::File, path, timeout).await?;
+    answer
+        .file
+        .ok_or_else(|| ApiError::new(Code::InvalidState, "The computer answered without a file."))
+}
+
+async fn ask(
+    store: &Store,
+    hub: &Hub,
+    account_id: &AccountId,
+    job_id: &JobId,
+    op: FileOp,
+    path: &FolderPath,
+    timeout: Duration,
+) -> Result<FileAnswer, ApiError> {
+    let device_id = jobs::device_of(store, account_id, job_id).await?;
+    let answer = hub
+        .request_file(&device_id, job_id, op, path.as_str().to_owned(), timeout)
+        .await?;
+    match answer.error {
+        Some(error) => Err(device_refusal(&error.code, &error.message)),
+        None => Ok(answer),
+    }
+}
+
+/// The device answers a relayed file request.
+///
+/// # Errors
+/// 404 for an unknown, answered or timed-out request or one asked of another device, 422 for
+/// an answer that is not exactly one of tree, file and error or is too large.
+pub async fn answer(
+    hub: &Hub,
+    device_id: &DeviceId,
+    request_id: &str,
+    answer: FileAnswer,
+) -> Result<(), ApiError> {
+    let parts = usize::from(answer.tree.is_some())
+        + usize::from(answer.file.is_some())
+        + usize::from(answer.error.is_some());
+    if parts != 1 {
+        return Err(ApiError::invalid_field(
+            "tree",
+            "an answer holds exactly one of tree, file and error.",
+        ));
+    }
+    if answer
+        .tree
+        .as_ref()
+        .is_some_and(|tree| tree.entries.len() > MAX_TREE_ENTRIES)
+    {
+        return Err(ApiError::invalid_field("tree", "at most 10000 entries."));
+    }
+    let text_bytes = answer
+        .file
+        .as_ref()
+        .and_then(|file| file.text.as_ref())
+        .map_or(0, String::len);
+    if u64::try_from(text_bytes).unwrap_or(u64::MAX) > MAX_FILE_BYTES {
+        return Err(ApiError::new(
+            Code::PayloadTooLarge,
+            "file.text: at most 1 MiB; send it truncated.",
+        ));
+    }
+    hub.answer_file(device_id, request_id, answer).await
+}
+
+/// The device's refusal as the web's error. Only codes that make sense to a web user pass;
+/// anything else (a device cannot log the user out with `unauthorized`) is `path_refused`.
+fn device_refusal(code: &str, message: &str) -> ApiError {
+    let code = match Code::from_name(code) {
+        Some(
+            code @ (Code::NotFound
+            | Code::PathRefused
+            | Code::PayloadTooLarge
+            | Code::UnsupportedMediaType
+            | Code::InvalidField
+            | Code::InvalidState
+            | Code::DeviceTimeout
+            | Code::Unavailable),
+        ) => code,
+        _ => Code::PathRefused,
+    };
+    let message = jobs::truncate(message.trim(), 500);
+    let message = if message.is_empty() {
+        "The computer refused this path.".to_owned()
+    } else {
+        format!("The computer says: {message}")
+    };
+    ApiError::new(code, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_relative_and_bounded() {
+        let ok = |raw: &str| {
+            FolderPath::parse(raw)
+                .map(|path| path.as_str().to_owned())
+                .ok()
+        };
+        assert_eq!(ok(""), Some(String::new()));
+        assert_eq!(ok("."), Some(String::new()));
+        assert_eq!(ok("src/"), Some("src".to_owned()));
+        assert_eq!(ok("src/main.rs"), Some("src/main.rs".to_owned()));
+        assert_eq!(ok("a..b/c"), Some("a..b/c".to_owned()));
+        for bad in [
+            "/etc/passwd",
+            "../x",
+            "a/../../b",
+            "a\\..\\b",
+            "a\0b",
+            "C:\\x",
+            "~/x",
+        ] {
+            assert_eq!(ok(bad), None, "{bad:?}");
+        }
+        assert_eq!(ok(&"a".repeat(4097)), None);
+        assert!(ok(&"a".repeat(4096)).is_some());
+    }
+
+    #[test]
+    fn refusals_keep_only_web_codes() {
+        assert_eq!(device_refusal("not_found", "gone").code(), Code::NotFound);
+        assert_eq!(device_refusal("path_refused", "").code(), Code::PathRefused);
+        assert_eq!(
+            device_refusal("unauthorized", "x").code(),
+            Code::PathRefused
+        );
+        assert_eq!(device_refusal("nonsense", "x").code(), Code::PathRefused);
+    }
+}

@@ -1,0 +1,637 @@
+//! The hub: frames to devices' event streams, and requests the web makes that a device
+//! answers (relays), in process or across replicas through Redis.
+//!
+//! One small interface, [`Hub`], over two buses:
+//!
+//! - **In process** (the embedded default): a map from device to the senders of its open
+//!   streams, and a map from request id to the waiting web request.
+//! - **Redis** (`TETHER_REDIS_URL`): every replica subscribes to `tether:dev:{deviceId}` for
+//!   each device whose stream it holds, and to its own `tether:replica:{id}`. A frame is a
+//!   `PUBLISH` to the device's channel; the number of receivers it reports tells whether the
+//!   device has an open stream anywhere. A relayed request is a `SET tether:relay:{id} … NX
+//!   EX` naming the device and the waiting replica; the answer, posted to any replica, takes
+//!   the key with `GETDEL` and is published to the waiting replica's channel.
+//!
+//! **Invariant:** frames and relays are hints with short lives. Nothing here is the truth
+//! about a job: a lost frame costs the device latency (it claims on every (re)connect and
+//! heartbeat), a lost relay answer a 504.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use anyhow::Context;
+use futures_util::StreamExt;
+use redis::aio::MultiplexedConnection;
+use redis::AsyncConnectionConfig;
+use serde::{Deserialize, Serialize};
+use tether_protocol::files::{FileAnswer, FileOp};
+use tether_protocol::frames::ServerFrame;
+use tether_protocol::{AccountId, Code, DeviceId, JobId};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::credentials;
+use crate::error::ApiError;
+use crate::jobs;
+use crate::store::Store;
+
+/// Frames one stream may have queued before further ones are dropped (they are hints).
+pub const STREAM_BUFFER: usize = 16;
+/// How long a stream waits for its Redis subscription before it serves without one.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Pause between attempts to reach Redis again.
+const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
+const KEY_PREFIX: &str = "tether:";
+
+/// The hub of one replica; cheap to clone.
+#[derive(Clone)]
+pub struct Hub {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// This replica's id, named in relay keys so answers find their way back.
+    replica: String,
+    /// Streams and waiting requests held by this replica. A std mutex: it is never held
+    /// across an await.
+    local: Mutex<Local>,
+    bus: Bus,
+}
+
+#[derive(Default)]
+struct Local {
+    /// Open event streams by device id: (stream number, sender).
+    streams: HashMap<String, Vec<(u64, mpsc::Sender<ServerFrame>)>>,
+    next_stream: u64,
+    /// Relayed requests this replica waits on, by request id.
+    waiting: HashMap<String, Waiter>,
+}
+
+struct Waiter {
+    /// Only this device may answer.
+    device_id: String,
+    answer: oneshot::Sender<FileAnswer>,
+}
+
+enum Bus {
+    InProcess,
+    Redis(Box<RedisBus>),
+}
+
+struct RedisBus {
+    client: redis::Client,
+    /// The connection commands go through; replaced after it fails.
+    publisher: Mutex<Option<MultiplexedConnection>>,
+    /// Subscription changes, in order, for the listener that owns the subscriber connection.
+    commands: mpsc::UnboundedSender<Command>,
+    /// Taken once by [`Hub::listen`].
+    command_queue: Mutex<Option<mpsc::UnboundedReceiver<Command>>>,
+}
+
+enum Command {
+    Subscribe(String, oneshot::Sender<bool>),
+    Unsubscribe(String),
+}
+
+/// What a relay key holds: who may answer, and which replica waits.
+#[derive(Serialize, Deserialize)]
+struct RelayTicket {
+    device: String,
+    replica: String,
+}
+
+/// An answer on its way to the replica that waits for it.
+#[derive(Serialize, Deserialize)]
+struct RelayEnvelope {
+    id: String,
+    answer: FileAnswer,
+}
+
+/// An open event stream of one device on this replica. Dropping it closes the registration
+/// (and, for the device's last stream here, its Redis subscription).
+pub struct EventStream {
+    hub: Hub,
+    device_id: String,
+    number: u64,
+    /// The frames for this stream.
+    pub frames: mpsc::Receiver<ServerFrame>,
+}
+
+impl Drop for EventStream {
+    fn drop(&mut self) {
+        self.hub.detach(&self.device_id, self.number);
+    }
+}
+
+/// Removes a waiting request when the web request ends, however it ends.
+struct WaitGuard<'a> {
+    hub: &'a Hub,
+    id: String,
+}
+
+impl Drop for WaitGuard<'_> {
+    fn drop(&mut self) {
+        self.hub.local().waiting.remove(&self.id);
+    }
+}
+
+impl Hub {
+    /// The in-process hub of a single server.
+    pub fn in_process() -> Hub {
+        Hub::with_bus(Bus::InProcess)
+    }
+
+    /// The hub for `redis_url`, or the in-process one when there is none. Checks that Redis
+    /// answers, so a wrong URL fails at start-up.
+    ///
+    /// # Errors
+    /// When the URL is malformed or Redis does not answer.
+    pub async fn connect(redis_url: Option<&str>) -> anyhow::Result<Hub> {
+        let Some(url) = redis_url else {
+            return Ok(Hub::in_process());
+        };
+        let client = redis::Client::open(url).context("parsing TETHER_REDIS_URL")?;
+        let mut connection = client
+            .get_multiplexed_async_connection_with_config(&connection_config())
+            .await
+            .context("connecting to Redis")?;
+        let _: String = redis::cmd("PING")
+            .query_async(&mut connection)
+            .await
+            .context("pinging Redis")?;
+        let (commands, command_queue) = mpsc::unbounded_channel();
+        Ok(Hub::with_bus(Bus::Redis(Box::new(RedisBus {
+            client,
+            publisher: Mutex::new(Some(connection)),
+            commands,
+            command_queue: Mutex::new(Some(command_queue)),
+        }))))
+    }
+
+    fn with_bus(bus: Bus) -> Hub {
+        Hub {
+            inner: Arc::new(Inner {
+                replica: credentials::random_token(""),
+                local: Mutex::new(Local::default()),
+                bus,
+            }),
+        }
+    }
+
+    /// `"in-process"` or `"redis"`, for logs.
+    pub fn bus_name(&self) -> &'static str {
+        match self.inner.bus {
+            Bus::InProcess => "in-process",
+            Bus::Redis(_) => "redis",
+        }
+    }
+
+    fn local(&self) -> MutexGuard<'_, Local> {
+        // A panic while holding this lock leaves plain maps behind; keep using them.
+        self.inner
+            .local
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Registers an event stream of `device_id`. With Redis, the first stream of a device on
+    /// this replica subscribes to its channel before this returns, so a frame published after
+    /// the stream opened reaches it.
+    pub async fn open_stream(&self, device_id: &DeviceId) -> EventStream {
+        let (sender, frames) = mpsc::channel(STREAM_BUFFER);
+        let (number, subscribed) = {
+            let mut local = self.local();
+            local.next_stream += 1;
+            let number = local.next_stream;
+            let streams = local.streams.entry(device_id.to_string()).or_default();
+            streams.push((number, sender));
+            let first = streams.len() == 1;
+            let subscribed = match &self.inner.bus {
+                Bus::Redis(bus) if first => {
+                    let (ack, acked) = oneshot::channel();
+                    let command = Command::Subscribe(device_channel(device_id.as_str()), ack);
+                    // Sent under the lock, so subscribes and unsubscribes keep their order.
+                    bus.commands.send(command).ok().map(|()| acked)
+                }
+                _ => None,
+            };
+            (number, subscribed)
+        };
+        if let Some(acked) = subscribed {
+            match tokio::time::timeout(SUBSCRIBE_TIMEOUT, acked).await {
+                Ok(Ok(true)) => {}
+                _ => tracing::warn!(
+                    device_id = %device_id,
+                    "no Redis subscription for a new event stream; it gets frames once Redis is back"
+                ),
+            }
+        }
+        EventStream {
+            hub: self.clone(),
+            device_id: device_id.to_string(),
+            number,
+            frames,
+        }
+    }
+
+    fn detach(&self, device_id: &str, number: u64) {
+        let mut local = self.local();
+        let Some(streams) = local.streams.get_mut(device_id) else {
+            return;
+        };
+        streams.retain(|(n, _)| *n != number);
+        if streams.is_empty() {
+            local.streams.remove(device_id);
+            if let Bus::Redis(bus) = &self.inner.bus {
+                let _ = bus
+                    .commands
+                    .send(Command::Unsubscribe(device_channel(device_id)));
+            }
+        }
+    }
+
+    /// Checks the bus answers: always in process, a `PING` with Redis.
+    ///
+    /// # Errors
+    /// `unavailable` when Redis does not answer.
+    pub async fn ping(&self) -> Result<(), ApiError> {
+        match &self.inner.bus {
+            Bus::InProcess => Ok(()),
+            Bus::Redis(bus) => bus.query::<String>(&redis::cmd("PING")).await.map(drop),
+        }
+    }
+
+    /// How many devices have an open stream on this replica.
+    pub fn local_stream_count(&self) -> usize {
+        self.local().streams.len()
+    }
+
+    /// Whether this replica holds an open stream of `device_id`.
+    pub fn holds_stream(&self, device_id: &DeviceId) -> bool {
+        self.local().streams.contains_key(device_id.as_str())
+    }
+
+    /// Hands `frame` to this replica's streams of `device_id`; returns how many took it.
+    fn deliver(&self, device_id: &str, frame: &ServerFrame) -> usize {
+        let mut local = self.local();
+        let Some(streams) = local.streams.get_mut(device_id) else {
+            return 0;
+        };
+        let mut delivered = 0;
+        for (_, sender) in streams.iter() {
+            match sender.try_send(frame.clone()) {
+                Ok(()) => delivered += 1,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    tracing::warn!(device_id, "event stream buffer full; frame dropped");
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => {}
+            }
+        }
+        delivered
+    }
+
+    /// Sends `frame` to every open stream of `device_id`, on any replica. Returns how many
+    /// receivers took it (in process: streams; with Redis: replicas); 0 means the device has
+    /// no open stream.
+    ///
+    /// # Errors
+    /// 503 `unavailable` when Redis cannot be reached.
+    pub async fn send(&self, device_id: &DeviceId, frame: &ServerFrame) -> Result<usize, ApiError> {
+        match &self.inner.bus {
+            Bus::InProcess => Ok(self.deliver(device_id.as_str(), frame)),
+            Bus::Redis(bus) => {
+                let payload = serde_json::to_string(frame)?;
+                let receivers: i64 = bus
+                    .query(
+                        redis::cmd("PUBLISH")
+                            .arg(device_channel(device_id.as_str()))
+                            .arg(payload),
+                    )
+                    .await?;
+                Ok(usize::try_from(receivers).unwrap_or(0))
+            }
+        }
+    }
+
+    /// Like [`Hub::send`] for a hint whose loss costs only latency: failures are logged.
+    pub async fn notify(&self, device_id: &DeviceId, frame: ServerFrame) {
+        if let Err(error) = self.send(device_id, &frame).await {
+            tracing::warn!(device_id = %device_id, %error, "frame not sent");
+        }
+    }
+
+    /// Wakes every device of `account_id` with queued work (a run slot of the account freed).
+    pub async fn wake_queued(&self, store: &Store, account_id: &AccountId) {
+        match jobs::devices_with_queued_work(store, account_id).await {
+            Ok(devices) => {
+                for device_id in &devices {
+                    self.notify(device_id, ServerFrame::Wake).await;
+                }
+            }
+            Err(error) => tracing::warn!(account_id = %account_id, %error, "no wake-ups sent"),
+        }
+    }
+
+    /// Relays a `file.request` to the device and waits up to `timeout` for its answer.
+    ///
+    /// # Errors
+    /// 409 `device_offline` when the device has no open stream, 504 `device_timeout` when it
+    /// does not answer in time, 503 `unavailable` when Redis cannot be reached.
+    pub async fn request_file(
+        &self,
+        device_id: &DeviceId,
+        job_id: &JobId,
+        op: FileOp,
+        path: String,
+        timeout: Duration,
+    ) -> Result<FileAnswer, ApiError> {
+        let id = credentials::random_token("frq_");
+        let (answer, answered) = oneshot::channel();
+        self.local().waiting.insert(
+            id.clone(),
+            Waiter {
+                device_id: device_id.to_string(),
+                answer,
+            },
+        );
+        let _guard = WaitGuard {
+            hub: self,
+            id: id.clone(),
+        };
+        if let Bus::Redis(bus) = &self.inner.bus {
+            let ticket = serde_json::to_string(&RelayTicket {
+                device: device_id.to_string(),
+                replica: self.inner.replica.clone(),
+            })?;
+            let ttl = timeout.as_secs().saturating_add(5);
+            let set: Option<String> = bus
+                .query(
+                    redis::cmd("SET")
+                        .arg(relay_key(&id))
+                        .arg(ticket)
+                        .arg("NX")
+                        .arg("EX")
+                        .arg(ttl),
+                )
+                .await?;
+            if set.is_none() {
+                return Err(ApiError::internal(&"relay id collision"));
+            }
+        }
+        let frame = ServerFrame::FileRequest {
+            id: id.clone(),
+            job_id: job_id.clone(),
+            op,
+            path,
+        };
+        let receivers = self.send(device_id, &frame).await?;
+        if receivers == 0 {
+            self.forget_ticket(&id).await;
+            return Err(ApiError::new(
+                Code::DeviceOffline,
+                "The computer is not connected; try again when it is online.",
+            ));
+        }
+        match tokio::time::timeout(timeout, answered).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(_)) | Err(_) => {
+                self.forget_ticket(&id).await;
+                Err(ApiError::new(
+                    Code::DeviceTimeout,
+                    "The computer did not answer in time.",
+                ))
+            }
+        }
+    }
+
+    async fn forget_ticket(&self, id: &str) {
+        if let Bus::Redis(bus) = &self.inner.bus {
+            let deleted: Result<i64, ApiError> =
+                bus.query(redis::cmd("DEL").arg(relay_key(id))).await;
+            if let Err(error) = deleted {
+                tracing::warn!(%error, "relay key not deleted; it expires by itself");
+            }
+        }
+    }
+
+    /// The device's answer to relayed request `request_id`, posted to any replica: completes
+    /// the web request waiting for it, once.
+    ///
+    /// # Errors
+    /// 404 `not_found` for an unknown, answered or timed-out request, or one asked of another
+    /// device; 503 `unavailable` when Redis cannot be reached.
+    pub async fn answer_file(
+        &self,
+        device_id: &DeviceId,
+        request_id: &str,
+        answer: FileAnswer,
+    ) -> Result<(), ApiError> {
+        let unknown = || ApiError::not_found("file request");
+        let Bus::Redis(bus) = &self.inner.bus else {
+            return self.complete_locally(Some(device_id.as_str()), request_id, answer);
+        };
+        if request_id.len() > 100 {
+            return Err(unknown());
+        }
+        // Read first: another device's answer must not consume the request.
+        let ticket: Option<String> = bus
+            .query(redis::cmd("GET").arg(relay_key(request_id)))
+            .await?;
+        let ticket: RelayTicket = ticket
+            .and_then(|json| serde_json::from_str(&json).ok())
+            .filter(|ticket: &RelayTicket| ticket.device == device_id.as_str())
+            .ok_or_else(unknown)?;
+        let taken: Option<String> = bus
+            .query(redis::cmd("GETDEL").arg(relay_key(request_id)))
+            .await?;
+        if taken.is_none() {
+            return Err(unknown());
+        }
+        if ticket.replica == self.inner.replica {
+            return self.complete_locally(None, request_id, answer);
+        }
+        let envelope = serde_json::to_string(&RelayEnvelope {
+            id: request_id.to_owned(),
+            answer,
+        })?;
+        let receivers: i64 = bus
+            .query(
+                redis::cmd("PUBLISH")
+                    .arg(replica_channel(&ticket.replica))
+                    .arg(envelope),
+            )
+            .await?;
+        if receivers == 0 {
+            return Err(unknown());
+        }
+        Ok(())
+    }
+
+    /// Hands `answer` to the request this replica waits on. `device_id` is checked when
+    /// given (in process); a Redis ticket was checked already.
+    fn complete_locally(
+        &self,
+        device_id: Option<&str>,
+        request_id: &str,
+        answer: FileAnswer,
+    ) -> Result<(), ApiError> {
+        let waiter = {
+            let mut local = self.local();
+            let mine = local
+                .waiting
+                .get(request_id)
+                .is_some_and(|waiter| device_id.is_none_or(|device| waiter.device_id == device));
+            if mine {
+                local.waiting.remove(request_id)
+            } else {
+                None
+            }
+        };
+        let waiter = waiter.ok_or_else(|| ApiError::not_found("file request"))?;
+        waiter
+            .answer
+            .send(answer)
+            .map_err(|_| ApiError::not_found("file request"))
+    }
+
+    /// Runs the Redis subscriber until the task is dropped: delivers frames published for the
+    /// devices whose streams this replica holds and answers for the requests it waits on, and
+    /// reconnects (resubscribing) after Redis goes away. In process it just waits forever.
+    ///
+    /// # Errors
+    /// Never returns on its own; the result type lets `run_until_stopped` select over it.
+    pub async fn listen(self) -> anyhow::Result<()> {
+        let Bus::Redis(bus) = &self.inner.bus else {
+            std::future::pending::<()>().await;
+            return Ok(());
+        };
+        let queue = bus
+            .command_queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let Some(mut commands) = queue else {
+            anyhow::bail!("the hub's listener already runs");
+        };
+        loop {
+            if let Err(error) = self.listen_once(bus, &mut commands).await {
+                tracing::warn!(%error, "Redis subscriber lost; reconnecting");
+            }
+            tokio::time::sleep(RECONNECT_PAUSE).await;
+        }
+    }
+
+    async fn listen_once(
+        &self,
+        bus: &RedisBus,
+        commands: &mut mpsc::UnboundedReceiver<Command>,
+    ) -> anyhow::Result<()> {
+        let (mut sink, mut messages) = bus.client.get_async_pubsub().await?.split();
+        let mut channels = vec![replica_channel(&self.inner.replica)];
+        channels.extend(self.local().streams.keys().map(|id| device_channel(id)));
+        sink.subscribe(&channels).await?;
+        tracing::info!(n_channels = channels.len(), "Redis subscriber ready");
+        loop {
+            tokio::select! {
+                command = commands.recv() => match command {
+                    Some(Command::Subscribe(channel, ack)) => {
+                        let subscribed = sink.subscribe(&channel).await;
+                        let _ = ack.send(subscribed.is_ok());
+                        subscribed?;
+                    }
+                    Some(Command::Unsubscribe(channel)) => sink.unsubscribe(&channel).await?,
+                    None => return Ok(()),
+                },
+                message = messages.next() => {
+                    let Some(message) = message else {
+                        anyhow::bail!("the subscriber connection closed");
+                    };
+                    self.on_message(message.get_channel_name(), message.get_payload_bytes());
+                }
+            }
+        }
+    }
+
+    fn on_message(&self, channel: &str, payload: &[u8]) {
+        let Some(name) = channel.strip_prefix(KEY_PREFIX) else {
+            return;
+        };
+        if let Some(device_id) = name.strip_prefix("dev:") {
+            match serde_json::from_slice::<ServerFrame>(payload) {
+                Ok(frame) => {
+                    self.deliver(device_id, &frame);
+                }
+                Err(error) => tracing::warn!(%error, "undecodable frame on Redis"),
+            }
+        } else if name.starts_with("replica:") {
+            match serde_json::from_slice::<RelayEnvelope>(payload) {
+                Ok(envelope) => {
+                    // The web request may have given up meanwhile; that is fine.
+                    let _ = self.complete_locally(None, &envelope.id, envelope.answer);
+                }
+                Err(error) => tracing::warn!(%error, "undecodable relay answer on Redis"),
+            }
+        }
+    }
+}
+
+impl RedisBus {
+    /// Runs one command on the shared connection, reconnecting once it failed.
+    async fn query<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Result<T, ApiError> {
+        let cached = self
+            .publisher
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let mut connection = match cached {
+            Some(connection) => connection,
+            None => {
+                let connection = self
+                    .client
+                    .get_multiplexed_async_connection_with_config(&connection_config())
+                    .await
+                    .map_err(redis_unavailable)?;
+                *self
+                    .publisher
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(connection.clone());
+                connection
+            }
+        };
+        command.query_async(&mut connection).await.map_err(|error| {
+            if error.is_io_error() || error.is_connection_dropped() || error.is_timeout() {
+                *self
+                    .publisher
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+            }
+            redis_unavailable(error)
+        })
+    }
+}
+
+fn connection_config() -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(5)))
+        .set_response_timeout(Some(Duration::from_secs(5)))
+}
+
+fn redis_unavailable(error: redis::RedisError) -> ApiError {
+    tracing::warn!(%error, "Redis call failed");
+    ApiError::new(
+        Code::Unavailable,
+        "The relay service is unavailable; try again.",
+    )
+}
+
+fn device_channel(device_id: &str) -> String {
+    format!("{KEY_PREFIX}dev:{device_id}")
+}
+
+fn replica_channel(replica: &str) -> String {
+    format!("{KEY_PREFIX}replica:{replica}")
+}
+
+fn relay_key(request_id: &str) -> String {
+    format!("{KEY_PREFIX}relay:{request_id}")
+}

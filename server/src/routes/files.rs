@@ -1,0 +1,103 @@
+//! `GET /api/jobs/{id}/tree?path=` and `GET /api/jobs/{id}/file?path=` for the job's owner,
+//! relayed live to the job's device; `POST /api/devices/self/file-requests/{id}` is where
+//! the device answers.
+
+use std::time::Duration;
+
+use actix_web::{web, HttpResponse};
+use serde::Deserialize;
+use tether_protocol::files::FileAnswer;
+use tether_protocol::JobId;
+
+use crate::auth::{Caller, DeviceCaller};
+use crate::error::ApiError;
+use crate::files::{self, FolderPath};
+use crate::rate_limits::Bucket;
+use crate::AppState;
+
+/// Largest answer body: 1 MiB of text, JSON-escaped, plus the listing or metadata.
+pub const ANSWER_LIMIT_BYTES: usize = 1536 * 1024;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(web::resource("/api/jobs/{id}/tree").route(web::get().to(tree)))
+        .service(web::resource("/api/jobs/{id}/file").route(web::get().to(file)))
+        .service(
+            web::resource("/api/devices/self/file-requests/{id}")
+                .app_data(super::json_config_with_limit(ANSWER_LIMIT_BYTES))
+                .route(web::post().to(answer)),
+        );
+}
+
+#[derive(Deserialize)]
+struct PathQuery {
+    #[serde(default)]
+    path: String,
+}
+
+async fn tree(
+    state: web::Data<AppState>,
+    caller: Caller,
+    job_id: web::Path<JobId>,
+    query: web::Query<PathQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let path = FolderPath::parse(&query.path)?;
+    state
+        .limits
+        .check(Bucket::Files, caller.account.id.as_str())?;
+    let tree = files::tree(
+        &state.store,
+        &state.hub,
+        &caller.account.id,
+        &job_id,
+        &path,
+        relay_timeout(&state),
+    )
+    .await?;
+    Ok(HttpResponse::Ok()
+        .insert_header(("cache-control", "no-store"))
+        .json(tree))
+}
+
+async fn file(
+    state: web::Data<AppState>,
+    caller: Caller,
+    job_id: web::Path<JobId>,
+    query: web::Query<PathQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let path = FolderPath::parse(&query.path)?;
+    state
+        .limits
+        .check(Bucket::Files, caller.account.id.as_str())?;
+    let file = files::file(
+        &state.store,
+        &state.hub,
+        &caller.account.id,
+        &job_id,
+        &path,
+        relay_timeout(&state),
+    )
+    .await?;
+    Ok(HttpResponse::Ok()
+        .insert_header(("cache-control", "no-store"))
+        .json(file))
+}
+
+async fn answer(
+    state: web::Data<AppState>,
+    device: DeviceCaller,
+    request_id: web::Path<String>,
+    answer: web::Json<FileAnswer>,
+) -> Result<HttpResponse, ApiError> {
+    files::answer(
+        &state.hub,
+        &device.device_id,
+        &request_id,
+        answer.into_inner(),
+    )
+    .await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+fn relay_timeout(state: &AppState) -> Duration {
+    Duration::from_secs(state.config.relay_timeout_secs.max(1))
+}
