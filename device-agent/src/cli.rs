@@ -63,6 +63,11 @@ pub enum Command {
         #[command(subcommand)]
         command: RecipeCommand,
     },
+    /// Secrets sent sealed from the web, kept encrypted on this computer (names only here).
+    Secrets {
+        #[command(subcommand)]
+        command: SecretsCommand,
+    },
     /// How this agent confines what it runs.
     Sandbox {
         #[command(subcommand)]
@@ -100,6 +105,14 @@ pub enum RecipeCommand {
     List,
     /// Remove a recipe.
     Remove { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SecretsCommand {
+    /// List the names of saved secrets and when they were saved (never values).
+    List,
+    /// Forget a saved secret.
+    Forget { name: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -160,6 +173,7 @@ async fn apply(cli: Cli, shutdown: impl Future) -> Result<i32> {
         }
         Command::Folders { command } => apply_folders(&data_dir, command),
         Command::Recipe { command } => apply_recipes(&data_dir, command),
+        Command::Secrets { command } => apply_secrets(&data_dir, command),
         Command::Sandbox {
             command: SandboxCommand::Status { json },
         } => {
@@ -170,6 +184,33 @@ async fn apply(cli: Cli, shutdown: impl Future) -> Result<i32> {
                 print!("{}", status::render_sandbox(&report));
             }
             Ok(0)
+        }
+    }
+}
+
+fn apply_secrets(data_dir: &DataDir, command: SecretsCommand) -> Result<i32> {
+    let vault = crate::vault::Vault::new(data_dir);
+    match command {
+        SecretsCommand::List => {
+            let names = vault.list()?;
+            if names.is_empty() {
+                println!("No secrets saved.");
+            }
+            for saved in names {
+                let at = chrono::DateTime::from_timestamp(saved.saved_at, 0)
+                    .map_or_else(|| saved.saved_at.to_string(), |at| at.to_rfc3339());
+                println!("{}\tsaved {at}", saved.name);
+            }
+            Ok(0)
+        }
+        SecretsCommand::Forget { name } => {
+            if vault.forget(&name)? {
+                println!("Forgot {name}.");
+                Ok(0)
+            } else {
+                eprintln!("No secret named {name} is saved.");
+                Ok(exit_code::FAILURE)
+            }
         }
     }
 }

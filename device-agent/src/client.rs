@@ -413,6 +413,20 @@ impl DeviceClient {
         self.send(request).await.map(drop)
     }
 
+    /// `POST /api/devices/self/secret-deliveries/{id}`: whether a `secret.save` box was saved.
+    ///
+    /// # Errors
+    /// [`ApiError`] for any failure.
+    pub async fn answer_secret_delivery(
+        &self,
+        delivery_id: &str,
+        answer: &tether_protocol::secrets::DeliveryAnswer,
+    ) -> Result<(), ApiError> {
+        let path = format!("/api/devices/self/secret-deliveries/{delivery_id}");
+        let request = self.request(reqwest::Method::POST, &path).json(answer);
+        self.send(request).await.map(drop)
+    }
+
     /// `DELETE /api/devices/self`: the device removes itself.
     ///
     /// # Errors

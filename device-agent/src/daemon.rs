@@ -34,14 +34,15 @@ use tokio::task::JoinSet;
 
 use crate::backoff::Backoff;
 use crate::client::{ApiError, DeviceClient};
-use crate::events::{self, EventSink, FileRequest};
+use crate::events::{self, EventSink, FileRequest, SecretDelivery};
 use crate::file_answers;
 use crate::journal::{Journal, RunRecord};
 use crate::lease::{LeasePeriod, Recovery, RunLease};
 use crate::reconcile::{self, Settled};
-use crate::runner::{run_job, RunEnd, RunStop, StopReason};
+use crate::runner::{run_job, RunEnd, RunSecrets, RunStop, StopReason};
 use crate::seal_key::SealKeyPair;
 use crate::state::{Config, DataDir};
+use crate::vault;
 use crate::{sandbox, AGENT_VERSION};
 
 /// Heartbeat period until the server says otherwise.
@@ -288,7 +289,8 @@ fn start_run(shared: &Arc<Shared>, runs: &mut JoinSet<RunEnd>, job: ClaimedJob) 
     let shared = shared.clone();
     runs.spawn(async move {
         let job_id = job.id.clone();
-        let end = run_job(shared.client.clone(), job, config, stop, lease).await;
+        let secrets = RunSecrets::load(&shared.data_dir, &job);
+        let end = run_job(shared.client.clone(), job, config, stop, lease, secrets).await;
         // Only now stop reporting the lease: until complete is answered, the run holds it.
         lock(&shared.runs).remove(&job_id);
         // A run stopped by a shutdown stays in the journal: the next start carries it on.
@@ -470,6 +472,43 @@ impl Shared {
         }
     }
 
+    /// Opens and stores a `secret.save` box, then tells the server only whether it did.
+    async fn save_secret(self: Arc<Self>, delivery: SecretDelivery) {
+        let shared = self.clone();
+        let id = delivery.id.clone();
+        let answer = tokio::task::spawn_blocking(move || {
+            let refuse = |error: String| tether_protocol::secrets::DeliveryAnswer {
+                saved: false,
+                name: delivery.name.clone(),
+                error: Some(error),
+            };
+            let Some(pairing) = shared.fresh_config().pairing else {
+                return refuse("this computer is not paired".to_owned());
+            };
+            let key = match SealKeyPair::load(&shared.data_dir) {
+                Ok(Some(key)) => key,
+                Ok(None) => return refuse("this computer has no seal key".to_owned()),
+                Err(err) => return refuse(format!("the seal key cannot be opened: {err:#}")),
+            };
+            vault::receive(
+                &shared.data_dir,
+                &key,
+                &pairing.device_id,
+                &delivery.name,
+                &delivery.sealed,
+                chrono::Utc::now().timestamp(),
+            )
+        })
+        .await;
+        let Ok(answer) = answer else {
+            tracing::warn!(delivery = id, "saving a secret failed");
+            return;
+        };
+        if let Err(err) = self.client.answer_secret_delivery(&id, &answer).await {
+            tracing::warn!(delivery = id, "secret answer not delivered: {err}");
+        }
+    }
+
     /// Answers a `file.request` from the job's folder, as this computer shares it now.
     async fn answer_file_request(self: Arc<Self>, request: FileRequest) {
         let shared = self.clone();
@@ -509,7 +548,13 @@ impl Shared {
             }
             let check =
                 |path: &std::path::Path| guard.check_access(path).err().map(|r| r.to_string());
-            file_answers::answer(&folder.path, request.op, &request.path, &check)
+            let mut answer = file_answers::answer(&folder.path, request.op, &request.path, &check);
+            // Saved secret values never leave in a file's text.
+            if let Some(text) = answer.file.as_mut().and_then(|file| file.text.as_mut()) {
+                let values = vault::Vault::new(&shared.data_dir).all_values();
+                *text = vault::redact(text, &values);
+            }
+            answer
         })
         .await
         .unwrap_or_else(|_| {
@@ -539,6 +584,10 @@ impl EventSink for StreamSink {
 
     fn file_request(&self, request: FileRequest) {
         tokio::spawn(self.0.clone().answer_file_request(request));
+    }
+
+    fn secret_save(&self, delivery: SecretDelivery) {
+        tokio::spawn(self.0.clone().save_secret(delivery));
     }
 }
 

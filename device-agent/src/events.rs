@@ -42,6 +42,18 @@ pub trait EventSink: Send + Sync + 'static {
     fn revoked(&self);
     /// The web asks for a listing or a file of a job's folder; answer it (off this task).
     fn file_request(&self, request: FileRequest);
+    /// A sealed secret for this computer: open, store and answer it (off this task).
+    fn secret_save(&self, delivery: SecretDelivery) {
+        tracing::debug!(id = delivery.id, "ignoring a secret.save frame");
+    }
+}
+
+/// A `secret.save` frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretDelivery {
+    pub id: String,
+    pub name: String,
+    pub sealed: serde_json::Value,
 }
 
 /// A `file.request` frame.
@@ -247,8 +259,11 @@ fn handle_text(text: &str, sink: &dyn EventSink) -> Handled {
             path,
         }),
         ServerFrame::Ping => return Handled::Reply(r#"{"type":"pong"}"#.to_owned()),
-        // Not handled by this agent yet: decisions and secrets arrive with their own issues.
-        ServerFrame::DecisionAnswered { .. } | ServerFrame::SecretSave { .. } => {
+        ServerFrame::SecretSave { id, name, sealed } => {
+            sink.secret_save(SecretDelivery { id, name, sealed });
+        }
+        // Not handled by this agent yet: decisions arrive with their own issue.
+        ServerFrame::DecisionAnswered { .. } => {
             tracing::debug!("ignoring a frame this agent does not handle yet");
         }
         // `ServerFrame` is non-exhaustive: frames added later are ignored.

@@ -33,6 +33,7 @@ pub mod sandbox;
 pub mod seal_key;
 pub mod state;
 pub mod status;
+pub mod vault;
 
 /// The version this agent reports to the server.
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");

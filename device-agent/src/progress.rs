@@ -15,6 +15,7 @@ use crate::backoff::Backoff;
 use crate::client::{ApiError, DeviceClient};
 use crate::lease::{Recovery, RunLease};
 use crate::runner::{RunStop, StopReason};
+use crate::vault::redact;
 
 /// Most bytes of line text one progress call carries.
 pub const MAX_BATCH_BYTES: usize = 64 * 1024;
@@ -119,6 +120,7 @@ pub async fn report_output(
     lease: Arc<RunLease>,
     mut lines: mpsc::Receiver<String>,
     stop: RunStop,
+    hidden: Arc<Vec<String>>,
 ) {
     let mut batcher = ProgressBatcher::new();
     let mut tick = tokio::time::interval(FLUSH_EVERY);
@@ -126,7 +128,8 @@ pub async fn report_output(
     loop {
         let (batch, closed) = tokio::select! {
             line = lines.recv() => match line {
-                Some(line) => (batcher.push(line), false),
+                // Saved secret values never leave this computer.
+                Some(line) => (batcher.push(redact(&line, &hidden)), false),
                 None => (batcher.take(), true),
             },
             _ = tick.tick() => (batcher.take(), false),

@@ -21,7 +21,8 @@ use crate::client::{ApiError, DeviceClient};
 use crate::lease::{Recovery, RunLease};
 use crate::process_group::{self, Signal, TERMINATE_GRACE};
 use crate::progress::report_output;
-use crate::state::{Config, Recipe, SharedFolder};
+use crate::state::{Config, DataDir, Recipe, SharedFolder};
+use crate::vault::{redact, Missing, Vault};
 use crate::{environment, hard_floor, sandbox};
 
 /// Lines waiting for the reporter; when it is behind (server slow), the run's pipe fills and
@@ -123,6 +124,34 @@ impl Default for RunStop {
     }
 }
 
+/// The secrets of one run, read from the vault when it starts.
+#[derive(Clone)]
+pub struct RunSecrets {
+    /// The values of exactly the secrets the job names, or the first one missing.
+    pub env: Result<Vec<(String, String)>, Missing>,
+    /// Every saved value: hidden in whatever the run sends.
+    pub hidden: Arc<Vec<String>>,
+}
+
+impl RunSecrets {
+    /// Reads the vault of `data_dir` for `job`. A job naming no secret never fails here.
+    pub fn load(data_dir: &DataDir, job: &ClaimedJob) -> RunSecrets {
+        let vault = Vault::new(data_dir);
+        RunSecrets {
+            env: vault.values_of(&job.spec.secrets),
+            hidden: Arc::new(vault.all_values()),
+        }
+    }
+
+    /// No secrets at all (tests, and computers that have none).
+    pub fn none() -> RunSecrets {
+        RunSecrets {
+            env: Ok(Vec::new()),
+            hidden: Arc::new(Vec::new()),
+        }
+    }
+}
+
 /// Runs a claimed job to its end and reports it. `config` is the owner's configuration at
 /// claim time; `lease` fences every write and journals the run's process and outcome.
 pub async fn run_job(
@@ -131,10 +160,12 @@ pub async fn run_job(
     config: Config,
     stop: RunStop,
     lease: Arc<RunLease>,
+    secrets: RunSecrets,
 ) -> RunEnd {
-    let outcome = execute(&client, &job, &config, &stop, &lease).await;
+    let outcome = execute(&client, &job, &config, &stop, &lease, &secrets).await;
     match outcome {
-        Ok(params) => {
+        Ok(mut params) => {
+            params.summary = redact(&params.summary, &secrets.hidden);
             tracing::info!(job = %job.id, outcome = ?params.outcome, "{}", params.summary);
             lease.finished(&params);
             complete(&client, &lease, &params, &stop).await
@@ -153,8 +184,17 @@ async fn execute(
     config: &Config,
     stop: &RunStop,
     lease: &Arc<RunLease>,
+    secrets: &RunSecrets,
 ) -> Result<CompleteParams, StopReason> {
     let spec = &job.spec;
+    let secret_env = match &secrets.env {
+        Ok(env) => env.clone(),
+        Err(Missing(name)) => {
+            return Ok(blocked(format!(
+                "the secret {name} is not saved on this computer; send it from the Computers page"
+            )))
+        }
+    };
     let Some(folder) = config.folder(&spec.folder) else {
         return Ok(blocked(format!(
             "this computer shares no folder labelled {:?}",
@@ -174,7 +214,7 @@ async fn execute(
             folder.path.display()
         )));
     }
-    let mut prepared = match confine(recipe, folder, job) {
+    let mut prepared = match confine(recipe, folder, job, secret_env) {
         Ok(prepared) => prepared,
         Err(refusal) => return Ok(blocked(refusal)),
     };
@@ -184,6 +224,7 @@ async fn execute(
         lease.clone(),
         line_receiver,
         stop.clone(),
+        secrets.hidden.clone(),
     ));
     let spawned = |pid| lease.spawned(pid);
     let command = std::mem::replace(&mut prepared.command, Command::new("true"));
@@ -214,6 +255,7 @@ fn confine(
     recipe: &Recipe,
     folder: &SharedFolder,
     job: &ClaimedJob,
+    secret_env: Vec<(String, String)>,
 ) -> Result<sandbox::Prepared, String> {
     let argv: Vec<String> = std::iter::once(recipe.program.clone())
         .chain(recipe.args.iter().cloned())
@@ -232,7 +274,7 @@ fn confine(
         readable: Vec::new(),
         denied: Vec::new(),
         network: job.spec.network,
-        env: child_env(std::env::vars_os(), job),
+        env: with_secrets(child_env(std::env::vars_os(), job), secret_env),
     };
     sandbox::current()
         .prepare(&guard, &policy, &argv)
@@ -391,6 +433,19 @@ pub fn child_env(
     env
 }
 
+/// Adds the job's named secrets to its environment (replacing a variable of the same name):
+/// exactly those, added explicitly after the allow list.
+pub fn with_secrets(
+    mut env: Vec<(String, String)>,
+    secrets: Vec<(String, String)>,
+) -> Vec<(String, String)> {
+    for (name, value) in secrets {
+        env.retain(|(existing, _)| *existing != name);
+        env.push((name, value));
+    }
+    env
+}
+
 /// Whether a variable's name suggests it holds a credential.
 pub fn is_credential_name(name: &str) -> bool {
     environment::is_denied_name(name)
@@ -539,6 +594,22 @@ mod tests {
             .iter()
             .map(|(name, value)| ((*name).into(), (*value).into()))
             .collect()
+    }
+
+    #[test]
+    fn named_secrets_are_added_explicitly_and_only_those() {
+        let base = vec![
+            ("PATH".to_owned(), "/bin".to_owned()),
+            ("API_KEY".to_owned(), "old".to_owned()),
+        ];
+        let env = with_secrets(base, vec![("API_KEY".to_owned(), "new".to_owned())]);
+        assert_eq!(
+            env,
+            vec![
+                ("PATH".to_owned(), "/bin".to_owned()),
+                ("API_KEY".to_owned(), "new".to_owned())
+            ]
+        );
     }
 
     #[test]

@@ -62,6 +62,11 @@ impl SealKeyPair {
         Ok(SealKeyPair { secret, public })
     }
 
+    /// The private key, to open boxes sealed for this device.
+    pub fn secret(&self) -> &SecretKey {
+        &self.secret
+    }
+
     /// The public key as reported to the server.
     pub fn public(&self) -> &SealKey {
         &self.public
@@ -156,7 +161,7 @@ pub fn describe_public_key(spki_der: &[u8]) -> SealKey {
     }
 }
 
-fn local_cipher(data_dir: &DataDir, create: bool) -> Result<Aes256Gcm> {
+pub(crate) fn local_cipher(data_dir: &DataDir, create: bool) -> Result<Aes256Gcm> {
     let key = match data_dir.read_file(LOCAL_KEY_FILE)? {
         Some(key) => key,
         None if create => {

@@ -312,6 +312,17 @@ async fn end_device(
     .await
     .map(|done| done.rows_affected()))?;
     let n_ended = jobs::end_for_revoked_device(&mut tx, device_id, now).await?;
+    // Boxes still waiting for it are deleted: nobody can open them any more.
+    on_tx!(&mut tx, |conn| sqlx::query(
+        "UPDATE secret_deliveries SET sealed_json = NULL, state = 'refused', \
+         error = 'the computer was revoked', answered_at = $1 \
+         WHERE device_id = $2 AND state = 'pending'"
+    )
+    .bind(now)
+    .bind(device_id.as_str())
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
     let detail =
         json!({ "deviceId": device_id, "jobsEnded": n_ended, "byAdmin": account_id.is_none() });
     ledger::record(&mut tx, &owner, now, kind, device_id.as_str(), detail).await?;

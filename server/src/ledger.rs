@@ -20,6 +20,7 @@ pub enum LedgerKind {
     JobEnded,
     JobReattached,
     JobResumed,
+    SecretRelayed,
 }
 
 impl LedgerKind {
@@ -32,6 +33,7 @@ impl LedgerKind {
             LedgerKind::JobEnded => "job.ended",
             LedgerKind::JobReattached => "job.reattached",
             LedgerKind::JobResumed => "job.resumed",
+            LedgerKind::SecretRelayed => "secret.relayed",
         }
     }
 }

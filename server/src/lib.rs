@@ -34,6 +34,7 @@ pub mod pairing;
 pub mod rate_limits;
 pub mod relay;
 pub mod routes;
+pub mod secrets;
 pub mod store;
 pub mod sweeper;
 pub mod telemetry;

@@ -15,6 +15,7 @@ pub mod jobs;
 pub mod pairing;
 pub mod routes;
 pub mod seal;
+pub mod secrets;
 
 pub use error::{Code, ErrorBody, ErrorDetail};
 pub use ids::{AccountId, DecisionId, DeviceId, IdError, JobId, TokenId, UserId};

@@ -14,6 +14,7 @@ mod postgres;
 mod proxy;
 mod recovery;
 mod seal;
+mod secrets;
 
 use std::path::Path;
 use std::process::Stdio;

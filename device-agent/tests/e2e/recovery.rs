@@ -317,9 +317,8 @@ async fn the_web_reads_a_jobs_folder_live_within_the_devices_rules() {
 /// again carries it on (a new attempt with TETHER_RESUMED=1) and it finishes once. The first
 /// attempt's process never reaches its end (it dies with the agent, or the restarted agent
 /// stops what is left of it before carrying on).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_agent_killed_mid_run_is_interrupted_then_resumed_once() {
-    let server = spawn_server_with(None, |config| {
+async fn an_agent_killed_mid_run_is_interrupted_then_resumed_once(database_url: Option<String>) {
+    let server = spawn_server_with(database_url, |config| {
         config.lease_secs = 3;
         config.heartbeat_secs = 1;
     })
@@ -357,9 +356,12 @@ async fn an_agent_killed_mid_run_is_interrupted_then_resumed_once() {
         .exists());
 
     let daemon = rig.start_daemon().await;
+    // The job is already final (interrupted); wait for the carry-on's attempt to end.
     let job = rig
         .web
-        .wait_for_job(&job_id, Duration::from_secs(60), |job| job.state.is_final())
+        .wait_for_job(&job_id, Duration::from_secs(60), |job| {
+            job.attempt >= 2 && job.state.is_final()
+        })
         .await;
     assert_eq!(
         job.state,
@@ -387,9 +389,10 @@ async fn an_agent_killed_mid_run_is_interrupted_then_resumed_once() {
 /// interrupted; when the network is back the agent reattaches the run (same attempt, new
 /// lease) and it finishes once. One run keeps going through the outage, one finishes
 /// during it (its completion is reported after the reattach).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_network_outage_past_the_lease_is_reattached_and_finishes_once() {
-    let server = spawn_server_with(None, |config| {
+async fn a_network_outage_past_the_lease_is_reattached_and_finishes_once(
+    database_url: Option<String>,
+) {
+    let server = spawn_server_with(database_url, |config| {
         config.lease_secs = 3;
         config.heartbeat_secs = 1;
     })
@@ -480,11 +483,12 @@ async fn a_network_outage_past_the_lease_is_reattached_and_finishes_once() {
 /// second execution of the recipe. (The restarted server gives running leases one more
 /// period after its own outage, so the runs usually go on under their lease; if a lease was
 /// swept first, the agent reattaches it. Either way the side effects are counted.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_killed_mid_run_and_restarted_finishes_the_runs_once() {
+async fn a_server_killed_mid_run_and_restarted_finishes_the_runs_once(
+    database_url: Option<String>,
+) {
     let data_dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let mut server = ServerProcess::start(data_dir.path(), port).await;
+    let mut server = ServerProcess::start(data_dir.path(), port, database_url.as_deref()).await;
     let rig = Rig::new(&server.base, &server.base, &[2, 9]).await;
     let daemon = Daemon::start_with(rig.home.path(), &["--max-runs", "2"]);
     daemon
@@ -510,7 +514,7 @@ async fn a_server_killed_mid_run_and_restarted_finishes_the_runs_once() {
     // Down for longer than the lease (3 s); the short run ends meanwhile.
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(rig.side_effects().len(), 3, "{:?}", rig.side_effects());
-    let server = ServerProcess::start(data_dir.path(), port).await;
+    let server = ServerProcess::start(data_dir.path(), port, database_url.as_deref()).await;
 
     for job in [&short, &long] {
         let done = rig
@@ -568,7 +572,8 @@ fn server_binary() -> PathBuf {
     path
 }
 
-/// `tether-server` as its own process, on SQLite in `data_dir`, with short timings.
+/// `tether-server` as its own process, on SQLite in `data_dir` (or on `database_url`), with
+/// short timings.
 struct ServerProcess {
     child: Child,
     base: String,
@@ -576,8 +581,14 @@ struct ServerProcess {
 }
 
 impl ServerProcess {
-    async fn start(data_dir: &Path, port: u16) -> ServerProcess {
-        let mut child = Command::new(server_binary())
+    async fn start(data_dir: &Path, port: u16, database_url: Option<&str>) -> ServerProcess {
+        let mut command = Command::new(server_binary());
+        if let Some(url) = database_url {
+            command.env("TETHER_DATABASE_URL", url);
+        } else {
+            command.env_remove("TETHER_DATABASE_URL");
+        }
+        let mut child = command
             .env("TETHER_LISTEN", format!("127.0.0.1:{port}"))
             .env("TETHER_DATA_DIR", data_dir)
             .env("TETHER_LEASE_SECS", "3")
@@ -585,7 +596,6 @@ impl ServerProcess {
             .env("TETHER_SWEEP_SECS", "1")
             .env("TETHER_ONLINE_SECS", "5")
             .env("TETHER_RATE_LIMITS", "off")
-            .env_remove("TETHER_DATABASE_URL")
             .env_remove("TETHER_REDIS_URL")
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -633,3 +643,30 @@ impl ServerProcess {
         self.log.lock().unwrap().clone()
     }
 }
+
+/// Runs each recovery scenario on SQLite and on PostgreSQL.
+macro_rules! on_both_databases {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::$name(None).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    if let Some(url) = crate::postgres::fresh_database_url() {
+                        super::$name(Some(url)).await;
+                    }
+                }
+            }
+        )*
+    };
+}
+
+on_both_databases!(
+    an_agent_killed_mid_run_is_interrupted_then_resumed_once,
+    a_network_outage_past_the_lease_is_reattached_and_finishes_once,
+    a_server_killed_mid_run_and_restarted_finishes_the_runs_once,
+);

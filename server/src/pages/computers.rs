@@ -4,6 +4,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use maud::{html, Markup};
 use tether_protocol::capabilities::SandboxStrength;
 use tether_protocol::devices::Device;
+use tether_protocol::secrets::SavedName;
 
 use super::layout::{ago, error_page, page};
 use super::signin_redirect;
@@ -25,6 +26,14 @@ pub async fn show(
     };
     let server_url = crate::routes::public_base(&request, state.config.public_url.as_deref());
     let active: Vec<&Device> = devices.iter().filter(|d| d.revoked_at.is_none()).collect();
+    let mut cards = Vec::with_capacity(active.len());
+    for device in &active {
+        let names = match crate::secrets::list(&state.store, &caller.account.id, &device.id).await {
+            Ok(listing) => listing.names,
+            Err(error) => return error_page(&caller, &error),
+        };
+        cards.push(device_card(device, &names));
+    }
     page(
         "Computers",
         Some(&caller),
@@ -33,13 +42,14 @@ pub async fn show(
             @if active.is_empty() {
                 p.muted { "No computer is paired yet." }
             }
-            @for device in &active { (device_card(device)) }
+            @for card in cards { (card) }
             (how_to_pair(&server_url))
+            script type="module" src="/assets/secrets.js" {}
         },
     )
 }
 
-fn device_card(device: &Device) -> Markup {
+fn device_card(device: &Device, secrets: &[SavedName]) -> Markup {
     let strength = device
         .capabilities
         .as_ref()
@@ -68,6 +78,7 @@ fn device_card(device: &Device) -> Markup {
             @if device.seal_key_mismatch {
                 p.error { "This computer reported a different seal key. Pair it again before sending it secrets." }
             }
+            (secrets_section(device, secrets))
             div.row {
                 a href={ "/assign?device=" (device.id) } { "Assign a job" }
                 a href={ "/jobs?deviceId=" (device.id) } { "Jobs" }
@@ -81,6 +92,42 @@ fn device_card(device: &Device) -> Markup {
                 data-confirm={ "Revoke " (device.name) "? Its running jobs stop and it must pair again." } {
                 button.danger type="submit" { "Revoke" }
                 span.error {}
+            }
+        }
+    }
+}
+
+/// The names the computer holds, and a form that seals a new one in the browser.
+fn secrets_section(device: &Device, secrets: &[SavedName]) -> Markup {
+    let seal_key = device
+        .seal_key
+        .as_ref()
+        .filter(|_| !device.seal_key_mismatch)
+        .and_then(|key| serde_json::to_string(key).ok());
+    html! {
+        div.secrets {
+            strong { "Secrets" }
+            @if secrets.is_empty() {
+                span.muted { " none saved" }
+            } @else {
+                ul.secret-names {
+                    @for saved in secrets {
+                        li { code { (saved.name) } " " span.muted { "saved " (ago(saved.saved_at)) } }
+                    }
+                }
+            }
+            @if let Some(seal_key) = seal_key {
+                form.row data-seal-device=(device.id) data-seal-key=(seal_key) autocomplete="off" {
+                    input type="text" name="name" aria-label="Secret name" placeholder="NAME"
+                        pattern="[A-Za-z_][A-Za-z0-9_]{0,63}" maxlength="64" required;
+                    input type="password" name="value" aria-label="Secret value" placeholder="value"
+                        autocomplete="new-password" required;
+                    button.secondary type="submit" { "Send sealed" }
+                    span.error {}
+                    span.status.muted {}
+                }
+            } @else if device.seal_key.is_none() {
+                div.muted { "Start the agent on this computer to send it secrets." }
             }
         }
     }

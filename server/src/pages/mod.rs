@@ -22,6 +22,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/", web::get().to(home))
         .route("/assets/app.js", web::get().to(script))
         .route("/assets/seal.js", web::get().to(seal_script))
+        .route("/assets/secrets.js", web::get().to(secrets_script))
         .route("/assets/app.css", web::get().to(stylesheet))
         .route("/signin", web::get().to(account::signin))
         .route("/signup", web::get().to(account::signup))
@@ -51,6 +52,14 @@ async fn seal_script() -> HttpResponse {
     asset(
         "text/javascript; charset=utf-8",
         include_str!("assets/seal.js"),
+    )
+}
+
+/// The Computers page's secret forms (an ES module importing the sealer).
+async fn secrets_script() -> HttpResponse {
+    asset(
+        "text/javascript; charset=utf-8",
+        include_str!("assets/secrets.js"),
     )
 }
 

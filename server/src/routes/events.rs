@@ -17,7 +17,7 @@ use tether_protocol::Code;
 use crate::auth::DeviceCaller;
 use crate::error::ApiError;
 use crate::relay::EventStream;
-use crate::{devices, AppState};
+use crate::{devices, secrets, AppState};
 
 /// Largest frame a device may send (it sends only pongs and closes).
 const MAX_INBOUND_FRAME: usize = 4 * 1024;
@@ -76,6 +76,20 @@ async fn serve(
 ) {
     let mut last_heard = Instant::now();
     let mut last_check = Instant::now();
+    // Boxes that waited for this device go out again on every (re)connection; the device
+    // answers each once, and a box it already answered is no longer pending.
+    match secrets::pending_frames(&state.store, &device.device_id).await {
+        Ok(frames) => {
+            for frame in &frames {
+                if send_frame(&mut session, frame).await.is_err() {
+                    return;
+                }
+            }
+        }
+        Err(error) => {
+            tracing::warn!(device_id = %device.device_id, %error, "pending secrets not read")
+        }
+    }
     let mut pings =
         tokio::time::interval_at(tokio::time::Instant::now() + settings.ping, settings.ping);
     pings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

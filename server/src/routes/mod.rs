@@ -20,6 +20,7 @@ mod events;
 mod files;
 mod jobs;
 mod pairing;
+mod secrets;
 mod tokens;
 
 /// Largest JSON body any route accepts.
@@ -38,6 +39,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     files::configure(cfg);
     pairing::configure(cfg);
     admin::configure(cfg);
+    secrets::configure(cfg);
     devices::configure(cfg);
     jobs::configure(cfg);
 }

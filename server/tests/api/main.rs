@@ -21,4 +21,5 @@ mod pages;
 mod pairing;
 mod recovery;
 mod replicas;
+mod secrets;
 mod tenancy;

@@ -104,4 +104,21 @@ both_backends! {
             assert!(after.contains(&format!(r#"<option value="{}">"#, engine.name)), "{after}");
         }
     }
+
+    async fn computers_page_offers_a_sealed_secret_form_and_lists_names(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let device = app.device(&ann, "install-1").await;
+        let (status, text) = html(&ann, "/computers").await;
+        assert_eq!(status, 200);
+        assert!(text.contains(&format!(r#"data-seal-device="{}""#, device.device_id)), "{text}");
+        assert!(text.contains(&device.seal_key.kid));
+        assert!(text.contains(r#"<script type="module" src="/assets/secrets.js">"#), "{text}");
+        assert!(text.contains("none saved"));
+        let res = ann.get("/assets/secrets.js").await;
+        assert_eq!(res.status().as_u16(), 200);
+        assert!(res.headers()["content-type"].to_str().unwrap().starts_with("text/javascript"));
+        let script = res.text().await.unwrap();
+        assert!(script.contains("import { sealSecret") && script.contains("{ name, sealed }"));
+    }
 }

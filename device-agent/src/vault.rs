@@ -1,0 +1,533 @@
+//! The secrets vault: values the owner sent sealed from the web, opened with this device's
+//! seal key and kept encrypted under the local key (`secrets.vault`, AES-256-GCM, 0600).
+//!
+//! **Invariant:** a box's `jti` is recorded as seen in the *same* atomic file write that
+//! stores its value, so a crash can never keep the value without the replay record (or the
+//! other way round); a `jti` seen before is refused, also after a restart. Values never
+//! leave this module except as a run's environment variables and as the redaction list.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::sync::Mutex;
+
+use aes_gcm::aead::{Aead, Payload};
+use aes_gcm::Nonce;
+use anyhow::{bail, Context, Result};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use rand::rngs::OsRng;
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+use tether_protocol::seal::{self, AadExpectation, CheckedBox, Envelope, Kid, SealError};
+use tether_protocol::secrets::{valid_name, DeliveryAnswer};
+use tether_protocol::DeviceId;
+
+use crate::seal_key::{local_cipher, SealKeyPair};
+use crate::state::DataDir;
+
+const VAULT_FILE: &str = "secrets.vault";
+const VAULT_LOCK_FILE: &str = "secrets.lock";
+const STORAGE_AAD: &[u8] = b"tether/secrets-vault/v1";
+/// How long a seen `jti` is kept after its box expired (boxes are refused once expired
+/// anyway; the margin covers clock steps).
+const SEEN_GRACE_SECS: i64 = 24 * 3600;
+/// What replaces a saved value in anything that leaves this computer.
+pub const HIDDEN: &str = "[hidden]";
+
+/// Serialises vault changes inside this process (two boxes opening at once); the lock file
+/// does so across processes (the daemon and `secrets forget`).
+static VAULT_MUTEX: Mutex<()> = Mutex::new(());
+
+/// One saved secret.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Entry {
+    value: String,
+    saved_at: i64,
+}
+
+/// The decrypted vault.
+#[derive(Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Contents {
+    secrets: BTreeMap<String, Entry>,
+    /// `jti` → the box's expiry (unix seconds).
+    seen: BTreeMap<String, i64>,
+}
+
+/// `secrets.vault` on disk.
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    v: u32,
+    nonce: String,
+    ciphertext: String,
+}
+
+/// A name the vault holds, for `secrets list` (never the value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SavedName {
+    pub name: String,
+    pub saved_at: i64,
+}
+
+/// Why a box was not saved.
+#[derive(Debug, thiserror::Error)]
+pub enum SaveError {
+    #[error("{0}")]
+    Seal(#[from] SealError),
+    #[error("the value is not UTF-8 text without NUL bytes")]
+    NotText,
+    #[error("the name is not a valid secret name")]
+    BadName,
+    #[error("cannot store the secret: {0:#}")]
+    Storage(anyhow::Error),
+}
+
+/// The vault of one data dir.
+pub struct Vault<'a> {
+    data_dir: &'a DataDir,
+}
+
+impl<'a> Vault<'a> {
+    pub fn new(data_dir: &'a DataDir) -> Vault<'a> {
+        Vault { data_dir }
+    }
+
+    /// Names and saved times, by name.
+    ///
+    /// # Errors
+    /// When the vault cannot be read or decrypted.
+    pub fn list(&self) -> Result<Vec<SavedName>> {
+        let contents = self.load()?;
+        Ok(contents
+            .secrets
+            .iter()
+            .map(|(name, entry)| SavedName {
+                name: name.clone(),
+                saved_at: entry.saved_at,
+            })
+            .collect())
+    }
+
+    /// Forgets one secret. Returns whether it was there.
+    ///
+    /// # Errors
+    /// When the vault cannot be read or written.
+    pub fn forget(&self, name: &str) -> Result<bool> {
+        self.update(|contents| Ok(contents.secrets.remove(name).is_some()))
+    }
+
+    /// The values of `names`, for a run's environment; the first missing name is the error.
+    ///
+    /// # Errors
+    /// [`Missing`] naming a secret the vault does not hold; or the vault is unreadable.
+    pub fn values_of(&self, names: &[String]) -> Result<Vec<(String, String)>, Missing> {
+        let contents = self
+            .load()
+            .map_err(|err| Missing(format!("(vault unreadable: {err:#})")))?;
+        names
+            .iter()
+            .map(|name| match contents.secrets.get(name) {
+                Some(entry) => Ok((name.clone(), entry.value.clone())),
+                None => Err(Missing(name.clone())),
+            })
+            .collect()
+    }
+
+    /// Every saved value, for redaction. An unreadable vault gives none (and is logged).
+    pub fn all_values(&self) -> Vec<String> {
+        match self.load() {
+            Ok(contents) => contents
+                .secrets
+                .into_values()
+                .map(|entry| entry.value)
+                .collect(),
+            Err(err) => {
+                tracing::warn!("cannot read the secrets vault for redaction: {err:#}");
+                Vec::new()
+            }
+        }
+    }
+
+    /// Stores a checked box under `name`, refusing a `jti` seen before; the value and the
+    /// `jti` go to disk in one atomic write.
+    ///
+    /// # Errors
+    /// [`SealError::Replayed`] for a seen `jti`, or a storage failure.
+    pub fn save(&self, name: &str, checked: CheckedBox, now: i64) -> Result<(), SaveError> {
+        if !valid_name(name) {
+            return Err(SaveError::BadName);
+        }
+        let jti = checked.jti().as_str().to_owned();
+        let exp = checked.aad().exp;
+        let outcome = self.update(|contents| {
+            if contents.seen.contains_key(&jti) {
+                return Ok(Err(SaveError::Seal(SealError::Replayed)));
+            }
+            // Only now, with the jti unseen, is the value taken.
+            let Ok(value) = String::from_utf8(checked.into_plaintext().to_vec()) else {
+                return Ok(Err(SaveError::NotText));
+            };
+            if value.contains('\0') {
+                return Ok(Err(SaveError::NotText));
+            }
+            contents
+                .seen
+                .retain(|_, seen_exp| *seen_exp + SEEN_GRACE_SECS > now);
+            contents.seen.insert(jti.clone(), exp);
+            contents.secrets.insert(
+                name.to_owned(),
+                Entry {
+                    value,
+                    saved_at: now,
+                },
+            );
+            Ok(Ok(()))
+        });
+        match outcome {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(refused)) => Err(refused),
+            Err(err) => Err(SaveError::Storage(err)),
+        }
+    }
+
+    /// Load, change and write back under both locks. The closure's `Err` aborts without
+    /// writing; an `Ok` is written (even when it refused, the file is unchanged in meaning).
+    fn update<T>(&self, change: impl FnOnce(&mut Contents) -> Result<T>) -> Result<T> {
+        let _guard = VAULT_MUTEX
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _file_lock = self.lock_file()?;
+        let mut contents = self.load()?;
+        let answer = change(&mut contents)?;
+        self.store(&contents)?;
+        Ok(answer)
+    }
+
+    fn lock_file(&self) -> Result<File> {
+        self.data_dir.ensure()?;
+        let path = self.data_dir.path(VAULT_LOCK_FILE);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        file.lock()
+            .with_context(|| format!("cannot lock {}", path.display()))?;
+        Ok(file)
+    }
+
+    fn load(&self) -> Result<Contents> {
+        let Some(bytes) = self.data_dir.read_file(VAULT_FILE)? else {
+            return Ok(Contents::default());
+        };
+        let stored: Stored =
+            serde_json::from_slice(&bytes).context("secrets.vault is not valid")?;
+        if stored.v != 1 {
+            bail!("secrets.vault has an unknown version");
+        }
+        let nonce: [u8; 12] = URL_SAFE_NO_PAD
+            .decode(&stored.nonce)
+            .ok()
+            .and_then(|nonce| nonce.try_into().ok())
+            .context("secrets.vault has a bad nonce")?;
+        let ciphertext = URL_SAFE_NO_PAD
+            .decode(&stored.ciphertext)
+            .context("secrets.vault has a bad ciphertext")?;
+        let cipher = local_cipher(self.data_dir, false)?;
+        let plain = cipher
+            .decrypt(
+                &Nonce::from(nonce),
+                Payload {
+                    msg: &ciphertext,
+                    aad: STORAGE_AAD,
+                },
+            )
+            .map_err(|_| {
+                anyhow::anyhow!("cannot decrypt secrets.vault (tampered, or another local.key)")
+            })?;
+        serde_json::from_slice(&plain).context("secrets.vault holds no vault")
+    }
+
+    fn store(&self, contents: &Contents) -> Result<()> {
+        let cipher = local_cipher(self.data_dir, true)?;
+        let plain = serde_json::to_vec(contents)?;
+        let mut nonce = [0u8; 12];
+        OsRng.fill_bytes(&mut nonce);
+        let ciphertext = cipher
+            .encrypt(
+                &Nonce::from(nonce),
+                Payload {
+                    msg: &plain,
+                    aad: STORAGE_AAD,
+                },
+            )
+            .map_err(|_| anyhow::anyhow!("cannot encrypt the secrets vault"))?;
+        let stored = Stored {
+            v: 1,
+            nonce: URL_SAFE_NO_PAD.encode(nonce),
+            ciphertext: URL_SAFE_NO_PAD.encode(ciphertext),
+        };
+        self.data_dir
+            .write_file(VAULT_FILE, &serde_json::to_vec(&stored)?)
+    }
+}
+
+/// A secret a job names that this computer does not hold.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the secret {0} is not saved on this computer")]
+pub struct Missing(pub String);
+
+/// Handles a `secret.save` frame: opens the box with this device's key (pinned kid, strict
+/// aad: purpose secret, this device, no decision, the frame's name, expiry), refuses a seen
+/// `jti`, stores the value. Returns the answer for the server — never the value.
+pub fn receive(
+    data_dir: &DataDir,
+    key: &SealKeyPair,
+    device_id: &DeviceId,
+    name: &str,
+    sealed: &serde_json::Value,
+    now: i64,
+) -> DeliveryAnswer {
+    let refused = |error: String| {
+        tracing::warn!(name, "secret refused: {error}");
+        DeliveryAnswer {
+            saved: false,
+            name: name.to_owned(),
+            error: Some(error),
+        }
+    };
+    let opened = (|| -> Result<CheckedBox, SaveError> {
+        if !valid_name(name) {
+            return Err(SaveError::BadName);
+        }
+        let envelope = Envelope::from_json(sealed)?;
+        let kid = Kid::parse(&key.public().kid)?;
+        let opened = seal::open(key.secret(), &kid, device_id, &envelope)?;
+        let expected = AadExpectation {
+            device: device_id,
+            kid: &kid,
+            decision: None,
+            name,
+        };
+        Ok(opened.check(&expected, now)?)
+    })();
+    let checked = match opened {
+        Ok(checked) => checked,
+        Err(err) => return refused(err.to_string()),
+    };
+    match Vault::new(data_dir).save(name, checked, now) {
+        Ok(()) => {
+            tracing::info!(name, "secret saved");
+            DeliveryAnswer {
+                saved: true,
+                name: name.to_owned(),
+                error: None,
+            }
+        }
+        Err(err) => refused(err.to_string()),
+    }
+}
+
+/// Replaces every occurrence of each value with [`HIDDEN`], longest values first (so a value
+/// containing another is hidden whole). Empty values are ignored.
+pub fn redact(text: &str, values: &[String]) -> String {
+    let mut values: Vec<&str> = values
+        .iter()
+        .map(String::as_str)
+        .filter(|v| !v.is_empty())
+        .collect();
+    if values.is_empty() {
+        return text.to_owned();
+    }
+    values.sort_by_key(|value| std::cmp::Reverse(value.len()));
+    let mut out = text.to_owned();
+    for value in values {
+        if out.contains(value) {
+            out = out.replace(value, HIDDEN);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tether_protocol::seal::{Aad, Jti, Recipient};
+
+    fn setup() -> Result<(tempfile::TempDir, DataDir, SealKeyPair, DeviceId)> {
+        let dir = tempfile::tempdir()?;
+        let data_dir = DataDir::resolve(Some(dir.path().join("data")))?;
+        let key = SealKeyPair::generate()?;
+        key.save(&data_dir)?;
+        Ok((dir, data_dir, key, DeviceId::generate()))
+    }
+
+    fn sealed(
+        key: &SealKeyPair,
+        device: &DeviceId,
+        name: &str,
+        value: &str,
+        jti: &Jti,
+        exp: i64,
+    ) -> Result<serde_json::Value> {
+        let recipient = Recipient::from_seal_key(key.public())?;
+        let aad = Aad::secret(
+            device.clone(),
+            recipient.kid().clone(),
+            None,
+            name.to_owned(),
+            exp,
+            jti.clone(),
+        );
+        let envelope = seal::seal(
+            &recipient,
+            device,
+            &aad.to_bytes(),
+            value.as_bytes(),
+            &mut OsRng,
+        )?;
+        Ok(serde_json::to_value(envelope)?)
+    }
+
+    const NOW: i64 = 1_800_000_000;
+
+    #[test]
+    fn saves_lists_and_forgets() -> Result<()> {
+        let (_dir, data_dir, key, device) = setup()?;
+        let jti = Jti::random(&mut OsRng);
+        let answer = receive(
+            &data_dir,
+            &key,
+            &device,
+            "API_KEY",
+            &sealed(&key, &device, "API_KEY", "s3cr3t", &jti, NOW + 60)?,
+            NOW,
+        );
+        assert!(answer.saved, "{answer:?}");
+        let vault = Vault::new(&data_dir);
+        assert_eq!(
+            vault.list()?,
+            vec![SavedName {
+                name: "API_KEY".into(),
+                saved_at: NOW
+            }]
+        );
+        assert_eq!(
+            vault.values_of(&["API_KEY".into()])?,
+            vec![("API_KEY".into(), "s3cr3t".into())]
+        );
+        assert_eq!(
+            vault.values_of(&["NOPE".into()]),
+            Err(Missing("NOPE".into()))
+        );
+        // Encrypted at rest, 0600.
+        let raw = std::fs::read(data_dir.path(VAULT_FILE))?;
+        assert!(!String::from_utf8_lossy(&raw).contains("s3cr3t"));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(data_dir.path(VAULT_FILE))?
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        assert!(vault.forget("API_KEY")?);
+        assert!(!vault.forget("API_KEY")?);
+        assert!(vault.list()?.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn a_replayed_box_is_refused_also_after_reload_and_forget() -> Result<()> {
+        let (_dir, data_dir, key, device) = setup()?;
+        let jti = Jti::random(&mut OsRng);
+        let box_ = sealed(&key, &device, "TOKEN", "one", &jti, NOW + 60)?;
+        assert!(receive(&data_dir, &key, &device, "TOKEN", &box_, NOW).saved);
+        let again = receive(&data_dir, &key, &device, "TOKEN", &box_, NOW + 1);
+        assert!(!again.saved);
+        assert!(again.error.unwrap_or_default().contains("already opened"));
+        // A fresh process (new key load, new Vault) still refuses it, even once forgotten.
+        let reloaded = SealKeyPair::load(&data_dir)?.context("no key")?;
+        Vault::new(&data_dir).forget("TOKEN")?;
+        assert!(!receive(&data_dir, &reloaded, &device, "TOKEN", &box_, NOW + 2).saved);
+        assert!(Vault::new(&data_dir).list()?.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn racing_opens_of_one_box_save_once() -> Result<()> {
+        let (_dir, data_dir, key, device) = setup()?;
+        let jti = Jti::random(&mut OsRng);
+        let box_ = sealed(&key, &device, "RACE", "v", &jti, NOW + 60)?;
+        let saved = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..4)
+                .map(|_| {
+                    scope.spawn(|| receive(&data_dir, &key, &device, "RACE", &box_, NOW).saved)
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or(false))
+                .filter(|s| *s)
+                .count()
+        });
+        assert_eq!(saved, 1);
+        Ok(())
+    }
+
+    #[test]
+    fn wrong_name_device_expiry_and_tampering_are_refused() -> Result<()> {
+        let (_dir, data_dir, key, device) = setup()?;
+        let jti = Jti::random(&mut OsRng);
+        let box_ = sealed(&key, &device, "NAME", "v", &jti, NOW + 60)?;
+        assert!(!receive(&data_dir, &key, &device, "OTHER", &box_, NOW).saved);
+        assert!(!receive(&data_dir, &key, &DeviceId::generate(), "NAME", &box_, NOW).saved);
+        assert!(!receive(&data_dir, &key, &device, "NAME", &box_, NOW + 61).saved);
+        let far = sealed(
+            &key,
+            &device,
+            "NAME",
+            "v",
+            &Jti::random(&mut OsRng),
+            NOW + 3600,
+        )?;
+        assert!(!receive(&data_dir, &key, &device, "NAME", &far, NOW).saved);
+        let other_key = SealKeyPair::generate()?;
+        assert!(!receive(&data_dir, &other_key, &device, "NAME", &box_, NOW).saved);
+        // None of the refusals burnt the jti.
+        assert!(receive(&data_dir, &key, &device, "NAME", &box_, NOW).saved);
+        Ok(())
+    }
+
+    #[test]
+    fn a_tampered_vault_is_refused() -> Result<()> {
+        let (_dir, data_dir, key, device) = setup()?;
+        let box_ = sealed(&key, &device, "A", "v", &Jti::random(&mut OsRng), NOW + 60)?;
+        assert!(receive(&data_dir, &key, &device, "A", &box_, NOW).saved);
+        let raw = std::fs::read(data_dir.path(VAULT_FILE))?;
+        let mut stored: Stored = serde_json::from_slice(&raw)?;
+        let mut ct = URL_SAFE_NO_PAD.decode(&stored.ciphertext)?;
+        ct[0] ^= 1;
+        stored.ciphertext = URL_SAFE_NO_PAD.encode(ct);
+        std::fs::write(data_dir.path(VAULT_FILE), serde_json::to_vec(&stored)?)?;
+        assert!(Vault::new(&data_dir).list().is_err());
+        // And a new box is not saved over it (that would drop the replay records).
+        let other = sealed(&key, &device, "B", "w", &Jti::random(&mut OsRng), NOW + 60)?;
+        assert!(!receive(&data_dir, &key, &device, "B", &other, NOW).saved);
+        Ok(())
+    }
+
+    #[test]
+    fn redaction_hides_every_value() -> Result<()> {
+        let values = vec!["abc".to_owned(), "abcdef".to_owned(), String::new()];
+        assert_eq!(
+            redact("x abcdef y abc z", &values),
+            "x [hidden] y [hidden] z"
+        );
+        assert_eq!(redact("nothing here", &values), "nothing here");
+        assert_eq!(redact("nothing here", &[]), "nothing here");
+        Ok(())
+    }
+}

@@ -1,0 +1,62 @@
+//! `POST|GET /api/devices/{id}/secrets` for the owner and
+//! `POST /api/devices/self/secret-deliveries/{id}` for the device: the relay of sealed boxes.
+
+use actix_web::{web, HttpResponse};
+use tether_protocol::secrets::{DeliveryAnswer, SendSecretParams, SendSecretResponse};
+use tether_protocol::DeviceId;
+
+use crate::auth::{Caller, DeviceCaller};
+use crate::error::ApiError;
+use crate::{secrets, AppState};
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource("/api/devices/self/secret-deliveries/{id}").route(web::post().to(answer)),
+    )
+    .service(
+        web::resource("/api/devices/{id}/secrets")
+            .route(web::get().to(list))
+            .route(web::post().to(send)),
+    );
+}
+
+async fn send(
+    state: web::Data<AppState>,
+    caller: Caller,
+    device_id: web::Path<DeviceId>,
+    params: web::Json<SendSecretParams>,
+) -> Result<HttpResponse, ApiError> {
+    let accepted = secrets::send(
+        &state.store,
+        &caller.account.id,
+        &device_id,
+        params.into_inner(),
+    )
+    .await?;
+    // A lost frame is sent again when the device's stream reconnects.
+    state.hub.notify(&device_id, accepted.frame).await;
+    Ok(HttpResponse::Accepted().json(SendSecretResponse {
+        delivery_id: accepted.delivery_id,
+    }))
+}
+
+async fn list(
+    state: web::Data<AppState>,
+    caller: Caller,
+    device_id: web::Path<DeviceId>,
+) -> Result<HttpResponse, ApiError> {
+    let listing = secrets::list(&state.store, &caller.account.id, &device_id).await?;
+    Ok(HttpResponse::Ok()
+        .insert_header(("cache-control", "no-store"))
+        .json(listing))
+}
+
+async fn answer(
+    state: web::Data<AppState>,
+    device: DeviceCaller,
+    delivery_id: web::Path<String>,
+    params: web::Json<DeliveryAnswer>,
+) -> Result<HttpResponse, ApiError> {
+    secrets::answer(&state.store, &device, &delivery_id, params.into_inner()).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({})))
+}

@@ -1,0 +1,296 @@
+//! The secrets relay: the owner's browser seals a value for one device's pinned key; the
+//! server keeps only the opaque box until the device answers, then deletes it.
+//!
+//! **Invariant:** no value ever reaches this module — only names, sealed boxes (which the
+//! server cannot open) and the device's yes/no answer. A box is deleted (`sealed_json` set
+//! to NULL) in the transaction that records the device's answer.
+
+use serde_json::json;
+use tether_protocol::capabilities::SealKey;
+use tether_protocol::frames::ServerFrame;
+use tether_protocol::seal::Envelope;
+use tether_protocol::secrets::{
+    valid_name, Delivery, DeliveryAnswer, DeliveryState, SavedName, SecretsListing,
+    SendSecretParams, MAX_NAME_LEN,
+};
+use tether_protocol::{AccountId, Code, DeviceId, JobId};
+
+use crate::auth::DeviceCaller;
+use crate::error::ApiError;
+use crate::ledger::{self, LedgerKind};
+use crate::store::{now_millis, on_read, on_tx, to_time, Store};
+
+/// Largest sealed box accepted, as serialized JSON (a 64 KiB value seals to about 88 KiB).
+pub const MAX_SEALED_BYTES: usize = 96 * 1024;
+/// Longest refusal reason kept from a device.
+const MAX_ERROR_LEN: usize = 500;
+
+/// A delivery the server accepted: send `frame` to the device.
+#[derive(Debug)]
+pub struct Accepted {
+    pub delivery_id: String,
+    pub frame: ServerFrame,
+}
+
+/// Validates and stores a box for a device of `account_id`, recording `secret.relayed`.
+///
+/// # Errors
+/// 404 for a device not of this account; 409 `invalid_state` for a revoked device, one
+/// without a pinned key or with `sealKeyMismatch`; 422 for a bad name or a box that is not
+/// an envelope for the pinned key; 413 for an oversized box.
+pub async fn send(
+    store: &Store,
+    account_id: &AccountId,
+    device_id: &DeviceId,
+    params: SendSecretParams,
+) -> Result<Accepted, ApiError> {
+    if !valid_name(&params.name) {
+        return Err(ApiError::invalid_field(
+            "name",
+            &format!("must match [A-Za-z_][A-Za-z0-9_]* and be at most {MAX_NAME_LEN} characters"),
+        ));
+    }
+    let sealed_json = serde_json::to_string(&params.sealed)?;
+    if sealed_json.len() > MAX_SEALED_BYTES {
+        return Err(ApiError::new(
+            Code::PayloadTooLarge,
+            format!("A sealed secret is at most {MAX_SEALED_BYTES} bytes."),
+        ));
+    }
+    let envelope = Envelope::from_json(&params.sealed)
+        .map_err(|error| ApiError::invalid_field("sealed", &error.to_string()))?;
+    let now = now_millis();
+    let mut tx = store.begin().await?;
+    let row = on_tx!(&mut tx, |conn| sqlx::query_as::<
+        _,
+        (Option<String>, i64, Option<i64>),
+    >(
+        "SELECT seal_key_json, seal_key_mismatch, revoked_at FROM devices \
+         WHERE id = $1 AND account_id = $2"
+    )
+    .bind(device_id.as_str())
+    .bind(account_id.as_str())
+    .fetch_optional(conn)
+    .await)?;
+    let Some((seal_key_json, mismatch, revoked_at)) = row else {
+        return Err(ApiError::not_found("device"));
+    };
+    if revoked_at.is_some() {
+        return Err(ApiError::new(
+            Code::InvalidState,
+            "This computer was revoked; it cannot receive secrets.",
+        ));
+    }
+    if mismatch != 0 {
+        return Err(ApiError::new(
+            Code::InvalidState,
+            "This computer reported a different seal key than the one pinned when it paired \
+             (sealKeyMismatch); pair it again before sending secrets.",
+        ));
+    }
+    let pinned: Option<SealKey> = seal_key_json.and_then(|json| serde_json::from_str(&json).ok());
+    let Some(pinned) = pinned else {
+        return Err(ApiError::new(
+            Code::InvalidState,
+            "This computer has not reported its seal key yet; start its agent first.",
+        ));
+    };
+    if envelope.kid().as_str() != pinned.kid {
+        return Err(ApiError::invalid_field(
+            "sealed",
+            "is sealed for another key than this computer's pinned seal key",
+        ));
+    }
+    let delivery_id = JobId::generate().to_string();
+    let sql = "INSERT INTO secret_deliveries \
+               (id, account_id, device_id, name, sealed_json, state, error, created_at, answered_at) \
+               VALUES ($1, $2, $3, $4, $5, 'pending', NULL, $6, NULL)";
+    on_tx!(&mut tx, |conn| sqlx::query(sql)
+        .bind(&delivery_id)
+        .bind(account_id.as_str())
+        .bind(device_id.as_str())
+        .bind(&params.name)
+        .bind(&sealed_json)
+        .bind(now)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    let detail = json!({ "deviceId": device_id, "deliveryId": delivery_id, "name": params.name });
+    ledger::record(
+        &mut tx,
+        account_id,
+        now,
+        LedgerKind::SecretRelayed,
+        device_id.as_str(),
+        detail,
+    )
+    .await?;
+    tx.commit().await?;
+    tracing::info!(device_id = %device_id, delivery_id, "secret relayed");
+    Ok(Accepted {
+        frame: ServerFrame::SecretSave {
+            id: delivery_id.clone(),
+            name: params.name,
+            sealed: params.sealed,
+        },
+        delivery_id,
+    })
+}
+
+/// The `secret.save` frames of a device's pending deliveries, oldest first: sent again when
+/// its event stream (re)connects.
+///
+/// # Errors
+/// A database error.
+pub async fn pending_frames(
+    store: &Store,
+    device_id: &DeviceId,
+) -> Result<Vec<ServerFrame>, ApiError> {
+    let rows = on_read!(store, |pool| sqlx::query_as::<
+        _,
+        (String, String, Option<String>),
+    >(
+        "SELECT id, name, sealed_json FROM secret_deliveries \
+         WHERE device_id = $1 AND state = 'pending' ORDER BY created_at, id"
+    )
+    .bind(device_id.as_str())
+    .fetch_all(pool)
+    .await)?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(id, name, sealed)| {
+            let sealed = serde_json::from_str(&sealed?).ok()?;
+            Some(ServerFrame::SecretSave { id, name, sealed })
+        })
+        .collect())
+}
+
+/// The device's answer to a delivery: deletes the box and, when saved, records the name.
+/// Answering an answered delivery again changes nothing.
+///
+/// # Errors
+/// 404 for a delivery of another device (or none); 422 when `name` is not the delivery's.
+pub async fn answer(
+    store: &Store,
+    device: &DeviceCaller,
+    delivery_id: &str,
+    answer: DeliveryAnswer,
+) -> Result<(), ApiError> {
+    let now = now_millis();
+    let mut tx = store.begin().await?;
+    let row = on_tx!(&mut tx, |conn| sqlx::query_as::<_, (String, String)>(
+        "SELECT name, state FROM secret_deliveries WHERE id = $1 AND device_id = $2"
+    )
+    .bind(delivery_id)
+    .bind(device.device_id.as_str())
+    .fetch_optional(conn)
+    .await)?;
+    let Some((name, state)) = row else {
+        return Err(ApiError::not_found("secret delivery"));
+    };
+    if name != answer.name {
+        return Err(ApiError::invalid_field(
+            "name",
+            "is not the name of this delivery",
+        ));
+    }
+    if state != "pending" {
+        return Ok(());
+    }
+    let (state, error) = if answer.saved {
+        ("saved", None)
+    } else {
+        let error = answer
+            .error
+            .unwrap_or_else(|| "refused".to_owned())
+            .chars()
+            .take(MAX_ERROR_LEN)
+            .collect::<String>();
+        ("refused", Some(error))
+    };
+    on_tx!(&mut tx, |conn| sqlx::query(
+        "UPDATE secret_deliveries SET sealed_json = NULL, state = $1, error = $2, \
+         answered_at = $3 WHERE id = $4"
+    )
+    .bind(state)
+    .bind(&error)
+    .bind(now)
+    .bind(delivery_id)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    if answer.saved {
+        on_tx!(&mut tx, |conn| sqlx::query(
+            "INSERT INTO device_secrets (device_id, name, saved_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (device_id, name) DO UPDATE SET saved_at = excluded.saved_at"
+        )
+        .bind(device.device_id.as_str())
+        .bind(&name)
+        .bind(now)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    }
+    tx.commit().await?;
+    tracing::info!(device_id = %device.device_id, delivery_id, state, "secret delivery answered");
+    Ok(())
+}
+
+/// Names a device holds and its deliveries, for its owner. Never a value or a box.
+///
+/// # Errors
+/// 404 for a device not of this account.
+pub async fn list(
+    store: &Store,
+    account_id: &AccountId,
+    device_id: &DeviceId,
+) -> Result<SecretsListing, ApiError> {
+    let owned = on_read!(store, |pool| sqlx::query_scalar::<_, String>(
+        "SELECT id FROM devices WHERE id = $1 AND account_id = $2"
+    )
+    .bind(device_id.as_str())
+    .bind(account_id.as_str())
+    .fetch_optional(pool)
+    .await)?;
+    if owned.is_none() {
+        return Err(ApiError::not_found("device"));
+    }
+    let names = on_read!(store, |pool| sqlx::query_as::<_, (String, i64)>(
+        "SELECT name, saved_at FROM device_secrets WHERE device_id = $1 ORDER BY name"
+    )
+    .bind(device_id.as_str())
+    .fetch_all(pool)
+    .await)?;
+    let deliveries = on_read!(store, |pool| sqlx::query_as::<
+        _,
+        (String, String, String, Option<String>),
+    >(
+        "SELECT id, name, state, error FROM secret_deliveries WHERE device_id = $1 \
+         ORDER BY created_at DESC, id DESC LIMIT 50"
+    )
+    .bind(device_id.as_str())
+    .fetch_all(pool)
+    .await)?;
+    Ok(SecretsListing {
+        names: names
+            .into_iter()
+            .map(|(name, saved_at)| SavedName {
+                name,
+                saved_at: to_time(saved_at),
+            })
+            .collect(),
+        deliveries: deliveries
+            .into_iter()
+            .map(|(id, name, state, error)| Delivery {
+                id,
+                name,
+                state: match state.as_str() {
+                    "saved" => DeliveryState::Saved,
+                    "refused" => DeliveryState::Refused,
+                    _ => DeliveryState::Pending,
+                },
+                error,
+            })
+            .collect(),
+    })
+}
