@@ -56,7 +56,9 @@ start_redis() {
 start_server() {
   local name=$1; shift
   local port; port=$(free_port)
-  env TETHER_RATE_LIMITS=off TETHER_HEARTBEAT_SECS=${HEARTBEAT_SECS:-2} RUST_LOG=warn \
+  # Two malloc arenas: the setup's argon2id sign-ups (19 MiB each) would otherwise stay
+  # resident in per-thread arenas and hide the memory the connections themselves cost.
+  env MALLOC_ARENA_MAX=2 TETHER_RATE_LIMITS=off TETHER_HEARTBEAT_SECS=${HEARTBEAT_SECS:-2} RUST_LOG=warn \
     TETHER_DATA_DIR="$WORK/$name" "$@" "$SERVER" --listen "127.0.0.1:$port" >"$WORK/$name.log" 2>&1 &
   PID=$!; PIDS+=("$PID")
   URL="http://127.0.0.1:$port"
@@ -112,7 +114,6 @@ TPS=$(run_pg "$PGBIN/pgbench" -h 127.0.0.1 -p "$PGPORT" -U tether -n -c 8 -j 2 -
   echo
   echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -sr); heartbeat every ${HEARTBEAT_SECS:-2} s; run on $(date -u +%Y-%m-%d)."
   echo
-  "$LOAD" --help >/dev/null
   echo "| run | devices | connect s | assign→claim ms p50/p95/p99/max | assign→done ms p50/p95/p99/max | heartbeat ms p50/p95/p99/max | heartbeats/s | jobs/s | jobs ok/assigned | lost | rerun | dup claims | errors | RSS MiB | RSS/device KiB |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   cat "$OUT.rows"

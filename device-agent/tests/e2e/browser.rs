@@ -23,16 +23,9 @@ async fn browser_pairs_assigns_and_follows_a_job() {
     let mut browser = Browser::launch(&chromium).await;
 
     // Sign up; the page lands on Computers, which explains how to pair.
-    browser.goto(&format!("{base}/signup")).await;
-    browser.fill("input[name=name]", "Browser User").await;
     browser
-        .fill("input[name=email]", "browser@example.com")
+        .sign_up(&base, "Browser User", "browser@example.com")
         .await;
-    browser
-        .fill("input[name=password]", "correct horse battery")
-        .await;
-    browser.click("form[data-api] button[type=submit]").await;
-    browser.wait_for("location.pathname === '/computers'").await;
     assert!(browser
         .text("main")
         .await

@@ -186,6 +186,17 @@ impl Browser {
         assert_eq!(self.eval(&script).await, json!(true), "no field {selector}");
     }
 
+    /// Signs up on the server at `base` through its page; lands on Computers.
+    pub async fn sign_up(&mut self, base: &str, name: &str, email: &str) {
+        self.goto(&format!("{base}/signup")).await;
+        self.fill("input[name=name]", name).await;
+        self.fill("input[name=email]", email).await;
+        self.fill("input[name=password]", "correct horse battery")
+            .await;
+        self.click("form[data-api] button[type=submit]").await;
+        self.wait_for("location.pathname === '/computers'").await;
+    }
+
     /// Clicks the element `selector` matches.
     pub async fn click(&mut self, selector: &str) {
         let script = format!(

@@ -25,16 +25,9 @@ async fn a_secret_sent_from_the_browser_is_used_by_a_job_and_hidden_in_its_outpu
     let base = server.base.clone();
     let mut browser = Browser::launch(&chromium).await;
 
-    browser.goto(&format!("{base}/signup")).await;
-    browser.fill("input[name=name]", "Secret User").await;
     browser
-        .fill("input[name=email]", "secret@example.com")
+        .sign_up(&base, "Secret User", "secret@example.com")
         .await;
-    browser
-        .fill("input[name=password]", "correct horse battery")
-        .await;
-    browser.click("form[data-api] button[type=submit]").await;
-    browser.wait_for("location.pathname === '/computers'").await;
 
     let home = tempfile::tempdir().unwrap();
     let mut pairing = start_pairing(&base, home.path(), "secret-box").await;

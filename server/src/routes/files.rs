@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
-use tether_protocol::files::FileAnswer;
+use tether_protocol::files::{FileAnswer, FileOp};
 use tether_protocol::JobId;
 
 use crate::auth::{Caller, DeviceCaller};
@@ -40,22 +40,7 @@ async fn tree(
     job_id: web::Path<JobId>,
     query: web::Query<PathQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let path = FolderPath::parse(&query.path)?;
-    state
-        .limits
-        .check(Bucket::Files, caller.account.id.as_str())?;
-    let tree = files::tree(
-        &state.store,
-        &state.hub,
-        &caller.account.id,
-        &job_id,
-        &path,
-        relay_timeout(&state),
-    )
-    .await?;
-    Ok(HttpResponse::Ok()
-        .insert_header(("cache-control", "no-store"))
-        .json(tree))
+    relay(&state, &caller, &job_id, &query.path, FileOp::Tree).await
 }
 
 async fn file(
@@ -64,22 +49,33 @@ async fn file(
     job_id: web::Path<JobId>,
     query: web::Query<PathQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let path = FolderPath::parse(&query.path)?;
+    relay(&state, &caller, &job_id, &query.path, FileOp::File).await
+}
+
+/// Validates the path, spends a file-relay token and asks the device; never cached.
+async fn relay(
+    state: &AppState,
+    caller: &Caller,
+    job_id: &JobId,
+    raw_path: &str,
+    op: FileOp,
+) -> Result<HttpResponse, ApiError> {
+    let path = FolderPath::parse(raw_path)?;
     state
         .limits
         .check(Bucket::Files, caller.account.id.as_str())?;
-    let file = files::file(
-        &state.store,
-        &state.hub,
-        &caller.account.id,
-        &job_id,
-        &path,
-        relay_timeout(&state),
-    )
-    .await?;
-    Ok(HttpResponse::Ok()
-        .insert_header(("cache-control", "no-store"))
-        .json(file))
+    let (store, hub, account_id) = (&state.store, &state.hub, &caller.account.id);
+    let timeout = relay_timeout(state);
+    let mut answer = HttpResponse::Ok();
+    answer.insert_header(("cache-control", "no-store"));
+    Ok(match op {
+        FileOp::Tree => {
+            answer.json(files::tree(store, hub, account_id, job_id, &path, timeout).await?)
+        }
+        FileOp::File => {
+            answer.json(files::file(store, hub, account_id, job_id, &path, timeout).await?)
+        }
+    })
 }
 
 async fn answer(
