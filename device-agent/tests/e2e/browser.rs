@@ -1,8 +1,6 @@
 //! The walking skeleton in a real headless Chromium: sign up, approve a pairing code on
 //! `/link`, assign a job on the Assign page, and watch the job page follow it to success.
 
-use std::time::Duration;
-
 use serde_json::json;
 
 use crate::chromium::{chromium_path, Browser};
@@ -72,19 +70,12 @@ async fn browser_pairs_assigns_and_follows_a_job() {
     let _daemon = Daemon::start(home.path());
 
     // Assign once the computer has published its folder and engine.
-    let mut published = false;
-    for _ in 0..60 {
-        browser.goto(&format!("{base}/assign")).await;
-        if browser
-            .eval("!!document.querySelector('select[name=engine]')")
-            .await
-            == json!(true)
-        {
-            published = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let published = browser
+        .reload_until(
+            &format!("{base}/assign"),
+            "document.querySelector('select[name=engine]')",
+        )
+        .await;
     assert!(
         published,
         "the computer never published its engines: {}",

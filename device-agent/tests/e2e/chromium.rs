@@ -186,6 +186,19 @@ impl Browser {
         assert_eq!(self.eval(&script).await, json!(true), "no field {selector}");
     }
 
+    /// Opens `url` again every half second until `condition` holds there (up to 30 s);
+    /// returns whether it did. For pages rendered from state that arrives later.
+    pub async fn reload_until(&mut self, url: &str, condition: &str) -> bool {
+        for _ in 0..60 {
+            self.goto(url).await;
+            if self.eval(&format!("!!({condition})")).await == json!(true) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        false
+    }
+
     /// Signs up on the server at `base` through its page; lands on Computers.
     pub async fn sign_up(&mut self, base: &str, name: &str, email: &str) {
         self.goto(&format!("{base}/signup")).await;

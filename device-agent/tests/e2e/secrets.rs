@@ -65,19 +65,12 @@ async fn a_secret_sent_from_the_browser_is_used_by_a_job_and_hidden_in_its_outpu
     let _daemon = Daemon::start(home.path());
 
     // The form appears once the computer reported (and the server pinned) its seal key.
-    let mut ready = false;
-    for _ in 0..60 {
-        browser.goto(&format!("{base}/computers")).await;
-        if browser
-            .eval("!!document.querySelector('form[data-seal-device]')")
-            .await
-            == json!(true)
-        {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let ready = browser
+        .reload_until(
+            &format!("{base}/computers"),
+            "document.querySelector('form[data-seal-device]')",
+        )
+        .await;
     assert!(ready, "no secret form: {}", browser.text("main").await);
     browser
         .fill("form[data-seal-device] input[name=name]", "API_TOKEN")
