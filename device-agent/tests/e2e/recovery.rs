@@ -68,7 +68,12 @@ impl Rig {
     /// Starts `tether-agent run` and waits until the device is online with its recipes and
     /// its event stream is connected.
     async fn start_daemon(&self) -> Daemon {
-        let daemon = Daemon::start(self.home.path());
+        self.start_daemon_with(&[]).await
+    }
+
+    /// Like [`Rig::start_daemon`], with more arguments for `run`.
+    async fn start_daemon_with(&self, args: &[&str]) -> Daemon {
+        let daemon = Daemon::start_with(self.home.path(), args);
         self.web
             .wait_for_device(&self.device_id, |device| {
                 device.online
@@ -399,10 +404,8 @@ async fn a_network_outage_past_the_lease_is_reattached_and_finishes_once(
     .await;
     let proxy = Proxy::start(&server.base).await;
     let rig = Rig::new(&server.base, &proxy.base, &[3, 12]).await;
-    let daemon = Daemon::start_with(rig.home.path(), &["--max-runs", "2"]);
-    daemon
-        .wait_for_log("event stream connected", Duration::from_secs(30))
-        .await;
+    // Jobs are assigned only once the device has published its recipes.
+    let daemon = rig.start_daemon_with(&["--max-runs", "2"]).await;
 
     let short = rig
         .web
@@ -490,10 +493,8 @@ async fn a_server_killed_mid_run_and_restarted_finishes_the_runs_once(
     let port = free_port();
     let mut server = ServerProcess::start(data_dir.path(), port, database_url.as_deref()).await;
     let rig = Rig::new(&server.base, &server.base, &[2, 9]).await;
-    let daemon = Daemon::start_with(rig.home.path(), &["--max-runs", "2"]);
-    daemon
-        .wait_for_log("event stream connected", Duration::from_secs(30))
-        .await;
+    // Jobs are assigned only once the device has published its recipes.
+    let daemon = rig.start_daemon_with(&["--max-runs", "2"]).await;
 
     let short = rig
         .web
