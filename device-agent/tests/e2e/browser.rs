@@ -3,17 +3,12 @@
 
 use serde_json::json;
 
-use crate::chromium::{chromium_path, Browser};
+use crate::chromium::{chromium_or_skip, Browser};
 use crate::{agent_ok, spawn_server, start_pairing, Daemon};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn browser_pairs_assigns_and_follows_a_job() {
-    let Some(chromium) = chromium_path() else {
-        assert!(
-            std::env::var("TETHER_REQUIRE_EXTERNAL").as_deref() != Ok("1"),
-            "TETHER_REQUIRE_EXTERNAL=1 but no Chromium at /usr/bin/chromium (set TETHER_CHROMIUM)"
-        );
-        eprintln!("Chromium missing, skipping the browser test");
+    let Some(chromium) = chromium_or_skip("the browser test") else {
         return;
     };
     let server = spawn_server(None).await;

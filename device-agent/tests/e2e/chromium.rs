@@ -17,7 +17,7 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// Where Chromium is, or `None` when this machine has none.
-pub fn chromium_path() -> Option<PathBuf> {
+fn chromium_path() -> Option<PathBuf> {
     let candidates = [
         std::env::var("TETHER_CHROMIUM").ok(),
         Some("/usr/bin/chromium".to_owned()),
@@ -28,6 +28,22 @@ pub fn chromium_path() -> Option<PathBuf> {
         .flatten()
         .map(PathBuf::from)
         .find(|path| path.exists())
+}
+
+/// Chromium for `test`, or `None` (with a printed reason) when this machine has none.
+///
+/// # Panics
+/// When Chromium is missing and `TETHER_REQUIRE_EXTERNAL=1`.
+pub fn chromium_or_skip(test: &str) -> Option<PathBuf> {
+    let found = chromium_path();
+    if found.is_none() {
+        assert!(
+            std::env::var("TETHER_REQUIRE_EXTERNAL").as_deref() != Ok("1"),
+            "TETHER_REQUIRE_EXTERNAL=1 but no Chromium at /usr/bin/chromium (set TETHER_CHROMIUM)"
+        );
+        eprintln!("Chromium missing, skipping {test}");
+    }
+    found
 }
 
 /// A running headless Chromium with one page attached.

@@ -13,19 +13,14 @@ use sha2::{Digest as _, Sha256};
 use tether_protocol::seal::{open, AadExpectation, Envelope, Kid, MAX_TTL_SECS};
 use tether_protocol::DeviceId;
 
-use crate::chromium::{chromium_path, Browser};
+use crate::chromium::{chromium_or_skip, Browser};
 use crate::spawn_server;
 
 const VECTORS: &str = include_str!("../../../shared-protocol/tests/vectors/hpke-p256-sha256.json");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secret_sealed_in_chromium_opens_on_the_device() {
-    let Some(chromium) = chromium_path() else {
-        assert!(
-            std::env::var("TETHER_REQUIRE_EXTERNAL").as_deref() != Ok("1"),
-            "TETHER_REQUIRE_EXTERNAL=1 but no Chromium at /usr/bin/chromium (set TETHER_CHROMIUM)"
-        );
-        eprintln!("Chromium missing, skipping the browser sealing test");
+    let Some(chromium) = chromium_or_skip("the browser sealing test") else {
         return;
     };
     let server = spawn_server(None).await;

@@ -6,19 +6,14 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::chromium::{chromium_path, Browser};
+use crate::chromium::{chromium_or_skip, Browser};
 use crate::{agent_ok, spawn_server, start_pairing, Daemon};
 
 const VALUE: &str = "tok-3f9a1c-very-secret";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secret_sent_from_the_browser_is_used_by_a_job_and_hidden_in_its_output() {
-    let Some(chromium) = chromium_path() else {
-        assert!(
-            std::env::var("TETHER_REQUIRE_EXTERNAL").as_deref() != Ok("1"),
-            "TETHER_REQUIRE_EXTERNAL=1 but no Chromium at /usr/bin/chromium (set TETHER_CHROMIUM)"
-        );
-        eprintln!("Chromium missing, skipping the browser secrets test");
+    let Some(chromium) = chromium_or_skip("the browser secrets test") else {
         return;
     };
     let server = spawn_server(None).await;
