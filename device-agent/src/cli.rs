@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 
 use crate::daemon::{self, DaemonEnd};
 use crate::state::DataDir;
-use crate::{exit_code, folders, pairing, recipes, sandbox, status};
+use crate::{engines, exit_code, explain, folders, pairing, recipes, sandbox, status, trust};
 
 /// What `run` prints when the server revoked this computer.
 pub const REVOKED_MESSAGE: &str =
@@ -63,11 +63,41 @@ pub enum Command {
         #[command(subcommand)]
         command: RecipeCommand,
     },
+    /// Coding agents jobs may run, by name, speaking the Agent Client Protocol.
+    Engine {
+        #[command(subcommand)]
+        command: EngineCommand,
+    },
     /// Secrets sent sealed from the web, kept encrypted on this computer (names only here).
     Secrets {
         #[command(subcommand)]
         command: SecretsCommand,
     },
+    /// Folders you trust on this computer: ask mode works there without asking.
+    Trust {
+        #[command(subcommand)]
+        command: TrustCommand,
+    },
+    /// Whether answers given on the web count on this computer (shows the setting without
+    /// `on` or `off`).
+    Approvals {
+        #[arg(value_enum)]
+        state: Option<Switch>,
+    },
+    /// Whether a run's evidence files are uploaded, or kept on this computer with only their
+    /// descriptions sent (shows the setting without `on` or `off`).
+    Evidence {
+        #[arg(value_enum)]
+        state: Option<Switch>,
+    },
+    /// Questions runs on this computer wait on: list them, answer them here.
+    Decisions {
+        #[command(subcommand)]
+        command: DecisionsCommand,
+    },
+    /// Show what a run's policy does with an action, and the rule that decides (a dry run of
+    /// the same check runs go through).
+    Explain(ExplainArgs),
     /// How this agent confines what it runs.
     Sandbox {
         #[command(subcommand)]
@@ -105,6 +135,98 @@ pub enum RecipeCommand {
     List,
     /// Remove a recipe.
     Remove { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EngineCommand {
+    /// Add an engine: `engine add NAME --acp -- PROGRAM [ARGS...]`. The program is started
+    /// confined in the job's folder and gets the job's prompt over the Agent Client Protocol.
+    Add {
+        name: String,
+        /// The program speaks the Agent Client Protocol on its stdin and stdout (the only
+        /// kind of engine besides recipes).
+        #[arg(long, required = true)]
+        acp: bool,
+        #[arg(last = true, required = true, num_args = 1.., value_name = "PROGRAM [ARGS]")]
+        command: Vec<String>,
+    },
+    /// List engines.
+    List,
+    /// Remove an engine.
+    Remove { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TrustCommand {
+    /// Trust a folder (never /, system folders, the home folder itself, or a folder holding
+    /// keys or the agent's data).
+    Add { path: PathBuf },
+    /// List trusted folders.
+    List,
+    /// Stop trusting a folder.
+    Remove { path: PathBuf },
+}
+
+/// `on` or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DecisionsCommand {
+    /// List the questions waiting on this computer.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Allow one, once (or for the rest of its run with --for-run).
+    Allow {
+        id: String,
+        #[arg(long)]
+        for_run: bool,
+    },
+    /// Deny one (a deny counts once).
+    Deny { id: String },
+}
+
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("action").required(true).args(["run", "read", "write", "fetch"])))]
+pub struct ExplainArgs {
+    /// The run's mode: ask, review or unattended.
+    #[arg(long, default_value = "ask", value_parser = parse_mode)]
+    pub mode: tether_protocol::jobs::Mode,
+    /// The run's folder (default: the current directory).
+    #[arg(long, value_name = "PATH")]
+    pub folder: Option<PathBuf>,
+    /// The job runs with the network on.
+    #[arg(long)]
+    pub network: bool,
+    /// Take the folder as trusted (besides the folders `trust list` shows).
+    #[arg(long)]
+    pub trusted: bool,
+    #[arg(long)]
+    pub json: bool,
+    /// Reading a file.
+    #[arg(long, value_name = "PATH")]
+    pub read: Option<PathBuf>,
+    /// Creating, editing, deleting or moving a file.
+    #[arg(long, value_name = "PATH")]
+    pub write: Option<PathBuf>,
+    /// Reaching another computer.
+    #[arg(long, value_name = "TARGET")]
+    pub fetch: Option<String>,
+    /// Starting a program; put it last, everything after it is the command.
+    #[arg(long, num_args = 1.., allow_hyphen_values = true, value_name = "PROGRAM [ARGS]")]
+    pub run: Option<Vec<String>>,
+}
+
+fn parse_mode(raw: &str) -> Result<tether_protocol::jobs::Mode, String> {
+    tether_protocol::jobs::Mode::ALL
+        .into_iter()
+        .find(|mode| mode.as_str() == raw)
+        .ok_or_else(|| "one of ask, review, unattended".to_owned())
 }
 
 #[derive(Debug, Subcommand)]
@@ -173,7 +295,13 @@ async fn apply(cli: Cli, shutdown: impl Future) -> Result<i32> {
         }
         Command::Folders { command } => apply_folders(&data_dir, command),
         Command::Recipe { command } => apply_recipes(&data_dir, command),
+        Command::Engine { command } => apply_engines(&data_dir, command),
         Command::Secrets { command } => apply_secrets(&data_dir, command),
+        Command::Trust { command } => apply_trust(&data_dir, command),
+        Command::Approvals { state } => apply_approvals(&data_dir, state),
+        Command::Evidence { state } => apply_evidence(&data_dir, state),
+        Command::Decisions { command } => apply_decisions(&data_dir, command),
+        Command::Explain(args) => apply_explain(&data_dir, args),
         Command::Sandbox {
             command: SandboxCommand::Status { json },
         } => {
@@ -213,6 +341,147 @@ fn apply_secrets(data_dir: &DataDir, command: SecretsCommand) -> Result<i32> {
             }
         }
     }
+}
+
+fn apply_trust(data_dir: &DataDir, command: TrustCommand) -> Result<i32> {
+    let mut config = data_dir.load_or_init_config()?;
+    match command {
+        TrustCommand::Add { path } => {
+            let guard = crate::guard::Guard::for_user(data_dir.root());
+            let folder = trust::add(&mut config, &guard, &path)?;
+            data_dir.save_config(&config)?;
+            println!(
+                "Trusting {}: runs in ask mode work there without asking.",
+                folder.display()
+            );
+        }
+        TrustCommand::List => print!("{}", trust::render(&config.trusted)),
+        TrustCommand::Remove { path } => {
+            let folder = trust::remove(&mut config, &path)?;
+            data_dir.save_config(&config)?;
+            println!("No longer trusting {}", folder.display());
+        }
+    }
+    Ok(0)
+}
+
+fn apply_approvals(data_dir: &DataDir, state: Option<Switch>) -> Result<i32> {
+    let mut config = data_dir.load_or_init_config()?;
+    if let Some(state) = state {
+        config.accept_web_approvals = state == Switch::On;
+        data_dir.save_config(&config)?;
+    }
+    if config.accept_web_approvals {
+        println!("Approvals on: answers given on the web count on this computer (the first valid answer, web or here, wins).");
+    } else {
+        println!("Approvals off: answers given on the web are ignored; runs wait for `tether-agent decisions allow|deny` on this computer. The web shows each question as waiting on the computer.");
+    }
+    if state.is_some() {
+        println!("A running agent tells the server at its next heartbeat.");
+    }
+    Ok(0)
+}
+
+fn apply_evidence(data_dir: &DataDir, state: Option<Switch>) -> Result<i32> {
+    let mut config = data_dir.load_or_init_config()?;
+    if let Some(state) = state {
+        config.evidence_upload = state == Switch::On;
+        data_dir.save_config(&config)?;
+    }
+    if config.evidence_upload {
+        println!("Evidence on: the files a run leaves in $TETHER_EVIDENCE_DIR are uploaded with its result (text with saved secret values hidden).");
+    } else {
+        println!("Evidence off: the files a run leaves in $TETHER_EVIDENCE_DIR stay on this computer; only their names, sizes and digests are sent.");
+    }
+    Ok(0)
+}
+
+fn apply_decisions(data_dir: &DataDir, command: DecisionsCommand) -> Result<i32> {
+    use tether_protocol::decisions::{Answer, Scope};
+    let local = crate::decisions::LocalDecisions::new(data_dir.clone());
+    let (id, answer) = match command {
+        DecisionsCommand::List { json } => {
+            let pending = local.list()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&pending)?);
+            } else {
+                print!("{}", crate::decisions::render(&pending, chrono::Utc::now()));
+            }
+            return Ok(0);
+        }
+        DecisionsCommand::Allow { id, for_run } => {
+            let scope = if for_run { Scope::Session } else { Scope::Once };
+            (
+                id,
+                crate::decisions::LocalAnswer {
+                    answer: Answer::Allow,
+                    scope,
+                },
+            )
+        }
+        DecisionsCommand::Deny { id } => (
+            id,
+            crate::decisions::LocalAnswer {
+                answer: Answer::Deny,
+                scope: Scope::Once,
+            },
+        ),
+    };
+    let pending = local.answer(&id, answer)?;
+    let what = match (answer.answer, answer.scope) {
+        (Answer::Allow, Scope::Once) => "Allowed once",
+        (Answer::Allow, Scope::Session) => "Allowed for the rest of the run",
+        (Answer::Deny, _) => "Denied",
+    };
+    println!("{what}: {}", pending.question);
+    Ok(0)
+}
+
+fn apply_explain(data_dir: &DataDir, args: ExplainArgs) -> Result<i32> {
+    use crate::policy::Action;
+    let config = data_dir.load_or_init_config()?;
+    let folder = match args.folder {
+        Some(folder) => folder,
+        None => std::env::current_dir()?,
+    };
+    let folder = folder.canonicalize().unwrap_or(folder);
+    let mut trusted = config.trusted.clone();
+    if args.trusted {
+        trusted.push(folder.clone());
+    }
+    let action = if let Some(argv) = args.run {
+        Action::Command {
+            argv,
+            cwd: folder.clone(),
+        }
+    } else if let Some(path) = args.read {
+        Action::ReadFile {
+            path: crate::guard::absolute(&path),
+        }
+    } else if let Some(path) = args.write {
+        Action::WriteFile {
+            path: crate::guard::absolute(&path),
+        }
+    } else if let Some(target) = args.fetch {
+        Action::Network { target }
+    } else {
+        anyhow::bail!("name an action: --run, --read, --write or --fetch");
+    };
+    let situation = explain::Situation {
+        mode: args.mode,
+        folder,
+        network: args.network,
+        trusted,
+        sandbox: sandbox::report().strength,
+        guard: crate::guard::Guard::for_user(data_dir.root()),
+    };
+    let explanation = explain::explain(situation, &action);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&explanation)?);
+    } else {
+        print!("{}", explain::render(&explanation));
+    }
+    Ok(0)
 }
 
 async fn run(data_dir: DataDir, max_runs: usize, shutdown: impl Future) -> Result<i32> {
@@ -288,6 +557,35 @@ fn apply_recipes(data_dir: &DataDir, command: RecipeCommand) -> Result<i32> {
     Ok(0)
 }
 
+fn apply_engines(data_dir: &DataDir, command: EngineCommand) -> Result<i32> {
+    let mut config = data_dir.load_or_init_config()?;
+    match command {
+        EngineCommand::Add {
+            name,
+            acp: _,
+            command,
+        } => {
+            let (program, args) = command
+                .split_first()
+                .ok_or_else(|| anyhow::anyhow!("an engine needs a program"))?;
+            let engine = engines::add(&mut config, &name, program, args)?;
+            data_dir.save_config(&config)?;
+            println!(
+                "Engine {:?} (acp): {}",
+                engine.name,
+                engines::command_line(&engine)
+            );
+        }
+        EngineCommand::List => print!("{}", engines::render(&config.engines)),
+        EngineCommand::Remove { name } => {
+            let engine = engines::remove(&mut config, &name)?;
+            data_dir.save_config(&config)?;
+            println!("Removed engine {:?}", engine.name);
+        }
+    }
+    Ok(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,5 +620,38 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn engine_add_needs_acp_and_takes_everything_after_the_double_dash() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(args)
+                .map(|cli| cli.command)
+                .map_err(|err| err.kind())
+        };
+        match parse(&[
+            "tether-agent",
+            "engine",
+            "add",
+            "claude",
+            "--acp",
+            "--",
+            "npx",
+            "-y",
+            "agent",
+        ]) {
+            Ok(Command::Engine {
+                command: EngineCommand::Add { name, acp, command },
+            }) => {
+                assert_eq!(name, "claude");
+                assert!(acp);
+                assert_eq!(command, ["npx", "-y", "agent"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            parse(&["tether-agent", "engine", "add", "claude", "--", "npx"]).err(),
+            Some(clap::error::ErrorKind::MissingRequiredArgument)
+        );
     }
 }

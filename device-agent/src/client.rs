@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use reqwest::{RequestBuilder, Response, StatusCode};
 use serde::de::DeserializeOwned;
+use tether_protocol::decisions::{AskRequest, AskResponse, CloseRequest, DeviceDecision};
 use tether_protocol::devices::{HeartbeatParams, HeartbeatResponse};
 use tether_protocol::files::FileAnswer;
 use tether_protocol::jobs::{
@@ -18,12 +19,14 @@ use tether_protocol::jobs::{
     ReattachParams, ResumeParams,
 };
 use tether_protocol::pairing::{PairParams, PairResponse, RegisterParams, RegisterResponse};
-use tether_protocol::{routes, Code, ErrorBody, JobId, PROTOCOL_VERSION};
+use tether_protocol::{routes, Code, DecisionId, ErrorBody, JobId, PROTOCOL_VERSION};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::handshake::client::Request as WsRequest;
 
 /// Longest a single call may take; a hung connection must not hold a run's report forever.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest an evidence upload (up to 100 MB) may take.
+const UPLOAD_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A 429 asking to wait at most this long is waited out inside the call and retried; a
 /// longer wait is handed to the caller as [`ApiError::RateLimited`].
@@ -355,6 +358,32 @@ impl DeviceClient {
         self.send(request).await.map(drop)
     }
 
+    /// `POST /api/devices/self/jobs/{id}/evidence` under the run's lease: `body` is the
+    /// file's bytes (empty for a `local` description), `meta` goes base64url in
+    /// `x-tether-evidence`. The server answers the stored item, also for a repeat.
+    ///
+    /// # Errors
+    /// [`ApiError`] for any failure.
+    pub async fn upload_evidence(
+        &self,
+        job_id: &JobId,
+        lease_token: &str,
+        meta: &tether_protocol::jobs::EvidenceMeta,
+        body: Vec<u8>,
+    ) -> Result<tether_protocol::jobs::Evidence, ApiError> {
+        use base64::Engine as _;
+        // Plain strings and numbers always serialize; an empty header would be refused.
+        let json = serde_json::to_vec(meta).unwrap_or_default();
+        let header = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json);
+        let request = self
+            .leased(job_id, "evidence", lease_token)
+            .header(routes::EVIDENCE_HEADER, header)
+            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+            .timeout(UPLOAD_TIMEOUT)
+            .body(body);
+        decode(self.send(request).await?).await
+    }
+
     /// `POST /api/devices/self/jobs/{id}/reattach`: after an outage, a new lease for the same
     /// attempt of a run that kept going (or finished while cut off). `lease_token` is the
     /// lease the run last held; it goes in the body, not as the lease header, since it may
@@ -424,6 +453,44 @@ impl DeviceClient {
     ) -> Result<(), ApiError> {
         let path = format!("/api/devices/self/secret-deliveries/{delivery_id}");
         let request = self.request(reqwest::Method::POST, &path).json(answer);
+        self.send(request).await.map(drop)
+    }
+
+    /// `POST /api/devices/self/jobs/{id}/ask` under the run's lease: a decision for the
+    /// owner; the job is `waiting` until it is answered, expires or is closed.
+    ///
+    /// # Errors
+    /// [`ApiError::StaleLease`] when the run's lease is gone; any other [`ApiError`].
+    pub async fn ask(
+        &self,
+        job_id: &JobId,
+        lease_token: &str,
+        params: &AskRequest,
+    ) -> Result<AskResponse, ApiError> {
+        let request = self.leased(job_id, "ask", lease_token).json(params);
+        decode(self.send(request).await?).await
+    }
+
+    /// `GET /api/devices/self/decisions/{id}`: where one of this device's decisions is.
+    ///
+    /// # Errors
+    /// [`ApiError`] for any failure.
+    pub async fn get_decision(&self, decision_id: &DecisionId) -> Result<DeviceDecision, ApiError> {
+        let path = format!("/api/devices/self/decisions/{decision_id}");
+        decode(self.send(self.request(reqwest::Method::GET, &path)).await?).await
+    }
+
+    /// `POST /api/devices/self/decisions/{id}/close`: answered here, expired or withdrawn.
+    ///
+    /// # Errors
+    /// [`ApiError`] for any failure (409 when it was no longer pending).
+    pub async fn close_decision(
+        &self,
+        decision_id: &DecisionId,
+        params: &CloseRequest,
+    ) -> Result<(), ApiError> {
+        let path = format!("/api/devices/self/decisions/{decision_id}/close");
+        let request = self.request(reqwest::Method::POST, &path).json(params);
         self.send(request).await.map(drop)
     }
 

@@ -25,15 +25,16 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use tether_protocol::capabilities::{Capabilities, Engine, EngineKind, SealKey};
+use tether_protocol::capabilities::{Capabilities, SealKey};
 use tether_protocol::devices::{HeartbeatParams, HeartbeatResponse, HeldLease};
 use tether_protocol::jobs::ClaimedJob;
-use tether_protocol::{JobId, PROTOCOL_VERSION};
+use tether_protocol::{DecisionId, JobId, PROTOCOL_VERSION};
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinSet;
 
 use crate::backoff::Backoff;
 use crate::client::{ApiError, DeviceClient};
+use crate::decisions::{self, DecisionHub};
 use crate::events::{self, EventSink, FileRequest, SecretDelivery};
 use crate::file_answers;
 use crate::journal::{Journal, RunRecord};
@@ -129,6 +130,14 @@ struct RunEntry {
 /// state cannot be updated after a revocation.
 pub async fn run(ctx: Ctx, shutdown: impl Future) -> Result<DaemonEnd> {
     let _lock = lock_data_dir(&ctx.data_dir)?;
+    // Runs build their gates with this hub; the event stream routes answers to it. Questions
+    // an earlier agent process left open have no run waiting on them any more.
+    let decision_hub = decisions::install_hub(DecisionHub::new(Some(ctx.data_dir.clone())));
+    if let Some(local) = decision_hub.local() {
+        if let Err(err) = local.clear_all() {
+            tracing::warn!("cannot clear old local decisions: {err:#}");
+        }
+    }
     let max_runs = ctx.max_runs;
     let journal = Arc::new(Journal::new(&ctx.data_dir));
     // Every record on disk now was left by an earlier agent process (we hold the lock).
@@ -391,14 +400,7 @@ impl Shared {
             protocol: PROTOCOL_VERSION,
             agent_version: AGENT_VERSION.to_owned(),
             install_id: config.install_id.clone(),
-            engines: config
-                .recipes
-                .iter()
-                .map(|recipe| Engine {
-                    name: recipe.name.clone(),
-                    kind: EngineKind::Recipe,
-                })
-                .collect(),
+            engines: crate::engines::published(&config),
             folders: config
                 .folders
                 .iter()
@@ -406,7 +408,7 @@ impl Shared {
                 .collect(),
             sandbox: sandbox::report(),
             seal_key: self.seal_key.clone(),
-            accept_web_approvals: true,
+            accept_web_approvals: config.accept_web_approvals,
         }
     }
 
@@ -492,6 +494,7 @@ impl Shared {
             };
             vault::receive(
                 &shared.data_dir,
+                &delivery.id,
                 &key,
                 &pairing.device_id,
                 &delivery.name,
@@ -588,6 +591,10 @@ impl EventSink for StreamSink {
 
     fn secret_save(&self, delivery: SecretDelivery) {
         tokio::spawn(self.0.clone().save_secret(delivery));
+    }
+
+    fn decision_answered(&self, decision_id: &DecisionId) {
+        decisions::hub().answered(decision_id);
     }
 }
 

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use futures_util::{SinkExt, StreamExt};
 use tether_protocol::files::FileOp;
 use tether_protocol::frames::ServerFrame;
-use tether_protocol::JobId;
+use tether_protocol::{DecisionId, JobId};
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use crate::backoff::Backoff;
@@ -45,6 +45,11 @@ pub trait EventSink: Send + Sync + 'static {
     /// A sealed secret for this computer: open, store and answer it (off this task).
     fn secret_save(&self, delivery: SecretDelivery) {
         tracing::debug!(id = delivery.id, "ignoring a secret.save frame");
+    }
+    /// A decision of this computer was answered on the web: wake the run waiting on it,
+    /// which reads the answer from the server itself.
+    fn decision_answered(&self, decision_id: &DecisionId) {
+        tracing::debug!(decision = %decision_id, "ignoring a decision.answered frame");
     }
 }
 
@@ -262,10 +267,7 @@ fn handle_text(text: &str, sink: &dyn EventSink) -> Handled {
         ServerFrame::SecretSave { id, name, sealed } => {
             sink.secret_save(SecretDelivery { id, name, sealed });
         }
-        // Not handled by this agent yet: decisions arrive with their own issue.
-        ServerFrame::DecisionAnswered { .. } => {
-            tracing::debug!("ignoring a frame this agent does not handle yet");
-        }
+        ServerFrame::DecisionAnswered { decision_id } => sink.decision_answered(&decision_id),
         // `ServerFrame` is non-exhaustive: frames added later are ignored.
         #[allow(unreachable_patterns)]
         _ => tracing::debug!("ignoring a frame this agent does not know"),
@@ -320,6 +322,9 @@ mod tests {
                 request.id, request.job_id, request.op, request.path
             ));
         }
+        fn decision_answered(&self, decision_id: &DecisionId) {
+            self.push(format!("answered {decision_id}"));
+        }
     }
 
     #[test]
@@ -351,7 +356,7 @@ mod tests {
         );
         assert_eq!(
             recorder.seen(),
-            ["wake", "cancel job1", "file r1 job1 Tree "]
+            ["wake", "cancel job1", "file r1 job1 Tree ", "answered d1"]
         );
     }
 

@@ -75,6 +75,10 @@ mod tests {
             pairing: None,
             folders: Vec::new(),
             recipes: Vec::new(),
+            engines: Vec::new(),
+            trusted: Vec::new(),
+            accept_web_approvals: true,
+            evidence_upload: true,
         }
     }
 

@@ -1,8 +1,8 @@
 //! `tether-agent`: the program on a paired computer.
 //!
 //! It pairs the computer with a Tether server, then runs as a daemon that heartbeats, claims
-//! jobs under a fenced lease, runs them through locally configured recipes in shared folders
-//! and reports their output and outcome.
+//! jobs under a fenced lease, runs them through locally configured recipes or ACP coding
+//! agents in shared folders and reports their output and outcome.
 //!
 //! **Architecture Invariant:** the server names only a folder *label* and an engine *name*;
 //! the path and the argv always come from this computer's own configuration.
@@ -11,19 +11,26 @@
 //! WebSocket request, which [`events`] drives); only [`state`] and [`journal`] write to the
 //! data directory (plus the daemon's lock file).
 
+pub mod acp;
 pub mod backoff;
 pub mod cli;
 pub mod client;
 pub mod daemon;
+pub mod decisions;
+pub mod engines;
 pub mod environment;
 pub mod events;
+pub mod evidence;
+pub mod explain;
 pub mod file_answers;
 pub mod folders;
+pub mod gate;
 pub mod guard;
 pub mod hard_floor;
 pub mod journal;
 pub mod lease;
 pub mod pairing;
+pub mod policy;
 pub mod process_group;
 pub mod progress;
 pub mod recipes;
@@ -33,6 +40,7 @@ pub mod sandbox;
 pub mod seal_key;
 pub mod state;
 pub mod status;
+pub mod trust;
 pub mod vault;
 
 /// The version this agent reports to the server.

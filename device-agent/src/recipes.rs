@@ -71,6 +71,10 @@ mod tests {
             pairing: None,
             folders: Vec::new(),
             recipes: Vec::new(),
+            engines: Vec::new(),
+            trusted: Vec::new(),
+            accept_web_approvals: true,
+            evidence_upload: true,
         };
         let args = vec![
             "-c".to_owned(),

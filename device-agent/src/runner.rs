@@ -6,6 +6,7 @@
 //! unknown one ends the job `blocked`.
 
 use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,7 +24,7 @@ use crate::process_group::{self, Signal, TERMINATE_GRACE};
 use crate::progress::report_output;
 use crate::state::{Config, DataDir, Recipe, SharedFolder};
 use crate::vault::{redact, Missing, Vault};
-use crate::{environment, hard_floor, sandbox};
+use crate::{environment, evidence, hard_floor, sandbox};
 
 /// Lines waiting for the reporter; when it is behind (server slow), the run's pipe fills and
 /// the run waits, instead of the agent's memory growing.
@@ -201,12 +202,6 @@ async fn execute(
             spec.folder
         )));
     };
-    let Some(recipe) = config.recipe(&spec.engine) else {
-        return Ok(blocked(format!(
-            "this computer has no recipe named {:?}",
-            spec.engine
-        )));
-    };
     if !folder.path.is_dir() {
         return Ok(blocked(format!(
             "the folder shared as {:?} ({}) no longer exists",
@@ -214,11 +209,38 @@ async fn execute(
             folder.path.display()
         )));
     }
-    let mut prepared = match confine(recipe, folder, job, secret_env) {
+    if let Some(engine) = crate::engines::selected(config, &spec.engine) {
+        return crate::acp::run(crate::acp::RunContext {
+            client,
+            job,
+            config,
+            engine,
+            folder,
+            stop,
+            lease,
+            secrets,
+            secret_env,
+        })
+        .await;
+    }
+    let Some(recipe) = config.recipe(&spec.engine) else {
+        return Ok(blocked(format!(
+            "this computer has no recipe or engine named {:?}",
+            spec.engine
+        )));
+    };
+    let evidence_folder = evidence_folder(job);
+    let mut prepared = match confine(recipe, folder, job, secret_env, evidence_folder.as_deref()) {
         Ok(prepared) => prepared,
-        Err(refusal) => return Ok(blocked(refusal)),
+        Err(refusal) => {
+            if let Some(evidence_folder) = &evidence_folder {
+                evidence::remove_run_folder(evidence_folder);
+            }
+            return Ok(blocked(refusal));
+        }
     };
     let (line_sender, line_receiver) = mpsc::channel(LINE_BUFFER);
+    let evidence_notes = line_sender.clone();
     let reporter = tokio::spawn(report_output(
         client.clone(),
         lease.clone(),
@@ -229,6 +251,24 @@ async fn execute(
     let spawned = |pid| lease.spawned(pid);
     let command = std::mem::replace(&mut prepared.command, Command::new("true"));
     let ended = supervise(command, timeout_of(job), stop, line_sender, spawned).await;
+    // Evidence goes up after the program ended and before the run completes; what is left
+    // out is said in the output.
+    if let Some(evidence_folder) = evidence_folder {
+        let delivery = evidence::Delivery {
+            upload: config.evidence_upload,
+            hidden: secrets.hidden.to_vec(),
+        };
+        evidence::deliver(
+            client,
+            lease,
+            evidence_folder,
+            delivery,
+            stop,
+            &evidence_notes,
+        )
+        .await;
+    }
+    drop(evidence_notes);
     // The reporter ends once every line is sent (or the lease is gone).
     let _ = reporter.await;
     let notes = prepared.finish();
@@ -256,6 +296,7 @@ fn confine(
     folder: &SharedFolder,
     job: &ClaimedJob,
     secret_env: Vec<(String, String)>,
+    evidence_folder: Option<&Path>,
 ) -> Result<sandbox::Prepared, String> {
     let argv: Vec<String> = std::iter::once(recipe.program.clone())
         .chain(recipe.args.iter().cloned())
@@ -268,17 +309,48 @@ fn confine(
     let work_folder = guard
         .check_shared_folder(&folder.label, &folder.path)
         .map_err(|err| format!("the guard refused the folder: {err}"))?;
+    let mut env = with_secrets(child_env(std::env::vars_os(), job), secret_env);
+    let mut writable = Vec::new();
+    if let Some(evidence_folder) = evidence_folder {
+        env.retain(|(name, _)| name != evidence::EVIDENCE_DIR_VAR);
+        env.push((
+            evidence::EVIDENCE_DIR_VAR.to_owned(),
+            evidence_folder.display().to_string(),
+        ));
+        writable.push(evidence_folder.to_path_buf());
+    }
     let policy = sandbox::Policy {
         work_folder,
-        writable: Vec::new(),
+        writable,
         readable: Vec::new(),
         denied: Vec::new(),
         network: job.spec.network,
-        env: with_secrets(child_env(std::env::vars_os(), job), secret_env),
+        env,
     };
     sandbox::current()
         .prepare(&guard, &policy, &argv)
         .map_err(|refused| refused.0)
+}
+
+/// The attempt's evidence folder, made beside the agent's data dir (the guard knows which,
+/// `run` installed it) and accepted by the guard; `None`, logged, when it cannot be, and the
+/// run goes on without one.
+fn evidence_folder(job: &ClaimedJob) -> Option<PathBuf> {
+    let guard = sandbox::guard();
+    let folder = match evidence::create_run_folder(guard.data_dir(), job) {
+        Ok(folder) => folder,
+        Err(err) => {
+            tracing::warn!(job = %job.id, "no evidence folder for this run: {err}");
+            return None;
+        }
+    };
+    match guard.check_access(&folder) {
+        Ok(()) => Some(folder),
+        Err(refusal) => {
+            tracing::warn!(job = %job.id, "no evidence folder for this run: {refusal}");
+            None
+        }
+    }
 }
 
 /// Maps how the program ended to the completion to report.

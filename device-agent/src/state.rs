@@ -50,6 +50,29 @@ pub struct Config {
     /// Commands a job may run, by name.
     #[serde(default)]
     pub recipes: Vec<Recipe>,
+    /// Coding agents speaking the Agent Client Protocol, by name.
+    #[serde(default)]
+    pub engines: Vec<AcpEngine>,
+    /// Folders the owner trusts on this computer (`tether-agent trust`): canonical paths
+    /// where ask mode goes ahead without asking. Only ever set locally, never from the web.
+    #[serde(default)]
+    pub trusted: Vec<PathBuf>,
+    /// Whether answers given on the web count (`tether-agent approvals on|off`); when off,
+    /// every decision is answered on this computer (`tether-agent decisions`).
+    #[serde(default = "answers_from_the_web_by_default")]
+    pub accept_web_approvals: bool,
+    /// Whether a run's evidence files are uploaded (`tether-agent evidence on|off`); when
+    /// off they stay on this computer and only their descriptions are sent.
+    #[serde(default = "evidence_uploaded_by_default")]
+    pub evidence_upload: bool,
+}
+
+fn evidence_uploaded_by_default() -> bool {
+    true
+}
+
+fn answers_from_the_web_by_default() -> bool {
+    true
 }
 
 /// Who this computer is on which server.
@@ -82,6 +105,17 @@ pub struct Recipe {
     pub args: Vec<String>,
 }
 
+/// A coding agent the owner configured (`engine add NAME --acp -- PROGRAM ARGS…`): the
+/// agent starts it confined in the job's folder and speaks ACP with it over its stdio.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AcpEngine {
+    pub name: String,
+    pub program: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
 impl Config {
     fn fresh() -> Config {
         Config {
@@ -89,6 +123,10 @@ impl Config {
             pairing: None,
             folders: Vec::new(),
             recipes: Vec::new(),
+            engines: Vec::new(),
+            trusted: Vec::new(),
+            accept_web_approvals: true,
+            evidence_upload: true,
         }
     }
 
@@ -98,6 +136,10 @@ impl Config {
 
     pub fn recipe(&self, name: &str) -> Option<&Recipe> {
         self.recipes.iter().find(|recipe| recipe.name == name)
+    }
+
+    pub fn acp_engine(&self, name: &str) -> Option<&AcpEngine> {
+        self.engines.iter().find(|engine| engine.name == name)
     }
 }
 
@@ -218,6 +260,38 @@ impl DataDir {
         self.ensure()?;
         let path = self.path(name);
         write_atomic(&path, bytes).with_context(|| format!("cannot write {}", path.display()))
+    }
+
+    /// Creates a private directory of the data dir (and the data dir) if needed, so files
+    /// can be written inside it with [`DataDir::write_file`].
+    ///
+    /// # Errors
+    /// When it cannot be created.
+    pub fn ensure_dir(&self, name: &str) -> Result<()> {
+        self.ensure()?;
+        let path = self.path(name);
+        create_private_dir(&path).with_context(|| format!("cannot create {}", path.display()))
+    }
+
+    /// The names of the files in a directory of the data dir; empty when it does not exist.
+    /// Temporary files of interrupted writes are left out.
+    ///
+    /// # Errors
+    /// When it exists but cannot be read.
+    pub fn list_dir(&self, name: &str) -> Result<Vec<String>> {
+        let path = self.path(name);
+        let entries = match fs::read_dir(&path) {
+            Ok(entries) => entries,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(err) => return Err(err).with_context(|| format!("cannot read {}", path.display())),
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(|entry| entry.ok())
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .filter(|name| !name.starts_with('.'))
+            .collect();
+        names.sort();
+        Ok(names)
     }
 
     /// Removes a file of the data dir; absent is fine.
@@ -360,6 +434,20 @@ mod tests {
         data_dir.forget_token()?;
         data_dir.forget_token()?;
         assert_eq!(data_dir.load_token()?, None);
+        Ok(())
+    }
+
+    #[test]
+    fn a_config_from_before_trust_and_approvals_loads_with_approvals_on() -> Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let data_dir = DataDir::resolve(Some(tmp.path().to_path_buf()))?;
+        data_dir.write_file(
+            CONFIG_FILE,
+            br#"{"installId":"i","folders":[],"recipes":[]}"#,
+        )?;
+        let config = data_dir.load_or_init_config()?;
+        assert!(config.trusted.is_empty());
+        assert!(config.accept_web_approvals);
         Ok(())
     }
 

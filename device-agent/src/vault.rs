@@ -53,6 +53,12 @@ struct Contents {
     secrets: BTreeMap<String, Entry>,
     /// `jti` → the box's expiry (unix seconds).
     seen: BTreeMap<String, i64>,
+    /// Deliveries (the server's delivery ids) whose box was saved → the box's expiry. The
+    /// server sends a box again when it never got the answer; the same delivery is then
+    /// answered "saved" again without opening anything. A seen box under any other delivery
+    /// stays a replay.
+    #[serde(default)]
+    saved_deliveries: BTreeMap<String, i64>,
 }
 
 /// `secrets.vault` on disk.
@@ -149,12 +155,19 @@ impl<'a> Vault<'a> {
         }
     }
 
-    /// Stores a checked box under `name`, refusing a `jti` seen before; the value and the
-    /// `jti` go to disk in one atomic write.
+    /// Stores a checked box under `name`, refusing a `jti` seen before; the value, the `jti`
+    /// and the delivery go to disk in one atomic write. The same delivery again (its answer
+    /// was lost) is `Ok` and changes nothing.
     ///
     /// # Errors
     /// [`SealError::Replayed`] for a seen `jti`, or a storage failure.
-    pub fn save(&self, name: &str, checked: CheckedBox, now: i64) -> Result<(), SaveError> {
+    pub fn save(
+        &self,
+        delivery_id: &str,
+        name: &str,
+        checked: CheckedBox,
+        now: i64,
+    ) -> Result<(), SaveError> {
         if !valid_name(name) {
             return Err(SaveError::BadName);
         }
@@ -162,6 +175,9 @@ impl<'a> Vault<'a> {
         let exp = checked.aad().exp;
         let outcome = self.update(|contents| {
             if contents.seen.contains_key(&jti) {
+                if contents.saved_deliveries.contains_key(delivery_id) {
+                    return Ok(Ok(()));
+                }
                 return Ok(Err(SaveError::Seal(SealError::Replayed)));
             }
             // Only now, with the jti unseen, is the value taken.
@@ -174,7 +190,13 @@ impl<'a> Vault<'a> {
             contents
                 .seen
                 .retain(|_, seen_exp| *seen_exp + SEEN_GRACE_SECS > now);
+            contents
+                .saved_deliveries
+                .retain(|_, seen_exp| *seen_exp + SEEN_GRACE_SECS > now);
             contents.seen.insert(jti.clone(), exp);
+            contents
+                .saved_deliveries
+                .insert(delivery_id.to_owned(), exp);
             contents.secrets.insert(
                 name.to_owned(),
                 Entry {
@@ -284,6 +306,7 @@ pub struct Missing(pub String);
 /// `jti`, stores the value. Returns the answer for the server — never the value.
 pub fn receive(
     data_dir: &DataDir,
+    delivery_id: &str,
     key: &SealKeyPair,
     device_id: &DeviceId,
     name: &str,
@@ -317,7 +340,7 @@ pub fn receive(
         Ok(checked) => checked,
         Err(err) => return refused(err.to_string()),
     };
-    match Vault::new(data_dir).save(name, checked, now) {
+    match Vault::new(data_dir).save(delivery_id, name, checked, now) {
         Ok(()) => {
             tracing::info!(name, "secret saved");
             DeliveryAnswer {
@@ -399,6 +422,7 @@ mod tests {
         let jti = Jti::random(&mut OsRng);
         let answer = receive(
             &data_dir,
+            "delivery-1",
             &key,
             &device,
             "API_KEY",
@@ -444,15 +468,87 @@ mod tests {
         let (_dir, data_dir, key, device) = setup()?;
         let jti = Jti::random(&mut OsRng);
         let box_ = sealed(&key, &device, "TOKEN", "one", &jti, NOW + 60)?;
-        assert!(receive(&data_dir, &key, &device, "TOKEN", &box_, NOW).saved);
-        let again = receive(&data_dir, &key, &device, "TOKEN", &box_, NOW + 1);
+        assert!(receive(&data_dir, "delivery-1", &key, &device, "TOKEN", &box_, NOW).saved);
+        let again = receive(
+            &data_dir,
+            "delivery-2",
+            &key,
+            &device,
+            "TOKEN",
+            &box_,
+            NOW + 1,
+        );
         assert!(!again.saved);
         assert!(again.error.unwrap_or_default().contains("already opened"));
         // A fresh process (new key load, new Vault) still refuses it, even once forgotten.
         let reloaded = SealKeyPair::load(&data_dir)?.context("no key")?;
         Vault::new(&data_dir).forget("TOKEN")?;
-        assert!(!receive(&data_dir, &reloaded, &device, "TOKEN", &box_, NOW + 2).saved);
+        assert!(
+            !receive(
+                &data_dir,
+                "delivery-3",
+                &reloaded,
+                &device,
+                "TOKEN",
+                &box_,
+                NOW + 2
+            )
+            .saved
+        );
         assert!(Vault::new(&data_dir).list()?.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn a_delivery_sent_again_after_a_lost_answer_is_saved_once() -> Result<()> {
+        let (_dir, data_dir, key, device) = setup()?;
+        let first = sealed(
+            &key,
+            &device,
+            "TOKEN",
+            "one",
+            &Jti::random(&mut OsRng),
+            NOW + 60,
+        )?;
+        assert!(receive(&data_dir, "delivery-1", &key, &device, "TOKEN", &first, NOW).saved);
+        let second = sealed(
+            &key,
+            &device,
+            "TOKEN",
+            "two",
+            &Jti::random(&mut OsRng),
+            NOW + 60,
+        )?;
+        assert!(
+            receive(
+                &data_dir,
+                "delivery-2",
+                &key,
+                &device,
+                "TOKEN",
+                &second,
+                NOW
+            )
+            .saved
+        );
+        // The server sends delivery 1 again (it lost the answer): saved, and nothing changes.
+        assert!(
+            receive(
+                &data_dir,
+                "delivery-1",
+                &key,
+                &device,
+                "TOKEN",
+                &first,
+                NOW + 1
+            )
+            .saved
+        );
+        let vault = Vault::new(&data_dir);
+        assert_eq!(
+            vault.values_of(&["TOKEN".to_owned()]).ok(),
+            Some(vec![("TOKEN".to_owned(), "two".to_owned())])
+        );
         Ok(())
     }
 
@@ -463,8 +559,12 @@ mod tests {
         let box_ = sealed(&key, &device, "RACE", "v", &jti, NOW + 60)?;
         let saved = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..4)
-                .map(|_| {
-                    scope.spawn(|| receive(&data_dir, &key, &device, "RACE", &box_, NOW).saved)
+                .map(|n| {
+                    let delivery = format!("delivery-{n}");
+                    let (data_dir, key, device, box_) = (&data_dir, &key, &device, &box_);
+                    scope.spawn(move || {
+                        receive(data_dir, &delivery, key, device, "RACE", box_, NOW).saved
+                    })
                 })
                 .collect();
             handles
@@ -482,9 +582,31 @@ mod tests {
         let (_dir, data_dir, key, device) = setup()?;
         let jti = Jti::random(&mut OsRng);
         let box_ = sealed(&key, &device, "NAME", "v", &jti, NOW + 60)?;
-        assert!(!receive(&data_dir, &key, &device, "OTHER", &box_, NOW).saved);
-        assert!(!receive(&data_dir, &key, &DeviceId::generate(), "NAME", &box_, NOW).saved);
-        assert!(!receive(&data_dir, &key, &device, "NAME", &box_, NOW + 61).saved);
+        assert!(!receive(&data_dir, "delivery-1", &key, &device, "OTHER", &box_, NOW).saved);
+        assert!(
+            !receive(
+                &data_dir,
+                "delivery-1",
+                &key,
+                &DeviceId::generate(),
+                "NAME",
+                &box_,
+                NOW
+            )
+            .saved
+        );
+        assert!(
+            !receive(
+                &data_dir,
+                "delivery-1",
+                &key,
+                &device,
+                "NAME",
+                &box_,
+                NOW + 61
+            )
+            .saved
+        );
         let far = sealed(
             &key,
             &device,
@@ -493,11 +615,22 @@ mod tests {
             &Jti::random(&mut OsRng),
             NOW + 3600,
         )?;
-        assert!(!receive(&data_dir, &key, &device, "NAME", &far, NOW).saved);
+        assert!(!receive(&data_dir, "delivery-1", &key, &device, "NAME", &far, NOW).saved);
         let other_key = SealKeyPair::generate()?;
-        assert!(!receive(&data_dir, &other_key, &device, "NAME", &box_, NOW).saved);
+        assert!(
+            !receive(
+                &data_dir,
+                "delivery-1",
+                &other_key,
+                &device,
+                "NAME",
+                &box_,
+                NOW
+            )
+            .saved
+        );
         // None of the refusals burnt the jti.
-        assert!(receive(&data_dir, &key, &device, "NAME", &box_, NOW).saved);
+        assert!(receive(&data_dir, "delivery-1", &key, &device, "NAME", &box_, NOW).saved);
         Ok(())
     }
 
@@ -505,7 +638,7 @@ mod tests {
     fn a_tampered_vault_is_refused() -> Result<()> {
         let (_dir, data_dir, key, device) = setup()?;
         let box_ = sealed(&key, &device, "A", "v", &Jti::random(&mut OsRng), NOW + 60)?;
-        assert!(receive(&data_dir, &key, &device, "A", &box_, NOW).saved);
+        assert!(receive(&data_dir, "delivery-1", &key, &device, "A", &box_, NOW).saved);
         let raw = std::fs::read(data_dir.path(VAULT_FILE))?;
         let mut stored: Stored = serde_json::from_slice(&raw)?;
         let mut ct = URL_SAFE_NO_PAD.decode(&stored.ciphertext)?;
@@ -515,7 +648,7 @@ mod tests {
         assert!(Vault::new(&data_dir).list().is_err());
         // And a new box is not saved over it (that would drop the replay records).
         let other = sealed(&key, &device, "B", "w", &Jti::random(&mut OsRng), NOW + 60)?;
-        assert!(!receive(&data_dir, &key, &device, "B", &other, NOW).saved);
+        assert!(!receive(&data_dir, "delivery-1", &key, &device, "B", &other, NOW).saved);
         Ok(())
     }
 

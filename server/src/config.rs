@@ -16,7 +16,7 @@ pub struct Config {
     pub listen: String,
     /// `postgres://…` or `sqlite://…`; `None` means `tether.db` inside `data_dir`.
     pub database_url: Option<String>,
-    /// Where the embedded database (and later evidence blobs) live.
+    /// Where the embedded database and the evidence blobs (`blobs/`) live.
     pub data_dir: PathBuf,
     /// Redis for wake-ups and relays across replicas; `None` keeps them in process.
     pub redis_url: Option<String>,
@@ -30,6 +30,8 @@ pub struct Config {
     pub heartbeat_secs: u64,
     /// How often the sweeper looks for expired leases.
     pub sweep_secs: u64,
+    /// How often heartbeats' contact times are written in one batch (see `presence`).
+    pub presence_flush_ms: u64,
     /// How long a pairing code stays valid (protocol default 600).
     pub pairing_expires_secs: u64,
     /// The first polling interval of `register` (protocol default 5).
@@ -48,6 +50,8 @@ pub struct Config {
     pub events_idle_secs: u64,
     /// Per-replica rate limits (`TETHER_RATE_LIMITS`).
     pub rate_limits: RateLimitConfig,
+    /// Largest evidence file accepted (protocol: 100 MB); tests shrink it.
+    pub evidence_max_bytes: u64,
 }
 
 impl Config {
@@ -63,6 +67,7 @@ impl Config {
             online_secs: 90,
             heartbeat_secs: 30,
             sweep_secs: 15,
+            presence_flush_ms: 1_000,
             pairing_expires_secs: tether_protocol::pairing::PAIRING_EXPIRES_SECS,
             pairing_interval_secs: tether_protocol::pairing::PAIRING_INTERVAL_SECS,
             max_running_per_account: 4,
@@ -72,6 +77,7 @@ impl Config {
             events_ping_secs: 20,
             events_idle_secs: 60,
             rate_limits: RateLimitConfig::defaults(),
+            evidence_max_bytes: tether_protocol::jobs::MAX_EVIDENCE_BYTES,
         }
     }
 
@@ -126,6 +132,14 @@ struct Cli {
     heartbeat_secs: u64,
     #[arg(long, env = "TETHER_SWEEP_SECS", default_value_t = 15, hide = true)]
     sweep_secs: u64,
+    /// Milliseconds between batched writes of heartbeats' contact times.
+    #[arg(
+        long,
+        env = "TETHER_PRESENCE_FLUSH_MS",
+        default_value_t = 1_000,
+        hide = true
+    )]
+    presence_flush_ms: u64,
     /// Seconds a live file request waits for the device.
     #[arg(
         long,
@@ -134,6 +148,14 @@ struct Cli {
         hide = true
     )]
     relay_timeout_secs: u64,
+    /// Largest evidence file accepted, in bytes (at most the protocol's 100 MB).
+    #[arg(
+        long,
+        env = "TETHER_EVIDENCE_MAX_BYTES",
+        default_value_t = tether_protocol::jobs::MAX_EVIDENCE_BYTES,
+        hide = true
+    )]
+    evidence_max_bytes: u64,
     /// Apply the database migrations and exit (for a deploy's migration step).
     #[arg(long)]
     migrate_only: bool,
@@ -157,8 +179,12 @@ impl Cli {
         config.online_secs = self.online_secs.max(1);
         config.heartbeat_secs = self.heartbeat_secs.max(1);
         config.sweep_secs = self.sweep_secs.max(1);
+        config.presence_flush_ms = self.presence_flush_ms.clamp(10, 60_000);
         config.relay_timeout_secs = self.relay_timeout_secs.max(1);
         config.rate_limits = self.rate_limits;
+        config.evidence_max_bytes = self
+            .evidence_max_bytes
+            .min(tether_protocol::jobs::MAX_EVIDENCE_BYTES);
         config
     }
 }

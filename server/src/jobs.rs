@@ -12,6 +12,7 @@ use tether_protocol::jobs::{Job, JobEvent, JobOutcome, JobSpec, JobState, NewJob
 use tether_protocol::{AccountId, Code, DeviceId, JobId};
 
 use crate::accounts::parse_name;
+use crate::decisions::Settlement;
 use crate::devices;
 use crate::error::ApiError;
 use crate::ledger::{self, LedgerKind};
@@ -146,7 +147,10 @@ pub async fn get(store: &Store, account_id: &AccountId, job_id: &JobId) -> Resul
     .bind(job_id.as_str())
     .fetch_all(pool)
     .await)?;
-    row.into_job(events.into_iter().map(EventRow::into_event).collect())
+    let mut job = row.into_job(events.into_iter().map(EventRow::into_event).collect())?;
+    job.evidence = crate::evidence::list(store, account_id, job_id).await?;
+    job.decisions = crate::decisions::for_job(store, account_id, job_id).await?;
+    Ok(job)
 }
 
 /// Cancels a job: a queued one ends `cancelled` at once; a running or waiting one gets
@@ -177,6 +181,8 @@ pub async fn cancel(
             finish(&mut tx, &job, &outcome, EndCause::Owner, now).await?;
         }
         JobState::Running | JobState::Waiting => {
+            // The run is stopping: nothing it asked needs an answer any more.
+            crate::decisions::settle_open(&mut tx, &job, Settlement::Withdrawn, now).await?;
             if job.cancel_requested == 0 {
                 on_tx!(&mut tx, |conn| sqlx::query(
                     "UPDATE jobs SET cancel_requested = 1 WHERE id = $1"
@@ -242,7 +248,7 @@ impl EndCause {
 }
 
 /// Ends `job` with `outcome`: state, outcome, end time, cause, lease expiry cleared, a
-/// `system` event and the ledger entry. The lease token hash is kept only for a device's own
+/// `system` event, its pending decisions settled and the ledger entry. The lease token hash is kept only for a device's own
 /// completion (so it can be answered again); other ends clear it. `last_lease_hash` is kept
 /// either way, for reattach.
 ///
@@ -275,6 +281,12 @@ pub(crate) async fn finish(
         .map(|done| done.rows_affected()))?;
     let text = format!("Ended {}: {}", state.as_str(), outcome.summary);
     append_events(tx, job, now, "system", &[truncate(&text, 4096)]).await?;
+    let open_decisions = if cause == EndCause::LeaseExpired {
+        Settlement::Expired
+    } else {
+        Settlement::Withdrawn
+    };
+    crate::decisions::settle_open(tx, job, open_decisions, now).await?;
     let account_id: AccountId = stored_id(job.account_id.clone())?;
     let detail = json!({ "jobId": job.id, "deviceId": job.device_id, "outcome": state.as_str(),
                          "attempt": job.attempt });

@@ -20,11 +20,13 @@ use tether_protocol::{AccountId, Code, JobId};
 use crate::auth::DeviceCaller;
 use crate::config::Config;
 use crate::credentials;
+use crate::decisions::{self, Settlement};
 use crate::devices;
 use crate::error::ApiError;
 use crate::jobs::{self, append_events, finish, truncate, EndCause, JobRow, JOB_COLUMNS};
 use crate::ledger::{self, LedgerKind};
-use crate::store::{now_millis, on_tx, secs, to_time, Millis, Store, Tx};
+use crate::presence::{self, Presence};
+use crate::store::{now_millis, on_read, on_tx, secs, to_time, Millis, Store, Tx};
 
 /// Most held runs one heartbeat may report.
 pub const MAX_RUNNING_PER_HEARTBEAT: usize = 100;
@@ -37,6 +39,7 @@ pub const MAX_SUMMARY_CHARS: usize = 10_000;
 /// 422 when more than [`MAX_RUNNING_PER_HEARTBEAT`] runs are reported, or a database error.
 pub async fn heartbeat(
     store: &Store,
+    presence: &Presence,
     device: &DeviceCaller,
     params: HeartbeatParams,
     config: &Config,
@@ -49,8 +52,27 @@ pub async fn heartbeat(
     }
     let now = now_millis();
     let lease_until = now + secs(config.lease_secs);
+    let device_id = device.device_id.as_str();
+    let report = presence::digest(&serde_json::to_string(&params.capabilities)?);
+    let write_report = presence.needs_report(device_id, &report, now);
+    if params.running.is_empty() && !write_report {
+        // "Still here" only: no write now (see `presence`).
+        presence.saw(device_id, now);
+        let queued = count_queued_now(store, device).await?;
+        return Ok(heartbeat_answer(
+            now,
+            Vec::new(),
+            Vec::new(),
+            queued,
+            config,
+        ));
+    }
     let mut tx = store.begin().await?;
-    devices::record_report(&mut tx, device, &params.capabilities, now).await?;
+    if write_report {
+        devices::record_report(&mut tx, device, &params.capabilities, now).await?;
+    } else {
+        presence.saw(device_id, now);
+    }
     let mut leases = Vec::new();
     let mut lost = Vec::new();
     for held in params.running {
@@ -69,7 +91,20 @@ pub async fn heartbeat(
     }
     let queued = count_queued(&mut tx, device).await?;
     tx.commit().await?;
-    Ok(HeartbeatResponse {
+    if write_report {
+        presence.wrote_report(device_id, report, now);
+    }
+    Ok(heartbeat_answer(now, leases, lost, queued, config))
+}
+
+fn heartbeat_answer(
+    now: Millis,
+    leases: Vec<LeaseStatus>,
+    lost: Vec<JobId>,
+    queued: i64,
+    config: &Config,
+) -> HeartbeatResponse {
+    HeartbeatResponse {
         server_time: to_time(now),
         leases,
         lost,
@@ -78,7 +113,7 @@ pub async fn heartbeat(
             heartbeat_secs: config.heartbeat_secs,
             lease_secs: config.lease_secs,
         },
-    })
+    }
 }
 
 /// Claims the device's oldest queued job, unless the account is at its concurrent-run limit.
@@ -382,6 +417,8 @@ pub async fn resume(
     let lease_until = now + secs(config.lease_secs);
     let attempt = job.attempt + 1;
     let resumes = job.resumes + 1;
+    // The lost attempt's questions die with it; the new attempt asks its own.
+    decisions::settle_open(&mut tx, &job, Settlement::Withdrawn, now).await?;
     revive(
         &mut tx,
         &job,
@@ -506,7 +543,7 @@ fn holds_lease(job: &JobRow, lease_token: &str, now: Millis) -> bool {
 }
 
 /// The job if it is this device's and `lease_token` holds it.
-async fn fenced_job(
+pub(crate) async fn fenced_job(
     tx: &mut Tx,
     device: &DeviceCaller,
     job_id: &JobId,
@@ -551,6 +588,17 @@ async fn extend_lease(tx: &mut Tx, job_id: &str, until: Millis) -> Result<(), Ap
     .await
     .map(|done| done.rows_affected()))?;
     Ok(())
+}
+
+/// `count_queued` outside a transaction (on SQLite, from the read pool, not the writer).
+async fn count_queued_now(store: &Store, device: &DeviceCaller) -> Result<i64, ApiError> {
+    let count = on_read!(store, |pool| sqlx::query_scalar::<_, i64>(
+        "SELECT COUNT(*) FROM jobs WHERE device_id = $1 AND state = 'queued'"
+    )
+    .bind(device.device_id.as_str())
+    .fetch_one(pool)
+    .await)?;
+    Ok(count)
 }
 
 async fn count_queued(tx: &mut Tx, device: &DeviceCaller) -> Result<i64, ApiError> {

@@ -21,6 +21,9 @@ pub enum LedgerKind {
     JobReattached,
     JobResumed,
     SecretRelayed,
+    DecisionAsked,
+    DecisionAnswered,
+    EvidenceUploaded,
 }
 
 impl LedgerKind {
@@ -34,6 +37,9 @@ impl LedgerKind {
             LedgerKind::JobReattached => "job.reattached",
             LedgerKind::JobResumed => "job.resumed",
             LedgerKind::SecretRelayed => "secret.relayed",
+            LedgerKind::DecisionAsked => "decision.asked",
+            LedgerKind::DecisionAnswered => "decision.answered",
+            LedgerKind::EvidenceUploaded => "evidence.uploaded",
         }
     }
 }

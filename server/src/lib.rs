@@ -11,7 +11,7 @@
 //! [`accounts::logout`], [`sweeper::try_expire_leases`], [`relay::Hub`].
 
 use std::net::TcpListener;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix_web::dev::Service;
 use actix_web::{web, App, HttpServer};
@@ -20,10 +20,13 @@ use tracing::Instrument;
 
 pub mod accounts;
 pub mod auth;
+pub mod blobs;
 pub mod config;
 pub mod credentials;
+pub mod decisions;
 pub mod devices;
 pub mod error;
+pub mod evidence;
 pub mod files;
 pub mod jobs;
 pub mod leases;
@@ -31,6 +34,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod pages;
 pub mod pairing;
+pub mod presence;
 pub mod rate_limits;
 pub mod relay;
 pub mod routes;
@@ -44,6 +48,7 @@ pub use error::ApiError;
 pub use store::Store;
 
 use metrics::Metrics;
+use presence::Presence;
 use rate_limits::RateLimits;
 use relay::Hub;
 
@@ -57,6 +62,8 @@ pub struct AppState {
     pub limits: RateLimits,
     /// This replica's metrics (`/metrics`).
     pub metrics: Metrics,
+    /// Device contact times not yet written (heartbeats are written in batches).
+    pub presence: Presence,
 }
 
 /// A bound, migrated server that has not started serving yet.
@@ -75,6 +82,7 @@ impl Application {
     /// answer.
     pub async fn build(config: Config) -> anyhow::Result<Application> {
         let store = Store::connect(&config).await?;
+        blobs::Blobs::new(&config.data_dir).remove_stale_temporaries();
         let hub = Hub::connect(config.redis_url.as_deref()).await?;
         let limits = RateLimits::new(config.rate_limits.clone());
         let listener = TcpListener::bind(&config.listen)
@@ -96,6 +104,7 @@ impl Application {
                 hub,
                 limits,
                 metrics: Metrics::new(),
+                presence: Presence::new(),
             }),
         })
     }
@@ -173,6 +182,12 @@ impl Application {
                         if let Some(metrics) = metrics {
                             let seconds = started.elapsed().as_secs_f64();
                             metrics.record_request(&route, &method, res.status().as_u16(), seconds);
+                            telemetry::record_request(
+                                &route,
+                                &method,
+                                res.status().as_u16(),
+                                seconds,
+                            );
                         }
                         telemetry::finish(&mut res, &request_id, started);
                         Ok(res)
@@ -192,6 +207,10 @@ impl Application {
             self.state.metrics.clone(),
         );
         let listener = self.state.hub.clone().listen();
+        let presence = self.state.presence.clone().run(
+            self.state.store.clone(),
+            Duration::from_millis(self.state.config.presence_flush_ms.max(1)),
+        );
         // Stopping goes through the handle while the server future keeps being polled; the
         // server future then completes.
         let stopper = async {
@@ -199,11 +218,17 @@ impl Application {
             handle.stop(false).await;
             std::future::pending::<()>().await;
         };
-        tokio::select! {
+        let ended = tokio::select! {
             served = server => served.context("HTTP server stopped"),
             swept = sweeper => swept.context("sweeper stopped"),
             listened = listener => listened.context("relay listener stopped"),
+            () = presence => Ok(()),
             () = stopper => Ok(()),
+        };
+        // The contact times of the last interval, so a clean stop loses none.
+        if let Err(err) = self.state.presence.flush(&self.state.store).await {
+            tracing::warn!("writing the last contact times failed: {err}");
         }
+        ended
     }
 }

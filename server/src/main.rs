@@ -2,9 +2,20 @@
 
 use tether_server::{telemetry, Application, Config};
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    telemetry::init_logs();
+fn main() -> anyhow::Result<()> {
+    // Before the runtime: the OTLP exporters' HTTP client blocks, and flushing them at the end
+    // must happen outside it too.
+    let telemetry = telemetry::init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let served = runtime.block_on(serve());
+    drop(runtime);
+    telemetry.shutdown();
+    served
+}
+
+async fn serve() -> anyhow::Result<()> {
     let (config, migrate_only) = Config::from_args();
     if migrate_only {
         tether_server::Store::connect(&config).await?;
@@ -15,9 +26,25 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(url = %application.base_url(), "serving");
     tokio::select! {
         finished = application.run_until_stopped() => finished,
-        _ = tokio::signal::ctrl_c() => {
-            tracing::info!("ctrl-c: stopping");
+        signal = stop_signal() => {
+            tracing::info!("{signal}: stopping");
             Ok(())
         }
     }
+}
+
+/// Ctrl-C, or SIGTERM (how containers and systemd stop a service).
+async fn stop_signal() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => return "ctrl-c",
+                _ = term.recv() => return "SIGTERM",
+            }
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+    "ctrl-c"
 }

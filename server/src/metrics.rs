@@ -38,6 +38,12 @@ struct StateLabels {
     state: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SettlementLabels {
+    /// `answered_web`, `answered_computer`, `expired` or `withdrawn`.
+    how: String,
+}
+
 /// This replica's metrics; cheap to clone.
 #[derive(Clone)]
 pub struct Metrics {
@@ -52,6 +58,8 @@ struct Inner {
     jobs: Family<StateLabels, Gauge>,
     lease_expiries: Counter,
     relay_timeouts: Counter,
+    decision_waits: Family<SettlementLabels, Histogram>,
+    pending_decisions: Gauge,
 }
 
 impl Default for Metrics {
@@ -98,6 +106,22 @@ impl Metrics {
             "Relayed requests the device did not answer in time (504)",
             relay_timeouts.clone(),
         );
+        // 1 s to ~9 h: a person answers in seconds to hours; the longest wait is a day.
+        let decision_waits = Family::<SettlementLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(1.0, 2.0, 16))
+        });
+        registry.register(
+            "decision_wait_seconds",
+            "Time from a run's question to its answer or close, by how it ended (web answers, \
+             closes by the device and the sweeper's expiries)",
+            decision_waits.clone(),
+        );
+        let pending_decisions = Gauge::default();
+        registry.register(
+            "pending_decisions",
+            "Decisions waiting for an answer, from the database",
+            pending_decisions.clone(),
+        );
         Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -107,6 +131,8 @@ impl Metrics {
                 jobs,
                 lease_expiries,
                 relay_timeouts,
+                decision_waits,
+                pending_decisions,
             }),
         }
     }
@@ -134,6 +160,16 @@ impl Metrics {
         self.inner.lease_expiries.inc_by(count as u64);
     }
 
+    /// Records how long a decision waited; `how` is a [`crate::decisions::Settlement`] label.
+    pub fn record_decision_wait(&self, how: &str, waited: std::time::Duration) {
+        self.inner
+            .decision_waits
+            .get_or_create(&SettlementLabels {
+                how: how.to_owned(),
+            })
+            .observe(waited.as_secs_f64());
+    }
+
     /// The text exposition, with the scrape-time gauges refreshed first.
     ///
     /// # Errors
@@ -159,6 +195,9 @@ impl Metrics {
                 })
                 .set(count);
         }
+        self.inner
+            .pending_decisions
+            .set(crate::decisions::pending_count(store).await?);
         let mut text = String::new();
         encode(&mut text, &self.inner.registry).map_err(|error| ApiError::internal(&error))?;
         Ok(text)

@@ -4,13 +4,16 @@
 //! One small interface, [`Hub`], over two buses:
 //!
 //! - **In process** (the embedded default): a map from device to the senders of its open
-//!   streams, and a map from request id to the waiting web request.
+//!   streams, a map from request id to the waiting web request, and a broadcast channel per
+//!   account whose pages follow its changes.
 //! - **Redis** (`TETHER_REDIS_URL`): every replica subscribes to `tether:dev:{deviceId}` for
-//!   each device whose stream it holds, and to its own `tether:replica:{id}`. A frame is a
+//!   each device whose stream it holds, to `tether:acct:{accountId}` for each account whose
+//!   pages it serves a stream to, and to its own `tether:replica:{id}`. A frame is a
 //!   `PUBLISH` to the device's channel; the number of receivers it reports tells whether the
-//!   device has an open stream anywhere. A relayed request is a `SET tether:relay:{id} … NX
-//!   EX` naming the device and the waiting replica; the answer, posted to any replica, takes
-//!   the key with `GETDEL` and is published to the waiting replica's channel.
+//!   device has an open stream anywhere. An account event is a `PUBLISH` to the account's
+//!   channel. A relayed request is a `SET tether:relay:{id} … NX EX` naming the device and
+//!   the waiting replica; the answer, posted to any replica, takes the key with `GETDEL` and
+//!   is published to the waiting replica's channel.
 //!
 //! **Invariant:** frames and relays are hints with short lives. Nothing here is the truth
 //! about a job: a lost frame costs the device latency (it claims on every (re)connect and
@@ -25,10 +28,11 @@ use futures_util::StreamExt;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
 use serde::{Deserialize, Serialize};
+use tether_protocol::decisions::DecisionChange;
 use tether_protocol::files::{FileAnswer, FileOp};
 use tether_protocol::frames::ServerFrame;
-use tether_protocol::{AccountId, Code, DeviceId, JobId};
-use tokio::sync::{mpsc, oneshot};
+use tether_protocol::{AccountId, Code, DecisionId, DeviceId, JobId};
+use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::credentials;
 use crate::error::ApiError;
@@ -37,6 +41,8 @@ use crate::store::Store;
 
 /// Frames one stream may have queued before further ones are dropped (they are hints).
 pub const STREAM_BUFFER: usize = 16;
+/// Account events one follower may fall behind by before it is told it lagged.
+pub const ACCOUNT_BUFFER: usize = 64;
 /// How long a stream waits for its Redis subscription before it serves without one.
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Pause between attempts to reach Redis again.
@@ -65,6 +71,29 @@ struct Local {
     next_stream: u64,
     /// Relayed requests this replica waits on, by request id.
     waiting: HashMap<String, Waiter>,
+    /// Accounts whose pages follow their changes through this replica, by account id.
+    accounts: HashMap<String, AccountFollowers>,
+}
+
+/// The open account streams of one account on this replica.
+struct AccountFollowers {
+    sender: broadcast::Sender<AccountEvent>,
+    /// Open [`AccountStream`]s; the entry (and the Redis subscription) goes with the last.
+    count: usize,
+}
+
+/// A change to an account's data that its open pages follow. Hints like frames: a page that
+/// misses one catches up at its next periodic read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AccountEvent {
+    /// Decisions were asked, answered, expired or withdrawn.
+    #[serde(rename_all = "camelCase")]
+    Decisions {
+        change: DecisionChange,
+        /// The decision that changed, when it is one (a run ending may settle several).
+        decision_id: Option<DecisionId>,
+    },
 }
 
 struct Waiter {
@@ -120,6 +149,22 @@ pub struct EventStream {
 impl Drop for EventStream {
     fn drop(&mut self) {
         self.hub.detach(&self.device_id, self.number);
+    }
+}
+
+/// An open follower of one account's changes on this replica (a page's event stream).
+/// Dropping it closes the registration (and, for the account's last one here, its Redis
+/// subscription).
+pub struct AccountStream {
+    hub: Hub,
+    account_id: String,
+    /// The account's events.
+    pub events: broadcast::Receiver<AccountEvent>,
+}
+
+impl Drop for AccountStream {
+    fn drop(&mut self) {
+        self.hub.unfollow(&self.account_id);
     }
 }
 
@@ -246,6 +291,99 @@ impl Hub {
                 let _ = bus
                     .commands
                     .send(Command::Unsubscribe(device_channel(device_id)));
+            }
+        }
+    }
+
+    /// Follows the changes of `account_id`. With Redis, the account's first follower on this
+    /// replica subscribes to its channel before this returns, so an event published after the
+    /// stream opened reaches it.
+    pub async fn follow_account(&self, account_id: &AccountId) -> AccountStream {
+        let (events, subscribed) = {
+            let mut local = self.local();
+            let followers = local
+                .accounts
+                .entry(account_id.to_string())
+                .or_insert_with(|| AccountFollowers {
+                    sender: broadcast::channel(ACCOUNT_BUFFER).0,
+                    count: 0,
+                });
+            followers.count += 1;
+            let events = followers.sender.subscribe();
+            let subscribed = match &self.inner.bus {
+                Bus::Redis(bus) if followers.count == 1 => {
+                    let (ack, acked) = oneshot::channel();
+                    let channel = account_channel(account_id.as_str());
+                    // Sent under the lock, so subscribes and unsubscribes keep their order.
+                    bus.commands
+                        .send(Command::Subscribe(channel, ack))
+                        .ok()
+                        .map(|()| acked)
+                }
+                _ => None,
+            };
+            (events, subscribed)
+        };
+        if let Some(acked) = subscribed {
+            match tokio::time::timeout(SUBSCRIBE_TIMEOUT, acked).await {
+                Ok(Ok(true)) => {}
+                _ => tracing::warn!(
+                    account_id = %account_id,
+                    "no Redis subscription for an account stream; it catches up by re-reading"
+                ),
+            }
+        }
+        AccountStream {
+            hub: self.clone(),
+            account_id: account_id.to_string(),
+            events,
+        }
+    }
+
+    fn unfollow(&self, account_id: &str) {
+        let mut local = self.local();
+        let Some(followers) = local.accounts.get_mut(account_id) else {
+            return;
+        };
+        followers.count = followers.count.saturating_sub(1);
+        if followers.count == 0 {
+            local.accounts.remove(account_id);
+            if let Bus::Redis(bus) = &self.inner.bus {
+                let _ = bus
+                    .commands
+                    .send(Command::Unsubscribe(account_channel(account_id)));
+            }
+        }
+    }
+
+    /// Hands `event` to this replica's followers of `account_id`.
+    fn deliver_to_account(&self, account_id: &str, event: AccountEvent) {
+        if let Some(followers) = self.local().accounts.get(account_id) {
+            // No receiver left is fine: the last follower is closing.
+            let _ = followers.sender.send(event);
+        }
+    }
+
+    /// Tells every follower of `account_id`, on any replica, about `event`. A hint: failures
+    /// are logged, and followers re-read now and then anyway.
+    pub async fn publish_account(&self, account_id: &AccountId, event: AccountEvent) {
+        match &self.inner.bus {
+            Bus::InProcess => self.deliver_to_account(account_id.as_str(), event),
+            Bus::Redis(bus) => {
+                let published = match serde_json::to_string(&event) {
+                    Ok(payload) => bus
+                        .query::<i64>(
+                            redis::cmd("PUBLISH")
+                                .arg(account_channel(account_id.as_str()))
+                                .arg(payload),
+                        )
+                        .await
+                        .map(drop),
+                    Err(error) => Err(ApiError::from(error)),
+                };
+                if let Err(error) = published {
+                    tracing::warn!(account_id = %account_id, %error, "account event not sent");
+                }
             }
         }
     }
@@ -528,7 +666,11 @@ impl Hub {
     ) -> anyhow::Result<()> {
         let (mut sink, mut messages) = bus.client.get_async_pubsub().await?.split();
         let mut channels = vec![replica_channel(&self.inner.replica)];
-        channels.extend(self.local().streams.keys().map(|id| device_channel(id)));
+        {
+            let local = self.local();
+            channels.extend(local.streams.keys().map(|id| device_channel(id)));
+            channels.extend(local.accounts.keys().map(|id| account_channel(id)));
+        }
         sink.subscribe(&channels).await?;
         tracing::info!(n_channels = channels.len(), "Redis subscriber ready");
         loop {
@@ -562,6 +704,11 @@ impl Hub {
                     self.deliver(device_id, &frame);
                 }
                 Err(error) => tracing::warn!(%error, "undecodable frame on Redis"),
+            }
+        } else if let Some(account_id) = name.strip_prefix("acct:") {
+            match serde_json::from_slice::<AccountEvent>(payload) {
+                Ok(event) => self.deliver_to_account(account_id, event),
+                Err(error) => tracing::warn!(%error, "undecodable account event on Redis"),
             }
         } else if name.starts_with("replica:") {
             match serde_json::from_slice::<RelayEnvelope>(payload) {
@@ -626,6 +773,10 @@ fn redis_unavailable(error: redis::RedisError) -> ApiError {
 
 fn device_channel(device_id: &str) -> String {
     format!("{KEY_PREFIX}dev:{device_id}")
+}
+
+fn account_channel(account_id: &str) -> String {
+    format!("{KEY_PREFIX}acct:{account_id}")
 }
 
 fn replica_channel(replica: &str) -> String {

@@ -1,22 +1,25 @@
-//! The sweeper: ends runs whose lease expired, and keeps house.
+//! The sweeper: ends runs whose lease expired, expires overdue decisions, and keeps house.
 //!
-//! [`try_expire_leases`] is one step, callable from tests; [`run`] repeats it every
-//! `sweep_secs`. After an outage of the server itself (no sweep for longer than a lease),
+//! [`try_expire_leases`] is one step, callable from tests (as is
+//! [`crate::decisions::expire_overdue`]); [`run`] repeats both every `sweep_secs`. After an
+//! outage of the server itself (no sweep for longer than a lease),
 //! [`grant_outage_grace`] first gives every running lease one more lease period, because the
 //! devices could not reach us to extend them.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use tether_protocol::decisions::DecisionChange;
 use tether_protocol::jobs::Outcome;
 use tether_protocol::{AccountId, JobId};
 
 use crate::config::Config;
+use crate::decisions::{self, Settled};
 use crate::error::ApiError;
 use crate::jobs::{self, JobRow, JOB_COLUMNS};
 use crate::metrics::Metrics;
 use crate::pairing;
-use crate::relay::Hub;
+use crate::relay::{AccountEvent, Hub};
 use crate::store::{on_read, on_tx, secs, stored_id, to_time, Millis, Store};
 
 /// Most runs one sweep ends; the next sweep takes the rest.
@@ -32,7 +35,7 @@ pub struct SweepOutcome {
 }
 
 /// Ends every running or waiting job whose lease expired before `now` as `interrupted`,
-/// keeping its events and adding a `system` one.
+/// keeping its events and adding a `system` one; its pending decisions expire.
 ///
 /// # Errors
 /// A database error (nothing is changed then).
@@ -148,11 +151,25 @@ pub async fn run(store: Store, config: Config, hub: Hub, metrics: Metrics) -> an
     loop {
         ticker.tick().await;
         match sweep_once(&store, Utc::now()).await {
-            Ok(swept) => {
+            Ok((swept, expired_decisions)) => {
                 metrics.record_lease_expiries(swept.interrupted.len());
-                // Each interrupted run freed a slot of its account's concurrent-run limit.
+                // Each interrupted run freed a slot of its account's concurrent-run limit,
+                // and expired what it had asked.
                 for account_id in &swept.accounts {
                     hub.wake_queued(&store, account_id).await;
+                    let event = AccountEvent::Decisions {
+                        change: DecisionChange::Expired,
+                        decision_id: None,
+                    };
+                    hub.publish_account(account_id, event).await;
+                }
+                for settled in expired_decisions {
+                    metrics.record_decision_wait(settled.how.as_str(), settled.waited);
+                    let event = AccountEvent::Decisions {
+                        change: settled.how.change(),
+                        decision_id: Some(settled.decision_id),
+                    };
+                    hub.publish_account(&settled.account_id, event).await;
                 }
             }
             Err(error) => tracing::error!(%error, "sweep failed"),
@@ -160,15 +177,19 @@ pub async fn run(store: Store, config: Config, hub: Hub, metrics: Metrics) -> an
     }
 }
 
-async fn sweep_once(store: &Store, now: DateTime<Utc>) -> Result<SweepOutcome, ApiError> {
+async fn sweep_once(
+    store: &Store,
+    now: DateTime<Utc>,
+) -> Result<(SweepOutcome, Vec<Settled>), ApiError> {
     let swept = try_expire_leases(store, now).await?;
+    let expired_decisions = decisions::expire_overdue(store, now.timestamp_millis()).await?;
     record_server_heartbeat(store, now).await?;
     let mut tx = store.begin().await?;
     let now_ms = now.timestamp_millis();
     pairing::delete_stale(&mut tx, now_ms).await?;
     delete_expired_sessions(&mut tx, now_ms).await?;
     tx.commit().await?;
-    Ok(swept)
+    Ok((swept, expired_decisions))
 }
 
 async fn delete_expired_sessions(tx: &mut crate::store::Tx, now: Millis) -> Result<(), ApiError> {

@@ -1,26 +1,165 @@
-//! Logs and request ids.
+//! Logs, request ids and OpenTelemetry export.
 //!
 //! **Invariant:** logs carry ids, methods, paths and statuses; never a token, password,
 //! cookie, query string or body.
 
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
+use opentelemetry::metrics::{Counter, Histogram};
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry::KeyValue;
+use opentelemetry_otlp::{Protocol, WithExportConfig as _};
+use opentelemetry_sdk::metrics::SdkMeterProvider;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::Resource;
 use rand::RngCore;
 use tether_protocol::routes::REQUEST_ID_HEADER;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+
+/// What `init` installed; `shutdown` flushes the OpenTelemetry exporters, if any.
+#[must_use = "dropping it early loses the last spans and metrics"]
+pub struct Telemetry {
+    tracer: Option<SdkTracerProvider>,
+    meter: Option<SdkMeterProvider>,
+}
+
+impl Telemetry {
+    /// Sends what is still buffered. Call it outside the async runtime: the OTLP HTTP client
+    /// blocks.
+    pub fn shutdown(self) {
+        if let Some(tracer) = self.tracer {
+            if let Err(err) = tracer.shutdown() {
+                eprintln!("tether-server: flushing traces failed: {err}");
+            }
+        }
+        if let Some(meter) = self.meter {
+            if let Err(err) = meter.shutdown() {
+                eprintln!("tether-server: flushing metrics failed: {err}");
+            }
+        }
+    }
+}
 
 /// Installs the log subscriber: `RUST_LOG` filters (default `info`); `TETHER_LOG_FORMAT=json`
-/// writes one JSON object per line (with the request span's fields) for log pipelines.
-pub fn init_logs() {
+/// writes one JSON object per line (with the request span's fields) for log pipelines. With
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` set, spans (one per request) and request metrics are also
+/// exported over OTLP/HTTP; the SDK reads the other `OTEL_*` variables (service name, headers,
+/// export interval). Call it before the async runtime starts: the OTLP client blocks.
+pub fn init() -> Telemetry {
+    let otlp = std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_some_and(|v| !v.is_empty());
+    let (tracer, meter) = if otlp {
+        (tracer_provider(), meter_provider())
+    } else {
+        (None, None)
+    };
+    let trace_layer = tracer
+        .as_ref()
+        .map(|provider| tracing_opentelemetry::layer().with_tracer(provider.tracer(SERVICE_NAME)));
+    if let Some(meter) = &meter {
+        opentelemetry::global::set_meter_provider(meter.clone());
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    let _ = if std::env::var("TETHER_LOG_FORMAT").as_deref() == Ok("json") {
-        builder.json().with_current_span(true).try_init()
+    let json = std::env::var("TETHER_LOG_FORMAT").as_deref() == Ok("json");
+    let text_logs = (!json).then(tracing_subscriber::fmt::layer);
+    let json_logs = json.then(|| {
+        tracing_subscriber::fmt::layer()
+            .json()
+            .with_current_span(true)
+    });
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(text_logs)
+        .with(json_logs)
+        .with(trace_layer)
+        .try_init();
+    Telemetry { tracer, meter }
+}
+
+/// The name spans and metrics are exported under, unless `OTEL_SERVICE_NAME` says otherwise.
+const SERVICE_NAME: &str = "tether-server";
+
+fn resource() -> Resource {
+    let builder = Resource::builder();
+    if std::env::var_os("OTEL_SERVICE_NAME").is_some() {
+        builder.build()
     } else {
-        builder.try_init()
-    };
+        builder.with_service_name(SERVICE_NAME).build()
+    }
+}
+
+fn tracer_provider() -> Option<SdkTracerProvider> {
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(Protocol::HttpBinary)
+        .build()
+        .map_err(|err| eprintln!("tether-server: OTLP traces are off: {err}"))
+        .ok()?;
+    Some(
+        SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(resource())
+            .build(),
+    )
+}
+
+fn meter_provider() -> Option<SdkMeterProvider> {
+    let exporter = opentelemetry_otlp::MetricExporter::builder()
+        .with_http()
+        .with_protocol(Protocol::HttpBinary)
+        .build()
+        .map_err(|err| eprintln!("tether-server: OTLP metrics are off: {err}"))
+        .ok()?;
+    Some(
+        SdkMeterProvider::builder()
+            .with_periodic_exporter(exporter)
+            .with_resource(resource())
+            .build(),
+    )
+}
+
+/// The request instruments exported over OTLP (no-ops until a meter provider is installed).
+struct RequestInstruments {
+    count: Counter<u64>,
+    duration: Histogram<f64>,
+}
+
+fn request_instruments() -> &'static RequestInstruments {
+    static INSTRUMENTS: OnceLock<RequestInstruments> = OnceLock::new();
+    INSTRUMENTS.get_or_init(|| {
+        let meter = opentelemetry::global::meter(SERVICE_NAME);
+        RequestInstruments {
+            count: meter
+                .u64_counter("tether.http.requests")
+                .with_description("HTTP requests answered, by route pattern, method and status")
+                .build(),
+            duration: meter
+                .f64_histogram("tether.http.request.duration")
+                .with_unit("s")
+                .with_description("Time to answer, by route pattern")
+                .build(),
+        }
+    })
+}
+
+/// Records one answered request on the OTLP instruments (the Prometheus ones are in
+/// `metrics`). `route` is the matched pattern, never the raw path.
+pub fn record_request(route: &str, method: &str, status: u16, seconds: f64) {
+    let instruments = request_instruments();
+    let route = KeyValue::new("http.route", route.to_owned());
+    instruments.count.add(
+        1,
+        &[
+            route.clone(),
+            KeyValue::new("http.request.method", method.to_owned()),
+            KeyValue::new("http.response.status_code", i64::from(status)),
+        ],
+    );
+    instruments.duration.record(seconds, &[route]);
 }
 
 /// The caller's `x-request-id` when it is sane (1 to 64 of `[A-Za-z0-9._-]`), else a new one.

@@ -195,8 +195,82 @@ pub struct Evidence {
     pub name: String,
     pub size: u64,
     pub sha256: String,
+    /// The type the server sniffed from the bytes (for a `local` item, what the device said).
     pub mime: Option<String>,
-    /// Kept on the computer rather than uploaded.
+    /// Kept on the computer rather than uploaded: only its description reached the server.
+    pub local: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caption: Option<String>,
+}
+
+/// Largest evidence file, in bytes (100 MB).
+pub const MAX_EVIDENCE_BYTES: u64 = 100_000_000;
+/// Most evidence files one job may hold.
+pub const MAX_EVIDENCE_FILES: u64 = 100;
+
+/// What an evidence file is; the server checks the bytes are of a type the kind allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EvidenceKind {
+    /// A picture of a screen: PNG, JPEG, GIF or WebP.
+    Screenshot,
+    /// Any other picture: PNG, JPEG, GIF or WebP.
+    Image,
+    /// MP4, QuickTime or WebM.
+    Video,
+    /// A recorded trace: a ZIP archive, JSON or text.
+    Trace,
+    /// A report: text, JSON, PDF or markup.
+    Report,
+    /// A log: UTF-8 text.
+    Log,
+    /// Anything else.
+    File,
+}
+
+impl EvidenceKind {
+    pub const ALL: [EvidenceKind; 7] = [
+        EvidenceKind::Screenshot,
+        EvidenceKind::Image,
+        EvidenceKind::Video,
+        EvidenceKind::Trace,
+        EvidenceKind::Report,
+        EvidenceKind::Log,
+        EvidenceKind::File,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvidenceKind::Screenshot => "screenshot",
+            EvidenceKind::Image => "image",
+            EvidenceKind::Video => "video",
+            EvidenceKind::Trace => "trace",
+            EvidenceKind::Report => "report",
+            EvidenceKind::Log => "log",
+            EvidenceKind::File => "file",
+        }
+    }
+}
+
+/// `x-tether-evidence` on `POST /api/devices/self/jobs/{id}/evidence`: this JSON,
+/// base64url-encoded (padding optional). The body is the file's bytes, or nothing when
+/// `local` is set (the file stays on the computer; `size` and `sha256` describe it there).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EvidenceMeta {
+    /// Chosen by the device, stable for one file of one attempt, so a retry is a repeat.
+    pub id: String,
+    pub kind: EvidenceKind,
+    /// The file's name, without any folder.
+    pub name: String,
+    pub size: u64,
+    /// Lowercase hex SHA-256 of the bytes.
+    pub sha256: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caption: Option<String>,
+    #[serde(default)]
     pub local: bool,
 }
 

@@ -223,7 +223,37 @@ impl Browser {
         self.fill("input[name=password]", "correct horse battery")
             .await;
         self.click("form[data-api] button[type=submit]").await;
-        self.wait_for("location.pathname === '/computers'").await;
+        self.wait_for("location.pathname === '/computers' && document.readyState === 'complete'")
+            .await;
+    }
+
+    /// Signs in on the server at `base` through its page (the e2e password); lands on
+    /// `next`.
+    pub async fn sign_in(&mut self, base: &str, email: &str, next: &str) {
+        self.goto(&format!("{base}/signin?next={next}")).await;
+        self.fill("input[name=email]", email).await;
+        self.fill("input[name=password]", "correct horse battery")
+            .await;
+        self.click("form[data-api] button[type=submit]").await;
+        self.wait_for(&format!(
+            "location.pathname === {} && document.readyState === 'complete'",
+            json!(next)
+        ))
+        .await;
+    }
+
+    /// Makes the page a phone: 390 × 844 CSS pixels, touch, a phone's user agent width.
+    pub async fn phone_viewport(&mut self) {
+        self.page_call(
+            "Emulation.setDeviceMetricsOverride",
+            json!({"width": 390, "height": 844, "deviceScaleFactor": 3, "mobile": true}),
+        )
+        .await;
+        self.page_call(
+            "Emulation.setTouchEmulationEnabled",
+            json!({"enabled": true, "maxTouchPoints": 5}),
+        )
+        .await;
     }
 
     /// Clicks the element `selector` matches.

@@ -6,9 +6,13 @@
 //! daemon with its message and leaves no token behind.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod acp;
 mod browser;
 mod chromium;
 mod confined;
+mod decisions;
+mod evidence;
+mod phone;
 #[path = "../../../server/tests/support/postgres.rs"]
 mod postgres;
 mod proxy;

@@ -97,6 +97,7 @@ fn job_view(job: &Job) -> Markup {
             p data-field="outcome" {
                 @if let Some(outcome) = &job.outcome { (outcome.summary) }
             }
+            (decision_list(job))
             h2 { "Output" }
             pre.output {
                 @for event in &job.events {
@@ -104,6 +105,7 @@ fn job_view(job: &Job) -> Markup {
                     (event.text) "\n"
                 }
             }
+            (evidence_list(job))
             @if !job.state.is_final() {
                 form data-while-active data-api={ "/api/jobs/" (job.id) "/cancel" } data-confirm="Stop this job?" {
                     button.danger type="submit" { "Cancel" }
@@ -112,6 +114,57 @@ fn job_view(job: &Job) -> Markup {
             }
         }
     }
+}
+
+/// The questions the run asked, answerable here too while pending; the decisions stream
+/// keeps the list current (`data-job-decisions`).
+fn decision_list(job: &Job) -> Markup {
+    html! {
+        section.decisions data-job-decisions={ "/api/jobs/" (job.id) } hidden[job.decisions.is_empty()] {
+            h2 { "Decisions" }
+            div.decision-list {
+                @for decision in &job.decisions { (super::needs_me::decision_card(decision, false)) }
+            }
+        }
+    }
+}
+
+/// The files the run attached: a download link each, or a note for those its computer kept.
+fn evidence_list(job: &Job) -> Markup {
+    html! {
+        @if !job.evidence.is_empty() {
+            h2 { "Evidence" }
+            ul.evidence {
+                @for item in &job.evidence {
+                    li data-evidence=(item.id) {
+                        @if item.local {
+                            strong { (item.name) }
+                        } @else {
+                            a href={ "/api/jobs/" (job.id) "/evidence/" (item.id) } { (item.name) }
+                        }
+                        span.muted { " · " (item.kind) " · " (human_size(item.size)) }
+                        @if item.local { span.muted { " · on the computer, not uploaded" } }
+                        @if let Some(caption) = &item.caption { div.muted { (caption) } }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `532 B`, `12.4 KB`, `3.1 MB` (powers of 1000, as the 100 MB limit is).
+fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KB", "MB", "GB", "TB"];
+    if bytes < 1000 {
+        return format!("{bytes} B");
+    }
+    let mut size = bytes as f64 / 1000.0;
+    let mut unit = 0;
+    while size >= 1000.0 && unit + 1 < UNITS.len() {
+        size /= 1000.0;
+        unit += 1;
+    }
+    format!("{size:.1} {}", UNITS[unit])
 }
 
 fn state_badge(state: JobState) -> Markup {

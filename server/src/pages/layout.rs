@@ -9,7 +9,18 @@ use crate::error::ApiError;
 
 /// Renders a full page. Pages are never cached and may run only our own script.
 pub fn page(title: &str, caller: Option<&Caller>, body: Markup) -> HttpResponse {
-    render(StatusCode::OK, title, caller, body)
+    render(StatusCode::OK, title, caller, None, body)
+}
+
+/// Like [`page`], with the count of pending decisions already in the navigation's badge
+/// (elsewhere the page's script fills it in from the decisions stream).
+pub fn page_with_badge(
+    title: &str,
+    caller: Option<&Caller>,
+    pending: Option<usize>,
+    body: Markup,
+) -> HttpResponse {
+    render(StatusCode::OK, title, caller, pending, body)
 }
 
 /// An error as a page, with the status the API would answer.
@@ -26,10 +37,16 @@ pub fn error_page(caller: &Caller, error: &ApiError) -> HttpResponse {
         p { (error.message()) }
         p { a href="/computers" { "Back to Computers" } }
     };
-    render(status, title, Some(caller), body)
+    render(status, title, Some(caller), None, body)
 }
 
-fn render(status: StatusCode, title: &str, caller: Option<&Caller>, body: Markup) -> HttpResponse {
+fn render(
+    status: StatusCode,
+    title: &str,
+    caller: Option<&Caller>,
+    pending: Option<usize>,
+    body: Markup,
+) -> HttpResponse {
     let markup = html! {
         (DOCTYPE)
         html lang="en" {
@@ -42,9 +59,10 @@ fn render(status: StatusCode, title: &str, caller: Option<&Caller>, body: Markup
                 title { (title) " · Tether" }
                 link rel="stylesheet" href="/assets/app.css";
                 script src="/assets/app.js" defer {}
+                @if caller.is_some() { script src="/assets/needs_me.js" defer {} }
             }
             body {
-                (navigation(caller))
+                (navigation(caller, pending))
                 main { (body) }
             }
         }
@@ -62,11 +80,17 @@ fn render(status: StatusCode, title: &str, caller: Option<&Caller>, body: Markup
         .body(markup.into_string())
 }
 
-fn navigation(caller: Option<&Caller>) -> Markup {
+fn navigation(caller: Option<&Caller>, pending: Option<usize>) -> Markup {
     html! {
         header {
             a.brand href="/" { "Tether" }
             @if let Some(caller) = caller {
+                a.needs-me href="/needs-me" {
+                    "Needs me"
+                    span #needs-me-badge .count hidden[pending.unwrap_or(0) == 0] {
+                        @if let Some(count) = pending { (count) }
+                    }
+                }
                 a href="/computers" { "Computers" }
                 a href="/assign" { "Assign" }
                 a href="/jobs" { "Jobs" }

@@ -12,6 +12,7 @@ mod computers;
 mod jobs;
 mod layout;
 mod link;
+mod needs_me;
 
 use actix_web::http::header;
 use actix_web::{web, HttpResponse};
@@ -23,12 +24,14 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/assets/app.js", web::get().to(script))
         .route("/assets/seal.js", web::get().to(seal_script))
         .route("/assets/secrets.js", web::get().to(secrets_script))
+        .route("/assets/needs_me.js", web::get().to(needs_me_script))
         .route("/assets/app.css", web::get().to(stylesheet))
         .route("/signin", web::get().to(account::signin))
         .route("/signup", web::get().to(account::signup))
         .route("/computers", web::get().to(computers::show))
         .route("/link", web::get().to(link::show))
         .route("/assign", web::get().to(assign::show))
+        .route("/needs-me", web::get().to(needs_me::show))
         .route("/jobs", web::get().to(jobs::list_page))
         .route("/jobs/{id}", web::get().to(jobs::job_page));
 }
@@ -60,6 +63,14 @@ async fn secrets_script() -> HttpResponse {
     asset(
         "text/javascript; charset=utf-8",
         include_str!("assets/secrets.js"),
+    )
+}
+
+/// The "Needs me" badge, list and answers, live from the decisions stream.
+async fn needs_me_script() -> HttpResponse {
+    asset(
+        "text/javascript; charset=utf-8",
+        include_str!("assets/needs_me.js"),
     )
 }
 

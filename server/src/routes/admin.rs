@@ -31,5 +31,7 @@ async fn revoke(
         .notify(&device_id, ServerFrame::DeviceRevoked)
         .await;
     state.hub.wake_queued(&state.store, &account_id).await;
+    // Its runs ended, withdrawing what they had asked.
+    super::decisions::withdrawn(&state, &account_id).await;
     Ok(HttpResponse::NoContent().finish())
 }

@@ -41,6 +41,8 @@ async fn remove(
         .hub
         .notify(&device.device_id, ServerFrame::DeviceRevoked)
         .await;
+    // Its runs ended, withdrawing what they had asked.
+    super::decisions::withdrawn(&state, &device.account_id).await;
     state
         .hub
         .wake_queued(&state.store, &device.account_id)
@@ -56,8 +58,15 @@ async fn heartbeat(
     state
         .limits
         .check(Bucket::Heartbeat, device.device_id.as_str())?;
-    let answer =
-        leases::heartbeat(&state.store, &device, params.into_inner(), &state.config).await?;
+    let params = params.into_inner();
+    let answer = leases::heartbeat(
+        &state.store,
+        &state.presence,
+        &device,
+        params,
+        &state.config,
+    )
+    .await?;
     Ok(HttpResponse::Ok().json(answer))
 }
 
@@ -103,6 +112,10 @@ async fn complete(
 ) -> Result<HttpResponse, ApiError> {
     let lease = lease_token(&req)?;
     let job = leases::complete(&state.store, &device, &job_id, &lease, params.into_inner()).await?;
+    // Whatever the run still had pending was withdrawn with its end.
+    if !job.decisions.is_empty() {
+        super::decisions::withdrawn(&state, &device.account_id).await;
+    }
     // The run's slot of the account's concurrent-run limit is free again.
     state
         .hub
@@ -144,12 +157,14 @@ async fn resume(
         &state.config,
     )
     .await?;
+    // The lost attempt's pending decisions were withdrawn.
+    super::decisions::withdrawn(&state, &device.account_id).await;
     Ok(HttpResponse::Ok()
         .insert_header(("cache-control", "no-store"))
         .json(ClaimResponse { job }))
 }
 
-fn lease_token(req: &HttpRequest) -> Result<String, ApiError> {
+pub(super) fn lease_token(req: &HttpRequest) -> Result<String, ApiError> {
     req.headers()
         .get(LEASE_HEADER)
         .and_then(|value| value.to_str().ok())

@@ -50,6 +50,8 @@ async fn revoke(
         .hub
         .notify(&device_id, ServerFrame::DeviceRevoked)
         .await;
+    // Its runs ended, withdrawing what they had asked.
+    super::decisions::withdrawn(&state, &caller.account.id).await;
     // Its runs ended, freeing slots of the account's concurrent-run limit.
     state
         .hub

@@ -90,5 +90,9 @@ async fn cancel(
         };
         state.hub.notify(&job.device_id, frame).await;
     }
+    // A cancel withdraws what the run still had pending.
+    if !job.decisions.is_empty() {
+        super::decisions::withdrawn(&state, &caller.account.id).await;
+    }
     Ok(HttpResponse::Ok().json(JobResponse { job }))
 }

@@ -14,9 +14,11 @@ use crate::error::ApiError;
 
 mod admin;
 mod auth;
+mod decisions;
 mod device_api;
 mod devices;
 mod events;
+mod evidence;
 mod files;
 mod jobs;
 mod pairing;
@@ -35,7 +37,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     auth::configure(cfg);
     tokens::configure(cfg);
     device_api::configure(cfg);
+    decisions::configure(cfg);
     events::configure(cfg);
+    evidence::configure(cfg);
     files::configure(cfg);
     pairing::configure(cfg);
     admin::configure(cfg);

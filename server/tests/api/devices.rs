@@ -6,7 +6,7 @@ use tether_protocol::jobs::JobState;
 use tether_server::ledger;
 
 use crate::both_backends;
-use crate::helpers::{assert_error, spawn_app};
+use crate::helpers::{assert_error, spawn_app, spawn_app_with};
 
 both_backends! {
     async fn list_and_rename(backend) {
@@ -96,5 +96,44 @@ both_backends! {
         assert_eq!(admin.delete(&format!("/api/admin/devices/{}", bobs.device_id)).await.status(), StatusCode::NO_CONTENT);
         assert_error(bobs.heartbeat(&[]).await, 401, "revoked").await;
         assert_error(admin.delete("/api/admin/devices/nope").await, 404, "not_found").await;
+    }
+}
+
+both_backends! {
+    // A heartbeat that only says "still here" is not written at once; its contact time
+    // arrives with the next batch. A changed report is written at once.
+    async fn contact_times_are_written_in_batches(backend) {
+        let backend_again = backend.clone();
+        let app = spawn_app_with(backend, |config| config.presence_flush_ms = 60_000).await;
+        let ann = app.user("ann@example.com").await;
+        let device = app.device(&ann, "install-1").await;
+        let first = ann.devices().await[0].last_seen_at.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert_eq!(device.heartbeat(&[]).await.status(), StatusCode::OK);
+        assert_eq!(ann.devices().await[0].last_seen_at, Some(first), "held for the batch");
+
+        let mut changed = device.capabilities();
+        changed.folders.push("photos".to_owned());
+        assert_eq!(device.heartbeat_with(changed, &[]).await.status(), StatusCode::OK);
+        let listed = ann.devices().await;
+        assert!(listed[0].last_seen_at.unwrap() > first, "a changed report is written at once");
+        assert_eq!(listed[0].capabilities.as_ref().unwrap().folders, vec!["work".to_owned(), "photos".to_owned()]);
+
+        // With a short interval the batch lands on its own.
+        let app = spawn_app_with(backend_again, |config| config.presence_flush_ms = 50).await;
+        let bea = app.user("bea@example.com").await;
+        let device = app.device(&bea, "install-2").await;
+        let first = bea.devices().await[0].last_seen_at.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert_eq!(device.heartbeat(&[]).await.status(), StatusCode::OK);
+        let mut advanced = false;
+        for _ in 0..100 {
+            if bea.devices().await[0].last_seen_at.unwrap() > first {
+                advanced = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert!(advanced, "the batch wrote the newer contact time");
     }
 }

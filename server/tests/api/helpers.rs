@@ -23,6 +23,7 @@ use tokio_tungstenite::tungstenite::Message;
 use crate::postgres;
 
 /// Which database a test runs against.
+#[derive(Clone)]
 pub enum Backend {
     Sqlite,
     Postgres(String),

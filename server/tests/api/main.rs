@@ -9,8 +9,10 @@ mod redis;
 mod helpers;
 
 mod auth;
+mod decisions;
 mod devices;
 mod events;
+mod evidence;
 mod files;
 mod hostile;
 mod jobs;

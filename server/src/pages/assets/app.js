@@ -98,6 +98,8 @@ function followJob(root) {
       delay = 1000;
       if (FINAL.includes(job.state)) {
         root.querySelectorAll("[data-while-active]").forEach((node) => node.remove());
+        // Evidence arrives just before the end; the page lists it once reloaded.
+        if (job.evidence.length > root.querySelectorAll("[data-evidence]").length) location.reload();
         return;
       }
     } catch (error) {

@@ -1,0 +1,799 @@
+//! Asking the owner and waiting for the answer (DESIGN §7).
+//!
+//! A run's [`Asker`] creates the decision on the server (`POST …/jobs/{id}/ask` under the
+//! run's lease), writes it to `decisions/pending/<id>.json` in the data dir so the owner can
+//! answer on the computer, and waits for the first of:
+//!
+//! - a `decision.answered` frame for that id (routed here by the daemon through the
+//!   [`DecisionHub`]), followed by `GET /api/devices/self/decisions/{id}`;
+//! - the same `GET` every [`Timings::poll`] (the fallback when the event stream is down);
+//! - a local answer, `decisions/answers/<id>.json`, written by `tether-agent decisions
+//!   allow|deny` (checked every [`Timings::local_poll`]), which closes the decision on the
+//!   server as `answered_locally`;
+//! - the run's stop (cancel, lease lost, shutdown): closed `withdrawn`;
+//! - the expiry: closed `expired`.
+//!
+//! **Architecture Invariant:** only an answer counts as an allow. A web answer counts only
+//! when it is for this decision, carries the same action hash, and the owner accepts web
+//! answers (`approvals on`); a timeout, a withdrawn or expired decision, or any error is a
+//! refusal.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tether_protocol::decisions::{
+    Answer, AskRequest, CloseReason, CloseRequest, DecisionState, DeviceDecision, Scope,
+    MAX_QUESTION_CHARS,
+};
+use tether_protocol::{DecisionId, JobId};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::backoff::Backoff;
+use crate::client::{ApiError, DeviceClient};
+use crate::lease::{Recovery, RunLease};
+use crate::runner::{RunStop, StopReason};
+use crate::state::DataDir;
+
+/// How long a decision stays open by default (`TETHER_DECISION_SECS` overrides it).
+pub const DEFAULT_EXPIRY: Duration = Duration::from_secs(600);
+/// How often the server is asked where a decision is, frame or not.
+pub const POLL_EVERY: Duration = Duration::from_secs(5);
+/// How often the data dir is checked for an answer given on the computer.
+pub const LOCAL_POLL_EVERY: Duration = Duration::from_millis(250);
+
+const PENDING_DIR: &str = "decisions/pending";
+const ANSWERS_DIR: &str = "decisions/answers";
+
+/// How long to wait and how often to look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timings {
+    /// Past this, the decision expires and the action is not taken.
+    pub expires: Duration,
+    /// Between two reads of the decision on the server.
+    pub poll: Duration,
+    /// Between two looks for a local answer.
+    pub local_poll: Duration,
+}
+
+impl Timings {
+    /// The defaults, with the expiry from `TETHER_DECISION_SECS` when set (tests shorten it).
+    pub fn from_env() -> Timings {
+        let expires = std::env::var("TETHER_DECISION_SECS")
+            .ok()
+            .and_then(|secs| secs.trim().parse::<u64>().ok())
+            .filter(|secs| *secs > 0)
+            .map_or(DEFAULT_EXPIRY, Duration::from_secs);
+        Timings {
+            expires,
+            poll: POLL_EVERY,
+            local_poll: LOCAL_POLL_EVERY,
+        }
+    }
+}
+
+/// One question for the owner.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Question {
+    /// `command`, `write`, `read`, `network`, `tool` or `folder`.
+    pub kind: String,
+    pub question: String,
+    /// The canonical action, as it is shown.
+    pub action: serde_json::Value,
+    /// SHA-256 hex of the canonical action: an answer counts only for it.
+    pub action_hash: String,
+}
+
+/// Who answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnsweredOn {
+    Web,
+    Computer,
+}
+
+impl AnsweredOn {
+    pub fn describe(self) -> &'static str {
+        match self {
+            AnsweredOn::Web => "on the web",
+            AnsweredOn::Computer => "on this computer",
+        }
+    }
+}
+
+/// How asking ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Answered {
+        answer: Answer,
+        scope: Scope,
+        on: AnsweredOn,
+    },
+    /// Nobody answered in time (or the server gave the decision up).
+    Expired,
+    /// The run stopped while waiting.
+    Withdrawn(StopReason),
+    /// The question could not be asked; why.
+    Unasked(String),
+}
+
+/// Routes `decision.answered` frames to the run waiting on that decision, and knows where
+/// local answers live. One per agent process.
+#[derive(Debug)]
+pub struct DecisionHub {
+    /// Where pending decisions and local answers are written; `None` when there is no data
+    /// dir (then only the web can answer).
+    local: Option<LocalDecisions>,
+    /// Decisions waited on, each with the notify its waiter listens to. A std mutex: held
+    /// only to insert, remove or clone.
+    waiting: Mutex<HashMap<DecisionId, Arc<Notify>>>,
+}
+
+impl DecisionHub {
+    pub fn new(data_dir: Option<DataDir>) -> Arc<DecisionHub> {
+        Arc::new(DecisionHub {
+            local: data_dir.map(LocalDecisions::new),
+            waiting: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A `decision.answered` frame: wake whoever waits on it (nobody, if it is not ours).
+    pub fn answered(&self, decision_id: &DecisionId) {
+        let notify = self.lock().get(decision_id).cloned();
+        match notify {
+            Some(notify) => notify.notify_one(),
+            None => {
+                tracing::debug!(decision = %decision_id, "an answer for a decision nobody here waits on")
+            }
+        }
+    }
+
+    /// The local answers, when this hub has a data dir.
+    pub fn local(&self) -> Option<&LocalDecisions> {
+        self.local.as_ref()
+    }
+
+    fn listen(self: &Arc<Self>, decision_id: &DecisionId) -> Listening {
+        let notify = Arc::new(Notify::new());
+        self.lock().insert(decision_id.clone(), notify.clone());
+        Listening {
+            hub: self.clone(),
+            decision_id: decision_id.clone(),
+            notify,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<DecisionId, Arc<Notify>>> {
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A registration with the hub, removed when dropped.
+struct Listening {
+    hub: Arc<DecisionHub>,
+    decision_id: DecisionId,
+    notify: Arc<Notify>,
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.hub.lock().remove(&self.decision_id);
+    }
+}
+
+static HUB: OnceLock<Arc<DecisionHub>> = OnceLock::new();
+
+/// Makes `hub` the one this process routes frames to (called once at start by `run`).
+pub fn install_hub(hub: Arc<DecisionHub>) -> Arc<DecisionHub> {
+    HUB.get_or_init(|| hub).clone()
+}
+
+/// The hub of this process: the installed one, else one for the default data dir.
+pub fn hub() -> Arc<DecisionHub> {
+    HUB.get_or_init(|| {
+        let explicit = std::env::var_os("TETHER_AGENT_HOME").map(std::path::PathBuf::from);
+        DecisionHub::new(DataDir::resolve(explicit).ok())
+    })
+    .clone()
+}
+
+/// A pending decision as written for `tether-agent decisions list` (a file in the data dir
+/// read by another process of the agent, hence `Serialize`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingDecision {
+    pub id: DecisionId,
+    pub job_id: JobId,
+    pub kind: String,
+    pub question: String,
+    pub action: serde_json::Value,
+    pub action_hash: String,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// An answer given on the computer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalAnswer {
+    pub answer: Answer,
+    pub scope: Scope,
+}
+
+/// The pending decisions and local answers in the data dir.
+#[derive(Debug, Clone)]
+pub struct LocalDecisions {
+    data_dir: DataDir,
+}
+
+impl LocalDecisions {
+    pub fn new(data_dir: DataDir) -> LocalDecisions {
+        LocalDecisions { data_dir }
+    }
+
+    /// Writes `decisions/pending/<id>.json`.
+    ///
+    /// # Errors
+    /// When the file cannot be written.
+    pub fn publish(&self, pending: &PendingDecision) -> Result<()> {
+        self.data_dir.ensure_dir(PENDING_DIR)?;
+        let bytes = serde_json::to_vec_pretty(pending)?;
+        self.data_dir.write_file(&pending_file(&pending.id), &bytes)
+    }
+
+    /// Every pending decision, oldest first. Unreadable files are skipped.
+    ///
+    /// # Errors
+    /// When the folder cannot be read.
+    pub fn list(&self) -> Result<Vec<PendingDecision>> {
+        let mut pending: Vec<PendingDecision> = Vec::new();
+        for name in self.data_dir.list_dir(PENDING_DIR)? {
+            let Some(bytes) = self.data_dir.read_file(&format!("{PENDING_DIR}/{name}"))? else {
+                continue;
+            };
+            match serde_json::from_slice(&bytes) {
+                Ok(decision) => pending.push(decision),
+                Err(err) => tracing::warn!("skipping {name}: {err}"),
+            }
+        }
+        pending.sort_by_key(|decision| decision.created_at);
+        Ok(pending)
+    }
+
+    /// One pending decision.
+    ///
+    /// # Errors
+    /// When its file cannot be read or parsed.
+    pub fn get(&self, decision_id: &DecisionId) -> Result<Option<PendingDecision>> {
+        let Some(bytes) = self.data_dir.read_file(&pending_file(decision_id))? else {
+            return Ok(None);
+        };
+        Ok(Some(serde_json::from_slice(&bytes)?))
+    }
+
+    /// Answers a pending decision on the computer: writes `decisions/answers/<id>.json`
+    /// atomically for the waiting run to take.
+    ///
+    /// # Errors
+    /// When no such decision is pending, for deny "for this run", or when the file cannot be
+    /// written.
+    pub fn answer(&self, raw_id: &str, answer: LocalAnswer) -> Result<PendingDecision> {
+        let decision_id = DecisionId::parse(raw_id)
+            .map_err(|err| anyhow::anyhow!("{raw_id:?} is not a decision id: {err}"))?;
+        if answer.answer == Answer::Deny && answer.scope == Scope::Session {
+            bail!("a deny counts once; asking again raises a new decision");
+        }
+        let Some(pending) = self.get(&decision_id)? else {
+            bail!("no decision {decision_id} is pending on this computer (see `tether-agent decisions list`)");
+        };
+        self.data_dir.ensure_dir(ANSWERS_DIR)?;
+        let bytes = serde_json::to_vec(&answer)?;
+        self.data_dir
+            .write_file(&answer_file(&decision_id), &bytes)?;
+        Ok(pending)
+    }
+
+    /// The local answer to a decision, if one was given.
+    ///
+    /// # Errors
+    /// When the file exists but cannot be read or parsed.
+    pub fn answer_of(&self, decision_id: &DecisionId) -> Result<Option<LocalAnswer>> {
+        let Some(bytes) = self.data_dir.read_file(&answer_file(decision_id))? else {
+            return Ok(None);
+        };
+        let answer = serde_json::from_slice(&bytes)
+            .with_context(|| format!("the local answer to {decision_id} is unreadable"))?;
+        Ok(Some(answer))
+    }
+
+    /// Removes a decision's files once it is settled.
+    ///
+    /// # Errors
+    /// When a file cannot be removed.
+    pub fn clear(&self, decision_id: &DecisionId) -> Result<()> {
+        self.data_dir.remove_file(&answer_file(decision_id))?;
+        self.data_dir.remove_file(&pending_file(decision_id))
+    }
+
+    /// Removes every decision's files: at the daemon's start, the runs that waited on them
+    /// are gone.
+    ///
+    /// # Errors
+    /// When a folder cannot be read or a file removed.
+    pub fn clear_all(&self) -> Result<()> {
+        for dir in [PENDING_DIR, ANSWERS_DIR] {
+            for name in self.data_dir.list_dir(dir)? {
+                self.data_dir.remove_file(&format!("{dir}/{name}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The owner's approvals setting now (`approvals on|off` may change while a run
+    /// waits); `None` when the configuration cannot be read.
+    pub fn accepts_web_approvals(&self) -> Option<bool> {
+        match self.data_dir.load_config() {
+            Ok(Some(config)) => Some(config.accept_web_approvals),
+            Ok(None) | Err(_) => None,
+        }
+    }
+}
+
+/// `decisions list` as text: the decisions still open at `now`, oldest first.
+pub fn render(pending: &[PendingDecision], now: DateTime<Utc>) -> String {
+    let open: Vec<&PendingDecision> = pending
+        .iter()
+        .filter(|decision| decision.expires_at > now)
+        .collect();
+    if open.is_empty() {
+        return "No decisions are waiting on this computer.\n".to_owned();
+    }
+    let mut text = String::new();
+    for decision in open {
+        let left = (decision.expires_at - now).num_seconds().max(0);
+        text.push_str(&format!(
+            "{}  job {}  {}  expires in {}m{:02}s\n    {}\n",
+            decision.id,
+            decision.job_id,
+            decision.kind,
+            left / 60,
+            left % 60,
+            decision.question
+        ));
+    }
+    text.push_str("Answer with `tether-agent decisions allow ID [--for-run]` or `tether-agent decisions deny ID`.\n");
+    text
+}
+
+fn pending_file(decision_id: &DecisionId) -> String {
+    format!("{PENDING_DIR}/{decision_id}.json")
+}
+
+fn answer_file(decision_id: &DecisionId) -> String {
+    format!("{ANSWERS_DIR}/{decision_id}.json")
+}
+
+/// What a run needs to ask its owner.
+#[derive(Debug, Clone)]
+pub struct Asker {
+    pub client: DeviceClient,
+    pub job_id: JobId,
+    pub lease: Arc<RunLease>,
+    pub stop: RunStop,
+    pub hub: Arc<DecisionHub>,
+    /// `approvals on|off`: whether a web answer counts.
+    pub accept_web_approvals: bool,
+    pub timings: Timings,
+}
+
+impl Asker {
+    /// Asks `question` and waits for the first valid answer, the run's stop or the expiry.
+    /// Whatever ends the wait, the decision is settled on the server and its local files are
+    /// removed.
+    pub async fn ask(&self, question: &Question) -> Outcome {
+        let deadline = Instant::now() + self.timings.expires;
+        let decision_id = match self.create(question, deadline).await {
+            Ok(decision_id) => decision_id,
+            Err(outcome) => return outcome,
+        };
+        tracing::info!(job = %self.job_id, decision = %decision_id, kind = question.kind, "asked: {}", question.question);
+        let local = self.hub.local();
+        if let Some(local) = local {
+            let now = Utc::now();
+            let pending = PendingDecision {
+                id: decision_id.clone(),
+                job_id: self.job_id.clone(),
+                kind: question.kind.clone(),
+                question: question.question.clone(),
+                action: question.action.clone(),
+                action_hash: question.action_hash.clone(),
+                created_at: now,
+                expires_at: now
+                    + chrono::Duration::from_std(self.timings.expires).unwrap_or_default(),
+            };
+            if let Err(err) = local.publish(&pending) {
+                tracing::warn!(decision = %decision_id, "cannot offer the decision on this computer: {err:#}");
+            }
+        }
+        let listening = self.hub.listen(&decision_id);
+        let outcome = self
+            .wait(&decision_id, &question.action_hash, deadline, &listening)
+            .await;
+        drop(listening);
+        self.settle(&decision_id, &outcome).await;
+        if let Some(local) = local {
+            if let Err(err) = local.clear(&decision_id) {
+                tracing::warn!(decision = %decision_id, "cannot remove the decision's files: {err:#}");
+            }
+        }
+        tracing::info!(job = %self.job_id, decision = %decision_id, ?outcome, "decision settled");
+        outcome
+    }
+
+    /// Creates the decision on the server, retrying while it cannot be reached.
+    async fn create(&self, question: &Question, deadline: Instant) -> Result<DecisionId, Outcome> {
+        let params = AskRequest {
+            kind: question.kind.clone(),
+            question: clip(&question.question, MAX_QUESTION_CHARS),
+            action: question.action.clone(),
+            action_hash: question.action_hash.clone(),
+            expires_in_secs: u32::try_from(self.timings.expires.as_secs().max(1))
+                .unwrap_or(u32::MAX),
+        };
+        let mut backoff = Backoff::new();
+        loop {
+            let token = self.lease.token();
+            let wait = match self.client.ask(&self.job_id, &token, &params).await {
+                Ok(asked) => return Ok(asked.decision_id),
+                Err(ApiError::StaleLease) => match self.lease.recover(&token).await {
+                    Recovery::Renewed => continue,
+                    Recovery::Later(at_least) => at_least.max(backoff.next_delay()),
+                    Recovery::Lost => {
+                        self.stop.raise(StopReason::LeaseLost);
+                        return Err(Outcome::Withdrawn(StopReason::LeaseLost));
+                    }
+                    Recovery::Revoked => {
+                        self.stop.raise(StopReason::Revoked);
+                        return Err(Outcome::Withdrawn(StopReason::Revoked));
+                    }
+                },
+                Err(err) if err.is_transient() => {
+                    tracing::warn!(job = %self.job_id, "cannot ask yet: {err}");
+                    backoff.next_delay().max(err.retry_after())
+                }
+                Err(err) => {
+                    return Err(Outcome::Unasked(format!(
+                        "the server refused the question: {err}"
+                    )))
+                }
+            };
+            tokio::select! {
+                reason = self.stop.raised() => return Err(Outcome::Withdrawn(reason)),
+                () = tokio::time::sleep_until(deadline) => return Err(Outcome::Expired),
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    async fn wait(
+        &self,
+        decision_id: &DecisionId,
+        action_hash: &str,
+        deadline: Instant,
+        listening: &Listening,
+    ) -> Outcome {
+        let mut poll =
+            tokio::time::interval_at(Instant::now() + self.timings.poll, self.timings.poll);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut local_poll = tokio::time::interval(self.timings.local_poll);
+        local_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let local = self.hub.local();
+        loop {
+            tokio::select! {
+                reason = self.stop.raised() => return Outcome::Withdrawn(reason),
+                () = tokio::time::sleep_until(deadline) => return Outcome::Expired,
+                () = listening.notify.notified() => {
+                    if let Some(outcome) = self.read_web(decision_id, action_hash).await {
+                        return outcome;
+                    }
+                }
+                _ = poll.tick() => {
+                    if let Some(outcome) = self.read_web(decision_id, action_hash).await {
+                        return outcome;
+                    }
+                }
+                _ = local_poll.tick(), if local.is_some() => {
+                    if let Some(outcome) = local.and_then(|local| read_local(local, decision_id)) {
+                        return outcome;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads the decision on the server: `Some` once it settles what to do.
+    async fn read_web(&self, decision_id: &DecisionId, action_hash: &str) -> Option<Outcome> {
+        match self.client.get_decision(decision_id).await {
+            Ok(decision) => web_outcome(
+                &decision,
+                decision_id,
+                action_hash,
+                self.accepts_web_approvals(),
+            ),
+            Err(err) => {
+                tracing::debug!(decision = %decision_id, "cannot read the decision: {err}");
+                None
+            }
+        }
+    }
+
+    /// Whether a web answer counts now: the owner's setting as saved (it may have changed
+    /// since the run started), else the one the run started with.
+    fn accepts_web_approvals(&self) -> bool {
+        self.hub
+            .local()
+            .and_then(LocalDecisions::accepts_web_approvals)
+            .unwrap_or(self.accept_web_approvals)
+    }
+
+    /// Tells the server how the device ended the wait (a web answer needs nothing more).
+    async fn settle(&self, decision_id: &DecisionId, outcome: &Outcome) {
+        let close = match outcome {
+            Outcome::Answered {
+                answer,
+                scope,
+                on: AnsweredOn::Computer,
+            } => CloseRequest {
+                reason: CloseReason::AnsweredLocally,
+                answer: Some(*answer),
+                scope: Some(*scope),
+            },
+            Outcome::Expired => CloseRequest {
+                reason: CloseReason::Expired,
+                answer: None,
+                scope: None,
+            },
+            Outcome::Withdrawn(_) => CloseRequest {
+                reason: CloseReason::Withdrawn,
+                answer: None,
+                scope: None,
+            },
+            Outcome::Answered {
+                on: AnsweredOn::Web,
+                ..
+            }
+            | Outcome::Unasked(_) => return,
+        };
+        if let Err(err) = self.client.close_decision(decision_id, &close).await {
+            // Already settled there (answered, expired by the sweeper): nothing to repair.
+            tracing::debug!(decision = %decision_id, "closing the decision: {err}");
+        }
+    }
+}
+
+/// What a read of the decision on the server means for the waiting run; `None` to keep
+/// waiting. A web answer counts only for this decision with this action hash, and only
+/// while the owner accepts web answers.
+pub fn web_outcome(
+    decision: &DeviceDecision,
+    decision_id: &DecisionId,
+    action_hash: &str,
+    accept_web_approvals: bool,
+) -> Option<Outcome> {
+    if &decision.id != decision_id {
+        tracing::warn!(decision = %decision_id, other = %decision.id, "the server answered for another decision; ignoring it");
+        return None;
+    }
+    match decision.state {
+        DecisionState::Pending => None,
+        // The server gave it up (the lease was swept, or it expired there first).
+        DecisionState::Expired | DecisionState::Withdrawn => Some(Outcome::Expired),
+        DecisionState::Answered if !accept_web_approvals => {
+            tracing::warn!(decision = %decision_id, "ignoring a web answer: approvals are off on this computer");
+            None
+        }
+        DecisionState::Answered if decision.action_hash != action_hash => {
+            tracing::warn!(decision = %decision_id, "ignoring an answer for another action");
+            None
+        }
+        DecisionState::Answered => {
+            let answer = decision.answer?;
+            let scope = match answer {
+                Answer::Allow => decision.scope.unwrap_or(Scope::Once),
+                Answer::Deny => Scope::Once,
+            };
+            Some(Outcome::Answered {
+                answer,
+                scope,
+                on: AnsweredOn::Web,
+            })
+        }
+    }
+}
+
+fn read_local(local: &LocalDecisions, decision_id: &DecisionId) -> Option<Outcome> {
+    match local.answer_of(decision_id) {
+        Ok(Some(answer)) => Some(Outcome::Answered {
+            answer: answer.answer,
+            scope: answer.scope,
+            on: AnsweredOn::Computer,
+        }),
+        Ok(None) => None,
+        Err(err) => {
+            tracing::warn!(decision = %decision_id, "{err:#}");
+            None
+        }
+    }
+}
+
+/// `text` cut to at most `max` characters (an ellipsis marks the cut).
+fn clip(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let mut clipped: String = text.chars().take(max.saturating_sub(1)).collect();
+    clipped.push('…');
+    clipped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(raw: &str) -> DecisionId {
+        DecisionId::parse(raw).unwrap_or_else(|err| panic!("{err}"))
+    }
+
+    fn decision(
+        state: DecisionState,
+        answer: Option<Answer>,
+        scope: Option<Scope>,
+        hash: &str,
+    ) -> DeviceDecision {
+        DeviceDecision {
+            id: id("d1"),
+            state,
+            answer,
+            scope,
+            action_hash: hash.to_owned(),
+        }
+    }
+
+    #[test]
+    fn only_a_matching_web_answer_counts() {
+        let check = |decision: &DeviceDecision, accept: bool| {
+            web_outcome(decision, &id("d1"), "h1", accept)
+        };
+        let allow_session = decision(
+            DecisionState::Answered,
+            Some(Answer::Allow),
+            Some(Scope::Session),
+            "h1",
+        );
+        assert_eq!(
+            check(&allow_session, true),
+            Some(Outcome::Answered {
+                answer: Answer::Allow,
+                scope: Scope::Session,
+                on: AnsweredOn::Web
+            })
+        );
+        // Approvals off: the web answer is ignored, the run keeps waiting.
+        assert_eq!(check(&allow_session, false), None);
+        // Another action's hash, or another decision: ignored.
+        let other_hash = decision(
+            DecisionState::Answered,
+            Some(Answer::Allow),
+            Some(Scope::Once),
+            "h2",
+        );
+        assert_eq!(check(&other_hash, true), None);
+        assert_eq!(web_outcome(&allow_session, &id("d2"), "h1", true), None);
+        // A deny always counts once.
+        let deny = decision(
+            DecisionState::Answered,
+            Some(Answer::Deny),
+            Some(Scope::Session),
+            "h1",
+        );
+        assert_eq!(
+            check(&deny, true),
+            Some(Outcome::Answered {
+                answer: Answer::Deny,
+                scope: Scope::Once,
+                on: AnsweredOn::Web
+            })
+        );
+        // Pending waits; expired or withdrawn on the server never allows.
+        assert_eq!(
+            check(&decision(DecisionState::Pending, None, None, "h1"), true),
+            None
+        );
+        assert_eq!(
+            check(&decision(DecisionState::Expired, None, None, "h1"), true),
+            Some(Outcome::Expired)
+        );
+        assert_eq!(
+            check(&decision(DecisionState::Withdrawn, None, None, "h1"), false),
+            Some(Outcome::Expired)
+        );
+        // Answered without an answer: nothing to act on.
+        assert_eq!(
+            check(&decision(DecisionState::Answered, None, None, "h1"), true),
+            None
+        );
+    }
+
+    #[test]
+    fn local_answers_go_through_files_in_the_data_dir() -> Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let local = LocalDecisions::new(DataDir::resolve(Some(tmp.path().join("agent")))?);
+        let now = Utc::now();
+        let pending = PendingDecision {
+            id: id("d1"),
+            job_id: JobId::parse("job1")?,
+            kind: "command".into(),
+            question: "Run `make` in /w?".into(),
+            action: serde_json::json!({"kind": "command"}),
+            action_hash: "h1".into(),
+            created_at: now,
+            expires_at: now,
+        };
+        assert!(local.list()?.is_empty());
+        local.publish(&pending)?;
+        assert_eq!(local.list()?, std::slice::from_ref(&pending));
+        assert_eq!(local.answer_of(&id("d1"))?, None);
+
+        let allow = LocalAnswer {
+            answer: Answer::Allow,
+            scope: Scope::Session,
+        };
+        assert!(local.answer("nope", allow).is_err());
+        assert!(local.answer("../d1", allow).is_err());
+        let deny_for_run = LocalAnswer {
+            answer: Answer::Deny,
+            scope: Scope::Session,
+        };
+        assert!(local.answer("d1", deny_for_run).is_err());
+        assert_eq!(local.answer("d1", allow)?, pending);
+        assert_eq!(
+            read_local(&local, &id("d1")),
+            Some(Outcome::Answered {
+                answer: Answer::Allow,
+                scope: Scope::Session,
+                on: AnsweredOn::Computer
+            })
+        );
+
+        local.clear(&id("d1"))?;
+        assert!(local.list()?.is_empty());
+        assert_eq!(local.answer_of(&id("d1"))?, None);
+        // Answering a settled decision is an error, not a stray file.
+        assert!(local.answer("d1", allow).is_err());
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn frames_reach_only_the_decision_waited_on() {
+        let hub = DecisionHub::new(None);
+        let listening = hub.listen(&id("d1"));
+        hub.answered(&id("d2"));
+        hub.answered(&id("d1"));
+        let woke = tokio::time::timeout(Duration::from_secs(5), listening.notify.notified()).await;
+        assert!(woke.is_ok());
+        drop(listening);
+        assert!(hub.lock().is_empty());
+    }
+
+    #[test]
+    fn questions_are_clipped_for_the_server() {
+        assert_eq!(clip("short", 10), "short");
+        let long = "x".repeat(600);
+        let clipped = clip(&long, MAX_QUESTION_CHARS);
+        assert_eq!(clipped.chars().count(), MAX_QUESTION_CHARS);
+        assert!(clipped.ends_with('…'));
+    }
+}

@@ -1,0 +1,846 @@
+//! The `acp` engine end to end: the real server, the real daemon, and a scripted coding
+//! agent built on the agent side of the `agent-client-protocol` crate
+//! (`examples/scripted-acp-agent.rs`), started confined (Landlock, as the other e2e tests).
+//!
+//! The scripted agent reads its script from the job's prompt and writes what each request
+//! was answered to stderr (`scripted: STEP JSON`), which the job's output shows. The tests
+//! answer the decisions the run asks on the web, and check the folder afterwards.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tether_protocol::decisions::{Answer, DecisionState};
+use tether_protocol::jobs::{Job, JobState, Outcome};
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use super::{
+    agent_command, agent_ok, collect, output_lines, pair, process_alive, spawn_server, wait_until,
+    Daemon, Server, Web, AGENT,
+};
+
+/// The scripted ACP agent, built by `cargo build --all-targets` next to the agent.
+fn scripted_agent() -> PathBuf {
+    let path = Path::new(AGENT)
+        .with_file_name("examples")
+        .join("scripted-acp-agent");
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build -p tether-agent --examples` first (the test \
+         script builds every target)",
+        path.display()
+    );
+    path
+}
+
+/// A paired computer sharing `work` (holding `notes.txt`), with the scripted agent as the
+/// ACP engine `scripted`, its daemon running.
+pub(crate) struct Computer {
+    pub(crate) server: Server,
+    pub(crate) web: Web,
+    device_id: String,
+    home: tempfile::TempDir,
+    work: tempfile::TempDir,
+    daemon: Daemon,
+}
+
+impl Computer {
+    /// Under Landlock, as the other end-to-end tests.
+    pub(crate) async fn start() -> Computer {
+        Computer::start_with("landlock").await
+    }
+
+    /// Under the sandbox `backend`.
+    async fn start_with(backend: &str) -> Computer {
+        let server = spawn_server(None).await;
+        let web = Web::sign_up(&server.base).await;
+        let home = tempfile::tempdir().unwrap();
+        let work = tempfile::tempdir().unwrap();
+        std::fs::write(
+            work.path().join("notes.txt"),
+            "hello notes\nsecond line\nthird\n",
+        )
+        .unwrap();
+        let device_id = pair(&server.base, &web, home.path()).await;
+        let work_path = work.path().to_str().unwrap();
+        agent_ok(home.path(), &["folders", "share", "work", work_path]).await;
+        let agent = scripted_agent();
+        let said = agent_ok(
+            home.path(),
+            &[
+                "engine",
+                "add",
+                "scripted",
+                "--acp",
+                "--",
+                agent.to_str().unwrap(),
+            ],
+        )
+        .await;
+        assert!(said.contains("Engine \"scripted\" (acp)"), "{said}");
+        let listed = agent_ok(home.path(), &["engine", "list"]).await;
+        assert!(listed.contains("scripted"), "{listed}");
+        let daemon = start_daemon(home.path(), backend);
+        let device = web
+            .wait_for_device(&device_id, |device| {
+                device.online
+                    && device.capabilities.as_ref().is_some_and(|caps| {
+                        caps.engines.iter().any(|engine| engine.name == "scripted")
+                    })
+            })
+            .await;
+        let engines = serde_json::to_value(&device.capabilities.unwrap().engines).unwrap();
+        assert_eq!(engines, json!([{"name": "scripted", "kind": "acp"}]));
+        Computer {
+            server,
+            web,
+            device_id,
+            home,
+            work,
+            daemon,
+        }
+    }
+
+    pub(crate) fn folder(&self) -> PathBuf {
+        self.work.path().canonicalize().unwrap()
+    }
+
+    pub(crate) async fn create(&self, mode: &str, network: bool, steps: Value) -> String {
+        let body = json!({
+            "deviceId": self.device_id, "title": format!("acp {mode}"),
+            "prompt": json!({ "steps": steps }).to_string(),
+            "folder": "work", "engine": "scripted", "mode": mode, "network": network,
+            "timeoutMinutes": 5,
+        });
+        let res = self.web.post("/api/jobs", &body).await;
+        let status = res.status();
+        let text = res.text().await.unwrap();
+        assert_eq!(status, reqwest::StatusCode::CREATED, "{text}");
+        let job: Job = serde_json::from_str(&text).unwrap();
+        job.id.to_string()
+    }
+
+    /// Follows the job to its end, answering each decision it asks with `decide` (seen
+    /// once each). Returns the job and the decisions answered, in order.
+    async fn run(&self, job_id: &str, decide: impl Fn(&Value) -> Answer) -> (Job, Vec<Value>) {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        let mut answered: Vec<Value> = Vec::new();
+        loop {
+            let job = self.web.job(job_id).await;
+            if job.state.is_final() {
+                return (job, answered);
+            }
+            for decision in &job.decisions {
+                if decision.state != DecisionState::Pending
+                    || answered.iter().any(|seen| seen["id"] == json!(decision.id))
+                {
+                    continue;
+                }
+                let decision = serde_json::to_value(decision).unwrap();
+                let answer = decide(&decision);
+                let res = self
+                    .web
+                    .post(
+                        &format!("/api/decisions/{}/answer", decision["id"].as_str().unwrap()),
+                        &json!({ "answer": answer, "scope": "once" }),
+                    )
+                    .await;
+                assert_eq!(res.status(), reqwest::StatusCode::OK, "{decision}");
+                answered.push(decision);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the job never ended: {job:#?}\n{}",
+                self.daemon.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn readyz(&self) -> String {
+        format!("{}/readyz", self.server.base)
+    }
+}
+
+/// `tether-agent run` under the sandbox `backend`, its output collected.
+fn start_daemon(home: &Path, backend: &str) -> Daemon {
+    let mut child = agent_command(home)
+        .env("TETHER_SANDBOX", backend)
+        .args(["run"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = Arc::new(Mutex::new(String::new()));
+    tokio::spawn(collect(child.stderr.take().unwrap(), stderr.clone()));
+    tokio::spawn(collect(child.stdout.take().unwrap(), stderr.clone()));
+    Daemon { child, stderr }
+}
+
+/// Whether the sandbox `backend` works here; when it does not, says so (and fails under
+/// `TETHER_REQUIRE_EXTERNAL=1`).
+async fn backend_works(backend: &str) -> bool {
+    let probe = agent_command(Path::new("/nonexistent-home"))
+        .env("TETHER_SANDBOX", backend)
+        .args(["sandbox", "status", "--json"])
+        .output()
+        .await
+        .unwrap();
+    let report: Value = serde_json::from_slice(&probe.stdout).unwrap();
+    if report["backend"] == backend {
+        return true;
+    }
+    assert!(
+        std::env::var("TETHER_REQUIRE_EXTERNAL").as_deref() != Ok("1"),
+        "the {backend} backend does not work here: {report}"
+    );
+    eprintln!("SKIPPED: the {backend} backend does not work here: {report}");
+    false
+}
+
+/// What the scripted agent reported for a step: the JSON after `scripted: STEP `.
+fn reports(job: &Job, step: &str) -> Vec<Value> {
+    let prefix = format!("stderr: scripted: {step} ");
+    output_lines(job)
+        .iter()
+        .filter_map(|line| line.strip_prefix(&prefix))
+        .map(|json| serde_json::from_str(json).unwrap())
+        .collect()
+}
+
+fn has_line(job: &Job, expected: &str) -> bool {
+    output_lines(job).iter().any(|line| line == expected)
+}
+
+/// The work every mode does: messages, a plan, tool calls, a read, a write, a terminal
+/// command writing a file, and a permission for a command that reaches the server (which
+/// then runs only if allowed).
+fn everyday_work(computer: &Computer) -> Value {
+    let folder = computer.folder();
+    let fetch = format!("curl -s -o fetched.txt {}", computer.readyz());
+    json!([
+        {"say": "Looking at the project.\nFirst the notes"},
+        {"plan": {"entries": [
+            {"content": "read the notes", "priority": "high", "status": "in_progress"},
+            {"content": "write the result", "priority": "medium", "status": "pending"}
+        ]}},
+        {"tool": {"toolCallId": "read-1", "title": "Read notes.txt", "kind": "read",
+                  "status": "pending", "locations": [{"path": folder.join("notes.txt")}]}},
+        {"read": {"path": "notes.txt", "line": 2, "limit": 1}},
+        {"toolUpdate": {"toolCallId": "read-1", "status": "completed"}},
+        {"tool": {"toolCallId": "edit-1", "title": "Write result.txt", "kind": "edit",
+                  "status": "in_progress", "locations": [{"path": folder.join("result.txt")}]}},
+        {"write": {"path": "result.txt", "content": "written by the agent\n"}},
+        {"terminal": {"command": "echo from-terminal > terminal.txt"}},
+        {"permission": {
+            "toolCall": {"toolCallId": "fetch-1", "title": "Fetch the server's status",
+                         "kind": "execute", "rawInput": {"command": fetch}},
+            "options": [
+                {"optionId": "no", "name": "Reject", "kind": "reject_once"},
+                {"optionId": "yes", "name": "Allow", "kind": "allow_once"}
+            ]
+        }},
+        {"terminal": {"command": fetch, "ifAllowed": "fetch-1"}},
+        {"say": "All done: result.txt, terminal.txt and fetched.txt."}
+    ])
+}
+
+/// Checks what every mode must show and leave behind after [`everyday_work`].
+fn check_everyday_work(computer: &Computer, job: &Job) {
+    let stderr = computer.daemon.stderr();
+    assert_eq!(job.state, JobState::Succeeded, "{job:#?}\n{stderr}");
+    let outcome = job.outcome.clone().unwrap();
+    assert!(
+        outcome
+            .summary
+            .starts_with("All done: result.txt, terminal.txt and fetched.txt."),
+        "{outcome:?}"
+    );
+    assert_eq!(outcome.report.as_ref().unwrap()["stopReason"], "end_turn");
+    // The client advertised exactly what it implements (and no terminal sign-in).
+    assert_eq!(
+        reports(job, "initialize"),
+        [json!({
+            "fs": {"readTextFile": true, "writeTextFile": true},
+            "terminal": true,
+            "auth": {"terminal": false}
+        })]
+    );
+    // session/update as the job's output: messages joined into lines, the plan, tool calls.
+    for expected in [
+        "Looking at the project.",
+        "First the notes",
+        "plan:",
+        "  [~] read the notes",
+        "  [ ] write the result",
+        "tool: Read notes.txt (read) pending",
+        "tool: Read notes.txt done",
+        "tool: Write result.txt (edit) running",
+        "wrote result.txt",
+        "$ sh -c 'echo from-terminal > terminal.txt'",
+        "All done: result.txt, terminal.txt and fetched.txt.",
+    ] {
+        assert!(
+            has_line(job, expected),
+            "{expected:?} not in {:#?}",
+            output_lines(job)
+        );
+    }
+    assert_eq!(reports(job, "read"), [json!({"ok": "second line\n"})]);
+    assert_eq!(reports(job, "write")[0], json!({"ok": "written"}));
+    let terminals = reports(job, "terminal");
+    assert!(terminals.len() >= 2, "{terminals:?}");
+    assert_eq!(
+        terminals[0]["exit"],
+        json!({"exitCode": 0}),
+        "{terminals:?}"
+    );
+    assert_eq!(terminals[0]["goneAfterRelease"], true);
+    assert_eq!(
+        reports(job, "permission"),
+        [json!({"toolCallId": "fetch-1", "answer": {"selected": "yes"}})]
+    );
+    let folder = computer.folder();
+    assert_eq!(
+        std::fs::read_to_string(folder.join("result.txt")).unwrap(),
+        "written by the agent\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(folder.join("terminal.txt")).unwrap(),
+        "from-terminal\n"
+    );
+    assert!(
+        folder.join("fetched.txt").exists(),
+        "the allowed command ran: {terminals:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_in_ask_mode_asks_for_edits_and_commands_and_runs_them_once_allowed() {
+    let computer = Computer::start().await;
+    let job_id = computer.create("ask", true, everyday_work(&computer)).await;
+    let (job, asked) = computer.run(&job_id, |_| Answer::Allow).await;
+    check_everyday_work(&computer, &job);
+    // Ask mode: the write, the command that changes the folder and the command reaching
+    // the server asked; reading did not; the allowed command was not asked twice.
+    let kinds: Vec<&str> = asked.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["write", "command", "command"], "{asked:#?}");
+    assert!(
+        asked[2]["question"].as_str().unwrap().contains("curl"),
+        "{asked:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_in_review_mode_works_in_its_folder_and_asks_beyond_it() {
+    let computer = Computer::start().await;
+    let mut steps = everyday_work(&computer);
+    // Terminals: a kill, an output kept within the byte limit the agent asked for, a folder
+    // inside the job's, one outside it, the environment the agent gives.
+    std::fs::create_dir(computer.folder().join("sub")).unwrap();
+    let extra = json!([
+        {"terminal": {"command": "sleep", "args": ["30"], "kill": true}},
+        {"terminal": {"command": "head -c 100000 /dev/zero | tr '\\0' x", "outputByteLimit": 1000}},
+        {"terminal": {"command": "pwd > here.txt", "cwd": "sub"}},
+        {"terminal": {"command": "true", "cwd": "/"}},
+        {"terminal": {"command": "echo \"$GREETING\"", "env": {"GREETING": "hi there"}}}
+    ]);
+    let last = steps.as_array_mut().unwrap().pop().unwrap();
+    steps
+        .as_array_mut()
+        .unwrap()
+        .extend(extra.as_array().unwrap().iter().cloned());
+    steps.as_array_mut().unwrap().push(last);
+    let job_id = computer.create("review", true, steps).await;
+    let (job, asked) = computer.run(&job_id, |_| Answer::Allow).await;
+    check_everyday_work(&computer, &job);
+    // Review mode: only the command reaching another computer asked.
+    assert_eq!(asked.len(), 1, "{asked:#?}");
+    assert_eq!(asked[0]["kind"], "command");
+    let terminals = reports(&job, "terminal");
+    assert_eq!(terminals.len(), 7, "{terminals:?}");
+    assert_eq!(terminals[2]["exit"]["signal"], "SIGKILL", "{terminals:?}");
+    let kept = terminals[3]["output"].as_str().unwrap();
+    assert_eq!(
+        (kept.len(), terminals[3]["truncated"].clone()),
+        (1000, json!(true))
+    );
+    let sub = computer.folder().join("sub");
+    assert_eq!(
+        std::fs::read_to_string(sub.join("here.txt"))
+            .unwrap()
+            .trim(),
+        sub.to_str().unwrap()
+    );
+    assert!(
+        terminals[5]["error"]
+            .as_str()
+            .unwrap()
+            .contains("outside the job's folder"),
+        "{terminals:?}"
+    );
+    assert_eq!(terminals[6]["output"], "hi there\n", "{terminals:?}");
+}
+
+/// The same work under bubblewrap: the agent's input FIFO, its program and its terminals
+/// work through the strong backend too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_in_review_mode_under_bubblewrap() {
+    if !backend_works("bwrap").await {
+        return;
+    }
+    let computer = Computer::start_with("bwrap").await;
+    let job_id = computer
+        .create("review", true, everyday_work(&computer))
+        .await;
+    let (job, asked) = computer.run(&job_id, |_| Answer::Allow).await;
+    check_everyday_work(&computer, &job);
+    assert_eq!(asked.len(), 1, "{asked:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_in_unattended_mode_never_waits_and_lists_what_it_took() {
+    let computer = Computer::start().await;
+    let outside = PathBuf::from(format!("/srv/tether-e2e-acp-{}", std::process::id()));
+    let mut steps = everyday_work(&computer);
+    let last = steps.as_array_mut().unwrap().pop().unwrap();
+    // A write to another folder: unattended takes the recommended answer, deny.
+    steps
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"write": {"path": outside.join("x.txt"), "content": "no"}}));
+    steps.as_array_mut().unwrap().push(last);
+    let job_id = computer.create("unattended", true, steps).await;
+    let (job, asked) = computer.run(&job_id, |_| Answer::Deny).await;
+    assert!(asked.is_empty(), "unattended never asks: {asked:#?}");
+    let writes = reports(&job, "write");
+    assert_eq!(writes.len(), 2, "{writes:?}");
+    assert!(
+        writes[1]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("refused: "),
+        "{writes:?}"
+    );
+    assert!(!outside.exists());
+    // The rest is as in every mode, and the choices it took are listed in the result.
+    check_everyday_work(&computer, &job);
+    let outcome = job.outcome.clone().unwrap();
+    assert!(
+        outcome
+            .summary
+            .contains("Taken without asking (unattended):"),
+        "{outcome:?}"
+    );
+    assert!(
+        outcome.summary.contains("allowed without asking"),
+        "{outcome:?}"
+    );
+    assert!(
+        outcome.summary.contains("denied without asking"),
+        "{outcome:?}"
+    );
+    let choices = outcome.report.as_ref().unwrap()["unattendedChoices"].clone();
+    assert_eq!(choices.as_array().map(Vec::len), Some(2), "{choices}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_a_denied_command_does_not_run_even_if_the_agent_tries() {
+    let computer = Computer::start().await;
+    let fetch = format!("curl -s -o fetched.txt {}", computer.readyz());
+    let steps = json!([
+        {"permission": {
+            "toolCall": {"toolCallId": "fetch-1", "title": "Fetch the server's status",
+                         "kind": "execute", "rawInput": {"command": fetch}},
+            "options": [
+                {"optionId": "yes", "name": "Allow", "kind": "allow_once"},
+                {"optionId": "no", "name": "Reject", "kind": "reject_once"}
+            ]
+        }},
+        {"terminal": {"command": fetch, "ifAllowed": "fetch-1"}},
+        // An agent that runs it anyway is asked again, and refused.
+        {"terminal": {"command": fetch}},
+        {"say": "I was told no."}
+    ]);
+    let job_id = computer.create("review", true, steps).await;
+    let (job, asked) = computer.run(&job_id, |_| Answer::Deny).await;
+    assert_eq!(job.state, JobState::Succeeded, "{job:#?}");
+    assert_eq!(asked.len(), 2, "{asked:#?}");
+    assert_eq!(
+        reports(&job, "permission"),
+        [json!({"toolCallId": "fetch-1", "answer": {"selected": "no"}})]
+    );
+    let terminals = reports(&job, "terminal");
+    assert_eq!(terminals[0]["skipped"], "fetch-1 was not allowed");
+    assert!(
+        terminals[1]["error"].as_str().unwrap().contains("denied"),
+        "{terminals:?}"
+    );
+    assert!(!computer.folder().join("fetched.txt").exists());
+    let decisions: Vec<Option<Answer>> = job.decisions.iter().map(|d| d.answer).collect();
+    assert_eq!(decisions, [Some(Answer::Deny), Some(Answer::Deny)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_protected_paths_and_the_hard_floor_are_refused_before_anyone_is_asked() {
+    let computer = Computer::start().await;
+    let data_dir = computer.home.path().canonicalize().unwrap();
+    let steps = json!([
+        {"read": {"path": data_dir.join("device-token")}},
+        {"write": {"path": data_dir.join("stolen.txt"), "content": "x"}},
+        {"write": {"path": "../escape.txt", "content": "x"}},
+        {"terminal": {"command": "sudo id > floor.txt"}},
+        {"terminal": {"command": "rm", "args": ["-rf", "/"]}},
+        {"say": "Nothing got through."}
+    ]);
+    // Ask mode asks about everything it may ask about; none of these may be asked.
+    let job_id = computer.create("ask", false, steps).await;
+    let (job, asked) = computer.run(&job_id, |_| Answer::Allow).await;
+    assert_eq!(job.state, JobState::Succeeded, "{job:#?}");
+    assert!(asked.is_empty(), "{asked:#?}");
+    assert!(job.decisions.is_empty(), "{:#?}", job.decisions);
+    let refused = |value: &Value| {
+        value["error"]
+            .as_str()
+            .is_some_and(|error| error.starts_with("refused: ") || error.contains(".."))
+    };
+    let reads = reports(&job, "read");
+    assert!(reads.iter().all(refused), "{reads:?}");
+    let writes = reports(&job, "write");
+    assert_eq!(writes.len(), 2);
+    assert!(writes.iter().all(refused), "{writes:?}");
+    let terminals = reports(&job, "terminal");
+    assert_eq!(terminals.len(), 2);
+    assert!(
+        terminals
+            .iter()
+            .all(|t| t["error"].as_str().unwrap().contains("hard floor")),
+        "{terminals:?}"
+    );
+    assert!(!data_dir.join("stolen.txt").exists());
+    assert!(!computer.folder().join("floor.txt").exists());
+    assert!(!computer
+        .work
+        .path()
+        .parent()
+        .unwrap()
+        .join("escape.txt")
+        .exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_cancel_from_the_web_becomes_session_cancel() {
+    let computer = Computer::start().await;
+    let steps = json!([
+        {"say": "Working on it.\n"},
+        {"tool": {"toolCallId": "long-1", "title": "A long task", "kind": "other", "status": "in_progress"}},
+        "waitForCancel"
+    ]);
+    let job_id = computer.create("review", false, steps).await;
+    let running = computer
+        .web
+        .wait_for_job(&job_id, Duration::from_secs(60), |job| {
+            has_line(job, "tool: A long task (other) running")
+        })
+        .await;
+    let pid = u32::try_from(reports(&running, "pid")[0].as_u64().unwrap()).unwrap();
+    assert!(process_alive(pid));
+    let cancelled_at = Instant::now();
+    let res = computer
+        .web
+        .post(&format!("/api/jobs/{job_id}/cancel"), &json!({}))
+        .await;
+    assert!(res.status().is_success(), "cancel: {}", res.status());
+    let job = computer
+        .web
+        .wait_for_job(&job_id, Duration::from_secs(30), |job| job.state.is_final())
+        .await;
+    assert_eq!(job.state, JobState::Cancelled, "{job:#?}");
+    let outcome = job.outcome.clone().unwrap();
+    assert_eq!(
+        outcome.summary, "cancelled",
+        "the agent ended its turn itself"
+    );
+    assert!(
+        cancelled_at.elapsed() < Duration::from_secs(8),
+        "took {:?}",
+        cancelled_at.elapsed()
+    );
+    assert_eq!(reports(&job, "session/cancel").len(), 1);
+    assert_eq!(reports(&job, "stop"), [json!("cancelled")]);
+    wait_until(Duration::from_secs(5), || !process_alive(pid)).await;
+    assert!(!process_alive(pid), "the agent outlived its run");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_cancel_while_a_decision_is_open_withdraws_it_and_answers_cancelled() {
+    let computer = Computer::start().await;
+    let steps = json!([
+        {"permission": {
+            "toolCall": {"toolCallId": "cmd-1", "title": "Change something",
+                         "kind": "execute", "rawInput": {"command": "touch changed.txt"}},
+            "options": [
+                {"optionId": "yes", "name": "Allow", "kind": "allow_once"},
+                {"optionId": "no", "name": "Reject", "kind": "reject_once"}
+            ]
+        }},
+        {"terminal": {"command": "touch changed.txt", "ifAllowed": "cmd-1"}},
+        {"say": "Should not get here."}
+    ]);
+    let job_id = computer.create("ask", false, steps).await;
+    let waiting = computer
+        .web
+        .wait_for_job(&job_id, Duration::from_secs(60), |job| {
+            job.decisions
+                .iter()
+                .any(|decision| decision.state == DecisionState::Pending)
+        })
+        .await;
+    assert_eq!(waiting.state, JobState::Waiting, "{waiting:#?}");
+    let res = computer
+        .web
+        .post(&format!("/api/jobs/{job_id}/cancel"), &json!({}))
+        .await;
+    assert!(res.status().is_success(), "cancel: {}", res.status());
+    let job = computer
+        .web
+        .wait_for_job(&job_id, Duration::from_secs(30), |job| job.state.is_final())
+        .await;
+    assert_eq!(job.state, JobState::Cancelled, "{job:#?}");
+    assert_eq!(job.outcome.as_ref().unwrap().summary, "cancelled");
+    assert_eq!(
+        reports(&job, "permission"),
+        [json!({"toolCallId": "cmd-1", "answer": {"outcome": "cancelled"}})]
+    );
+    assert_eq!(reports(&job, "stop"), [json!("cancelled")]);
+    let states: Vec<DecisionState> = job.decisions.iter().map(|d| d.state).collect();
+    assert_eq!(states, [DecisionState::Withdrawn]);
+    // The question offered on the computer went with it.
+    let pending = computer.home.path().join("decisions/pending");
+    let left: Vec<_> = std::fs::read_dir(&pending)
+        .map(|entries| entries.flatten().map(|entry| entry.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+    assert!(!computer.folder().join("changed.txt").exists());
+    assert!(!has_line(&job, "Should not get here."));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_an_agent_that_crashes_fails_the_job_saying_so() {
+    let computer = Computer::start().await;
+    let steps = json!([
+        {"say": "About to fall over.\n"},
+        {"crash": 3}
+    ]);
+    let job_id = computer.create("unattended", false, steps).await;
+    let (job, _) = computer.run(&job_id, |_| Answer::Deny).await;
+    assert_eq!(job.state, JobState::Failed, "{job:#?}");
+    let outcome = job.outcome.clone().unwrap();
+    assert_eq!(outcome.outcome, Outcome::Failed);
+    assert!(
+        outcome
+            .summary
+            .starts_with("the agent did not finish the turn: the agent exited (exit code 3)"),
+        "{outcome:?}"
+    );
+    assert!(outcome.summary.contains("scripted: crash 3"), "{outcome:?}");
+    assert!(has_line(&job, "About to fall over."));
+}
+
+/// An agent built on the official TypeScript SDK (`@agentclientprotocol/sdk`, installed
+/// from the npm registry into the job's folder, where the sandbox lets node read it).
+const TS_AGENT: &str = r#"
+import { Readable, Writable } from "node:stream";
+import * as acp from "@agentclientprotocol/sdk";
+
+const log = (step, value) => process.stderr.write(`ts-agent: ${step} ${JSON.stringify(value)}\n`);
+let cwd = ".";
+const app = acp
+  .agent({ name: "ts-agent" })
+  .onRequest(acp.methods.agent.initialize, ({ params }) => {
+    log("initialize", params.clientCapabilities);
+    return {
+      protocolVersion: acp.PROTOCOL_VERSION,
+      agentCapabilities: {},
+      authMethods: [],
+      agentInfo: { name: "ts-agent", version: "1.0.0" },
+    };
+  })
+  .onRequest(acp.methods.agent.session.new, ({ params }) => {
+    cwd = params.cwd;
+    return { sessionId: "ts-session" };
+  })
+  .onRequest(acp.methods.agent.session.prompt, async ({ params, client }) => {
+    const sessionId = params.sessionId;
+    const update = (update) => client.notify(acp.methods.client.session.update, { sessionId, update });
+    const text = (text) => update({ sessionUpdate: "agent_message_chunk", content: { type: "text", text } });
+    await text("Hello from TypeScript.\n");
+    await update({ sessionUpdate: "plan", entries: [{ content: "check the notes", priority: "high", status: "in_progress" }] });
+    const read = await client.request(acp.methods.client.fs.readTextFile, { sessionId, path: `${cwd}/notes.txt`, line: 1, limit: 1 });
+    log("read", read);
+    await client.request(acp.methods.client.fs.writeTextFile, { sessionId, path: `${cwd}/ts.txt`, content: "from typescript\n" });
+    const command = "echo ts-terminal > ts-terminal.txt";
+    await update({ sessionUpdate: "tool_call", toolCallId: "ts-cmd", title: "Write with a command", kind: "execute", status: "pending", rawInput: { command } });
+    const permission = await client.request(acp.methods.client.session.requestPermission, {
+      sessionId,
+      toolCall: { toolCallId: "ts-cmd" },
+      options: [
+        { optionId: "no", name: "Reject", kind: "reject_once" },
+        { optionId: "ok", name: "Allow", kind: "allow_once" },
+      ],
+    });
+    log("permission", permission.outcome);
+    if (permission.outcome.outcome === "selected" && permission.outcome.optionId === "ok") {
+      const terminal = await client.createTerminal({ sessionId, command, cwd });
+      const exit = await terminal.waitForExit();
+      const output = await terminal.currentOutput();
+      await terminal.release();
+      log("terminal", { exit, output });
+    }
+    await update({ sessionUpdate: "tool_call_update", toolCallId: "ts-cmd", status: "completed" });
+    await text("Done in TypeScript.");
+    return { stopReason: "end_turn" };
+  });
+const connection = app.connect(acp.ndJsonStream(Writable.toWeb(process.stdout), Readable.toWeb(process.stdin)));
+await connection.closed;
+"#;
+
+/// Installs the TypeScript SDK and [`TS_AGENT`] into `dir`; `None` (after saying why) when
+/// node, npm or the registry is not available here.
+async fn install_ts_agent(dir: &Path) -> Option<PathBuf> {
+    let skip = |why: String| {
+        assert!(
+            std::env::var("TETHER_REQUIRE_EXTERNAL").as_deref() != Ok("1"),
+            "{why}"
+        );
+        eprintln!("SKIPPED: {why}");
+        None
+    };
+    let node = PathBuf::from("/usr/bin/node");
+    if !node.exists() {
+        return skip("node is not installed at /usr/bin/node".to_owned());
+    }
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(
+        dir.join("package.json"),
+        r#"{"private": true, "type": "module"}"#,
+    )
+    .unwrap();
+    std::fs::write(dir.join("agent.mjs"), TS_AGENT).unwrap();
+    let installed = tokio::time::timeout(
+        Duration::from_secs(180),
+        tokio::process::Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
+            .args(["@agentclientprotocol/sdk@2.4.0", "zod@3"])
+            .current_dir(dir)
+            .output(),
+    )
+    .await;
+    match installed {
+        Ok(Ok(output)) if output.status.success() => Some(node),
+        Ok(Ok(output)) => skip(format!(
+            "npm could not install the TypeScript ACP SDK: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )),
+        Ok(Err(err)) => skip(format!("npm cannot run here: {err}")),
+        Err(_) => skip("npm install took more than 3 minutes".to_owned()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_an_agent_on_the_official_typescript_sdk_works_too() {
+    let computer = Computer::start().await;
+    let folder = computer.folder();
+    let agent_dir = folder.join(".ts-agent");
+    let Some(node) = install_ts_agent(&agent_dir).await else {
+        return;
+    };
+    let script = agent_dir.join("agent.mjs");
+    agent_ok(
+        computer.home.path(),
+        &[
+            "engine",
+            "add",
+            "ts",
+            "--acp",
+            "--",
+            node.to_str().unwrap(),
+            script.to_str().unwrap(),
+        ],
+    )
+    .await;
+    computer
+        .web
+        .wait_for_device(&computer.device_id, |device| {
+            device
+                .capabilities
+                .as_ref()
+                .is_some_and(|caps| caps.engines.iter().any(|engine| engine.name == "ts"))
+        })
+        .await;
+    let body = json!({
+        "deviceId": computer.device_id, "title": "typescript", "prompt": "do the usual",
+        "folder": "work", "engine": "ts", "mode": "ask", "network": false, "timeoutMinutes": 5,
+    });
+    let res = computer.web.post("/api/jobs", &body).await;
+    assert_eq!(res.status(), reqwest::StatusCode::CREATED);
+    let job: Job = res.json().await.unwrap();
+    let (job, asked) = computer.run(job.id.as_str(), |_| Answer::Allow).await;
+    let said = |step: &str| -> Vec<Value> {
+        let prefix = format!("stderr: ts-agent: {step} ");
+        output_lines(&job)
+            .iter()
+            .filter_map(|line| line.strip_prefix(&prefix))
+            .map(|json| serde_json::from_str(json).unwrap())
+            .collect()
+    };
+    assert_eq!(
+        job.state,
+        JobState::Succeeded,
+        "{job:#?}\n{}",
+        computer.daemon.stderr()
+    );
+    assert_eq!(job.outcome.as_ref().unwrap().summary, "Done in TypeScript.");
+    assert_eq!(
+        said("initialize"),
+        [json!({
+            "fs": {"readTextFile": true, "writeTextFile": true},
+            "terminal": true,
+            "auth": {"terminal": false}
+        })]
+    );
+    assert_eq!(said("read"), [json!({"content": "hello notes\n"})]);
+    assert_eq!(
+        said("permission"),
+        [json!({"outcome": "selected", "optionId": "ok"})]
+    );
+    let terminal = said("terminal");
+    assert_eq!(terminal[0]["exit"], json!({"exitCode": 0}), "{terminal:?}");
+    for expected in [
+        "agent: ts-agent 1.0.0",
+        "Hello from TypeScript.",
+        "  [~] check the notes",
+        "tool: Write with a command (execute) pending",
+        "wrote ts.txt",
+        "tool: Write with a command done",
+    ] {
+        assert!(
+            has_line(&job, expected),
+            "{expected:?} not in {:#?}",
+            output_lines(&job)
+        );
+    }
+    // Ask mode: the write and the command asked, once each.
+    let kinds: Vec<&str> = asked.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["write", "command"], "{asked:#?}");
+    assert_eq!(
+        std::fs::read_to_string(folder.join("ts.txt")).unwrap(),
+        "from typescript\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(folder.join("ts-terminal.txt")).unwrap(),
+        "ts-terminal\n"
+    );
+}

@@ -1,0 +1,101 @@
+//! The person's side of a coding agent's question, in a real headless Chromium sized like a
+//! phone: a run of the `acp` engine asks before a command its mode does not allow, the
+//! question appears live on "Needs me", and the tap decides whether the command runs.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tether_protocol::jobs::{Job, JobState};
+
+use crate::acp::Computer;
+use crate::chromium::{chromium_or_skip, Browser};
+use crate::output_lines;
+
+/// A coding agent that runs one command changing its folder (which `ask` mode asks about).
+fn make_a_file(name: &str) -> Value {
+    json!([
+        {"say": "Making the change."},
+        {"terminal": {"command": format!("echo approved > {name}")}},
+        {"say": "Finished."}
+    ])
+}
+
+const ALLOW_ONCE: &str = "#needs-me-list button[data-answer=\"allow-once\"]";
+const DENY: &str = "#needs-me-list button[data-answer=\"deny\"]";
+
+async fn finished(computer: &Computer, job_id: &str) -> Job {
+    computer
+        .web
+        .wait_for_job(job_id, Duration::from_secs(60), |job| job.state.is_final())
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_phone_allows_or_denies_a_coding_agents_command() {
+    let Some(chromium) = chromium_or_skip("the phone approval test") else {
+        return;
+    };
+    let computer = Computer::start().await;
+    let mut browser = Browser::launch(&chromium).await;
+    browser.phone_viewport().await;
+    browser
+        .sign_in(&computer.server.base, "owner@example.com", "/needs-me")
+        .await;
+    assert_eq!(browser.eval("window.innerWidth").await, json!(390));
+
+    // The page is open before the run asks: the question must arrive without a reload.
+    let job_id = computer
+        .create("ask", false, make_a_file("approved.txt"))
+        .await;
+    browser
+        .wait_for(&format!("document.querySelector({})", json!(ALLOW_ONCE)))
+        .await;
+    let card = browser.text("#needs-me-list [data-decision-id]").await;
+    assert!(card.contains("echo approved > approved.txt"), "{card}");
+    assert!(
+        card.contains("acp ask"),
+        "the job's title is on the card: {card}"
+    );
+    assert_eq!(browser.text("#needs-me-badge").await.trim(), "1");
+    let fits = browser
+        .eval("document.documentElement.scrollWidth <= window.innerWidth")
+        .await;
+    assert_eq!(fits, json!(true), "the page scrolls sideways on a phone");
+    browser.screenshot("needs-me-phone").await;
+    assert_eq!(
+        computer.web.job(&job_id).await.state,
+        JobState::Waiting,
+        "the job shows it waits"
+    );
+
+    browser.click(ALLOW_ONCE).await;
+    let job = finished(&computer, &job_id).await;
+    assert_eq!(job.state, JobState::Succeeded, "{job:#?}");
+    let made = computer.folder().join("approved.txt");
+    assert_eq!(std::fs::read_to_string(&made).unwrap(), "approved\n");
+    browser
+        .wait_for("!document.querySelector('#needs-me-list [data-answer]')")
+        .await;
+
+    // Deny: the command never runs, and the agent is told so.
+    let job_id = computer
+        .create("ask", false, make_a_file("denied.txt"))
+        .await;
+    browser
+        .wait_for(&format!("document.querySelector({})", json!(DENY)))
+        .await;
+    browser.click(DENY).await;
+    let job = finished(&computer, &job_id).await;
+    assert!(
+        !computer.folder().join("denied.txt").exists(),
+        "a denied command ran: {:#?}",
+        output_lines(&job)
+    );
+    assert!(
+        output_lines(&job)
+            .iter()
+            .any(|line| line.contains("scripted: terminal") && line.contains("error")),
+        "the agent heard the refusal: {:#?}",
+        output_lines(&job)
+    );
+}

@@ -1,0 +1,226 @@
+// "Needs me": the pending-decisions badge of every signed-in page, the live list on
+// /needs-me and the decisions of a job page, kept current from the account's event stream
+// (GET /api/decisions/events). Cards are built with DOM APIs from the API's JSON, never
+// with innerHTML; keep renderCard in step with pages/needs_me.rs `decision_card`.
+"use strict";
+
+(() => {
+  const badge = document.getElementById("needs-me-badge");
+  if (!badge) return; // signed out
+
+  const list = document.getElementById("needs-me-list");
+  const empty = document.getElementById("needs-me-empty");
+  const jobSection = document.querySelector("[data-job-decisions]");
+
+  const ANSWERS = {
+    "allow-once": { answer: "allow", scope: "once" },
+    "allow-session": { answer: "allow", scope: "session" },
+    "deny": { answer: "deny", scope: "once" },
+  };
+
+  const csrfToken = () => document.querySelector('meta[name="csrf-token"]')?.content || "";
+
+  async function request(method, url, body) {
+    const headers = { "x-tether-csrf": csrfToken() };
+    if (body !== undefined) headers["content-type"] = "application/json";
+    const response = await fetch(url, {
+      method, headers, credentials: "same-origin",
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await response.text();
+    const data = text ? JSON.parse(text) : null;
+    if (!response.ok) {
+      throw new Error(data?.error?.message || `The server answered ${response.status}.`);
+    }
+    return data;
+  }
+
+  function setBadge(count) {
+    badge.textContent = String(count);
+    badge.hidden = count === 0;
+  }
+
+  // An element with attributes and children (strings become text nodes).
+  function el(tag, attributes, ...children) {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(attributes || {})) {
+      if (value === false || value === null || value === undefined) continue;
+      if (name === "class") node.className = value;
+      else node.setAttribute(name, value === true ? "" : String(value));
+    }
+    for (const child of children) {
+      if (child === null || child === undefined || child === false) continue;
+      node.append(typeof child === "string" ? document.createTextNode(child) : child);
+    }
+    return node;
+  }
+
+  // The same text as action_text in pages/needs_me.rs.
+  function quoteWord(word) {
+    return word !== "" && !/[\s"'\\$`]/.test(word) ? word : JSON.stringify(word);
+  }
+
+  function actionText(value) {
+    if (typeof value === "string") return value;
+    if (Array.isArray(value) && value.every((item) => typeof item === "string")) {
+      return value.map(quoteWord).join(" ");
+    }
+    return JSON.stringify(value);
+  }
+
+  function actionEntries(action) {
+    if (action === null || typeof action !== "object" || Array.isArray(action)) {
+      return [["action", JSON.stringify(action)]];
+    }
+    return Object.keys(action).sort().map((key) => [key, actionText(action[key])]);
+  }
+
+  function timeLeft(expiresAt) {
+    const secs = Math.floor((new Date(expiresAt).getTime() - Date.now()) / 1000);
+    if (secs <= 0) return "expired";
+    if (secs < 60) return "less than a minute left";
+    if (secs < 3600) return `${Math.floor(secs / 60)} min left`;
+    return `${Math.floor(secs / 3600)} h ${Math.floor((secs % 3600) / 60)} min left`;
+  }
+
+  function ago(at) {
+    const secs = Math.max(0, Math.floor((Date.now() - new Date(at).getTime()) / 1000));
+    if (secs < 60) return "just now";
+    if (secs < 3600) return `${Math.floor(secs / 60)} min ago`;
+    if (secs < 86400) return `${Math.floor(secs / 3600)} h ago`;
+    return new Date(at).toISOString().slice(0, 16).replace("T", " ") + " UTC";
+  }
+
+  function settledText(decision) {
+    const when = decision.answeredAt ? ago(decision.answeredAt) : "";
+    switch (decision.state) {
+      case "answered": {
+        let answer = "Answered";
+        if (decision.answer === "allow") answer = decision.scope === "session" ? "Allowed for this run" : "Allowed once";
+        else if (decision.answer === "deny") answer = "Denied";
+        const by = decision.answeredBy === "web" ? " on the web"
+          : decision.answeredBy === "computer" ? " on the computer" : "";
+        return `${answer}${by}, ${when}`;
+      }
+      case "expired": return `Nobody answered in time; not done (${when})`;
+      case "withdrawn": return `No longer needed by the run (${when})`;
+      default: return "Waiting for an answer";
+    }
+  }
+
+  function renderCard(decision, withJob) {
+    const id = decision.id;
+    const action = el("dl", { class: "action" });
+    for (const [key, text] of actionEntries(decision.action)) {
+      action.append(el("dt", {}, key), el("dd", {}, el("code", {}, text)));
+    }
+    const card = el("section", { class: "card decision", "data-decision-id": id, "data-state": decision.state },
+      el("div", { class: "row" },
+        el("span", { class: "badge kind" }, decision.kind),
+        el("strong", { class: "question" }, decision.question)),
+      action);
+    if (withJob) {
+      card.append(el("div", { class: "muted" },
+        el("a", { href: `/jobs/${encodeURIComponent(decision.jobId)}` }, decision.jobTitle),
+        ` on ${decision.deviceName}`));
+    }
+    if (decision.state !== "pending") {
+      card.append(el("div", { class: "muted settled" }, settledText(decision)));
+      return card;
+    }
+    card.append(el("div", { class: "muted" },
+      el("time", { class: "time-left", datetime: decision.expiresAt }, timeLeft(decision.expiresAt))));
+    if (decision.webAnswers) {
+      card.append(
+        el("div", { class: "answers" },
+          el("button", { type: "button", "data-decision-id": id, "data-answer": "allow-once" }, "Allow once"),
+          el("button", { type: "button", class: "secondary", "data-decision-id": id, "data-answer": "allow-session" }, "Allow for this run"),
+          el("button", { type: "button", class: "danger", "data-decision-id": id, "data-answer": "deny" }, "Deny")),
+        el("p", { class: "error" }));
+    } else {
+      card.append(el("div", { class: "waiting-on-computer" },
+        el("strong", {}, "Waiting on the computer"),
+        el("p", { class: "muted" },
+          `${decision.deviceName} takes no answers from the web. Answer on it with `,
+          el("code", {}, `tether-agent decisions allow ${id}`),
+          " (or deny).")));
+    }
+    return card;
+  }
+
+  function renderInto(container, decisions, withJob) {
+    container.replaceChildren(...decisions.map((decision) => renderCard(decision, withJob)));
+  }
+
+  async function refreshNeedsMe() {
+    const pending = await request("GET", "/api/decisions?state=pending");
+    renderInto(list, pending, true);
+    if (empty) empty.hidden = pending.length > 0;
+    setBadge(pending.length);
+  }
+
+  async function refreshJob() {
+    const job = await request("GET", jobSection.dataset.jobDecisions);
+    const container = jobSection.querySelector(".decision-list");
+    renderInto(container, job.decisions, false);
+    jobSection.hidden = job.decisions.length === 0;
+  }
+
+  // One refresh at a time; events during one ask for another after it.
+  let refreshing = null;
+  let again = false;
+  async function refresh() {
+    if (!list && !jobSection) return;
+    if (refreshing) { again = true; return refreshing; }
+    refreshing = (async () => {
+      do {
+        again = false;
+        try {
+          if (list) await refreshNeedsMe();
+          if (jobSection) await refreshJob();
+        } catch (error) {
+          // The next event or the stream's periodic sync tries again.
+        }
+      } while (again);
+      refreshing = null;
+    })();
+    return refreshing;
+  }
+
+  const events = new EventSource("/api/decisions/events");
+  events.addEventListener("decisions", (event) => {
+    try {
+      const data = JSON.parse(event.data);
+      if (typeof data.pending === "number") setBadge(data.pending);
+    } catch (error) {
+      // A malformed event still means something changed.
+    }
+    refresh();
+  });
+
+  document.addEventListener("click", async (event) => {
+    const button = event.target.closest("button[data-answer]");
+    if (!button) return;
+    const choice = ANSWERS[button.dataset.answer];
+    const card = button.closest("[data-decision-id]");
+    if (!choice || !card) return;
+    const buttons = card.querySelectorAll("button[data-answer]");
+    const error = card.querySelector(".error");
+    buttons.forEach((other) => { other.disabled = true; });
+    if (error) error.textContent = "";
+    try {
+      const url = `/api/decisions/${encodeURIComponent(button.dataset.decisionId)}/answer`;
+      await request("POST", url, choice);
+      await refresh();
+    } catch (failure) {
+      if (error) error.textContent = failure.message;
+      buttons.forEach((other) => { other.disabled = false; });
+    }
+  });
+
+  setInterval(() => {
+    document.querySelectorAll("time.time-left").forEach((node) => {
+      node.textContent = timeLeft(node.getAttribute("datetime"));
+    });
+  }, 15000);
+})();

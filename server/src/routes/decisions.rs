@@ -1,0 +1,284 @@
+//! Decisions: the device asks (`POST /api/devices/self/jobs/{id}/ask`), reads
+//! (`GET /api/devices/self/decisions/{id}`) and closes
+//! (`POST /api/devices/self/decisions/{id}/close`); the owner lists (`GET /api/decisions`),
+//! answers (`POST /api/decisions/{id}/answer`) and follows them live
+//! (`GET /api/decisions/events`, server-sent events).
+//!
+//! Every change is told to the account's followers through the hub after it commits; a web
+//! answer is also sent to the device as `decision.answered`.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use actix_web::web::Bytes;
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Deserialize;
+use tether_protocol::decisions::{
+    AnswerRequest, AskRequest, AskResponse, CloseRequest, DecisionChange, DecisionState,
+    DecisionsEvent,
+};
+use tether_protocol::frames::ServerFrame;
+use tether_protocol::{AccountId, DecisionId, JobId};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::time::{interval_at, Instant, Interval, MissedTickBehavior};
+
+use super::device_api::lease_token;
+use crate::auth::{Caller, DeviceCaller};
+use crate::decisions::{self, NewDecision, PendingSummary, Settled};
+use crate::error::ApiError;
+use crate::relay::{AccountEvent, AccountStream};
+use crate::AppState;
+
+/// How often an idle event stream sends a comment, so proxies keep it open.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// How often an event stream re-reads the pending decisions, in case a message was lost.
+const RECHECK: Duration = Duration::from_secs(30);
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(web::resource("/api/devices/self/jobs/{id}/ask").route(web::post().to(ask)))
+        .service(web::resource("/api/devices/self/decisions/{id}").route(web::get().to(device_get)))
+        .service(
+            web::resource("/api/devices/self/decisions/{id}/close").route(web::post().to(close)),
+        )
+        .service(web::resource("/api/decisions").route(web::get().to(list)))
+        .service(web::resource("/api/decisions/events").route(web::get().to(events)))
+        .service(web::resource("/api/decisions/{id}/answer").route(web::post().to(answer)));
+}
+
+/// Tells the account's followers that its decisions changed. Other routes that settle
+/// decisions as a side effect (a cancel, a revocation, a run's end) call this too.
+pub(super) async fn decisions_changed(
+    state: &AppState,
+    account_id: &AccountId,
+    change: DecisionChange,
+    decision_id: Option<DecisionId>,
+) {
+    let event = AccountEvent::Decisions {
+        change,
+        decision_id,
+    };
+    state.hub.publish_account(account_id, event).await;
+}
+
+/// Tells the account's followers that some of its decisions were withdrawn because runs
+/// ended or stopped.
+pub(super) async fn withdrawn(state: &AppState, account_id: &AccountId) {
+    decisions_changed(state, account_id, DecisionChange::Withdrawn, None).await;
+}
+
+async fn settled(state: &AppState, settled: Settled) {
+    state
+        .metrics
+        .record_decision_wait(settled.how.as_str(), settled.waited);
+    decisions_changed(
+        state,
+        &settled.account_id,
+        settled.how.change(),
+        Some(settled.decision_id),
+    )
+    .await;
+}
+
+async fn ask(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    device: DeviceCaller,
+    job_id: web::Path<JobId>,
+    params: web::Json<AskRequest>,
+) -> Result<HttpResponse, ApiError> {
+    let lease = lease_token(&req)?;
+    let new = NewDecision::try_from(params.into_inner())?;
+    let asked = decisions::ask(
+        &state.store,
+        &device,
+        &job_id,
+        &lease,
+        new,
+        state.config.lease_secs,
+    )
+    .await?;
+    decisions_changed(
+        &state,
+        &device.account_id,
+        DecisionChange::Asked,
+        Some(asked.decision_id.clone()),
+    )
+    .await;
+    Ok(HttpResponse::Created().json(AskResponse {
+        decision_id: asked.decision_id,
+    }))
+}
+
+async fn device_get(
+    state: web::Data<AppState>,
+    device: DeviceCaller,
+    decision_id: web::Path<DecisionId>,
+) -> Result<HttpResponse, ApiError> {
+    let decision = decisions::for_device(&state.store, &device, &decision_id).await?;
+    Ok(HttpResponse::Ok()
+        .insert_header(("cache-control", "no-store"))
+        .json(decision))
+}
+
+async fn close(
+    state: web::Data<AppState>,
+    device: DeviceCaller,
+    decision_id: web::Path<DecisionId>,
+    params: web::Json<CloseRequest>,
+) -> Result<HttpResponse, ApiError> {
+    let closed = decisions::close(&state.store, &device, &decision_id, params.into_inner()).await?;
+    settled(&state, closed.settled).await;
+    Ok(HttpResponse::Ok().json(closed.decision))
+}
+
+/// `?state=pending|answered|expired|withdrawn`; empty or absent means every state.
+#[derive(Deserialize)]
+struct ListQuery {
+    state: Option<String>,
+}
+
+async fn list(
+    state: web::Data<AppState>,
+    caller: Caller,
+    query: web::Query<ListQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let filter = match query.into_inner().state.filter(|raw| !raw.is_empty()) {
+        Some(raw) => Some(DecisionState::parse(&raw).ok_or_else(|| {
+            ApiError::invalid_field("state", "must be pending, answered, expired or withdrawn.")
+        })?),
+        None => None,
+    };
+    let decisions = decisions::list(&state.store, &caller.account.id, filter).await?;
+    Ok(HttpResponse::Ok()
+        .insert_header(("cache-control", "no-store"))
+        .json(decisions))
+}
+
+async fn answer(
+    state: web::Data<AppState>,
+    caller: Caller,
+    decision_id: web::Path<DecisionId>,
+    params: web::Json<AnswerRequest>,
+) -> Result<HttpResponse, ApiError> {
+    let answered = decisions::answer(
+        &state.store,
+        &caller.account.id,
+        &decision_id,
+        params.into_inner(),
+    )
+    .await?;
+    let frame = ServerFrame::DecisionAnswered {
+        decision_id: answered.decision.id.clone(),
+    };
+    // A lost frame costs the device only latency: it reads its decision while it waits.
+    state.hub.notify(&answered.decision.device_id, frame).await;
+    settled(&state, answered.settled).await;
+    Ok(HttpResponse::Ok().json(answered.decision))
+}
+
+/// Server-sent events: a `decisions` event (a [`DecisionsEvent`]) when the stream opens and
+/// whenever the account's decisions change, a comment every [`KEEP_ALIVE`].
+async fn events(state: web::Data<AppState>, caller: Caller) -> Result<HttpResponse, ApiError> {
+    let account_id = caller.account.id;
+    // Followed before the first read, so no change falls between the two.
+    let follower = state.hub.follow_account(&account_id).await;
+    let summary = decisions::pending_summary(&state.store, &account_id).await?;
+    let mut feed = Feed {
+        state: state.clone(),
+        account_id,
+        follower,
+        last: summary,
+        keep_alive: every(KEEP_ALIVE),
+        recheck: every(RECHECK),
+        opening: None,
+    };
+    let first = feed.event(DecisionChange::Sync, None, summary);
+    feed.opening = Some(Bytes::from(format!("retry: 5000\n\n{first}")));
+    let body = futures_util::stream::unfold(feed, |mut feed| async move {
+        let chunk = feed.next_chunk().await?;
+        Some((Ok::<_, Infallible>(chunk), feed))
+    });
+    Ok(HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header(("cache-control", "no-store"))
+        // nginx and similar proxies would otherwise hold events back.
+        .insert_header(("x-accel-buffering", "no"))
+        .streaming(body))
+}
+
+fn every(period: Duration) -> Interval {
+    let mut ticks = interval_at(Instant::now() + period, period);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    ticks
+}
+
+/// One open event stream of an account's decisions.
+struct Feed {
+    state: web::Data<AppState>,
+    account_id: AccountId,
+    /// Dropped with the stream when the browser goes away, which ends the registration.
+    follower: AccountStream,
+    /// What the browser was last told.
+    last: PendingSummary,
+    keep_alive: Interval,
+    recheck: Interval,
+    /// The first chunk, sent before anything else.
+    opening: Option<Bytes>,
+}
+
+impl Feed {
+    async fn next_chunk(&mut self) -> Option<Bytes> {
+        if let Some(opening) = self.opening.take() {
+            return Some(opening);
+        }
+        loop {
+            tokio::select! {
+                received = self.follower.events.recv() => {
+                    let (change, decision_id) = match received {
+                        Ok(AccountEvent::Decisions { change, decision_id }) => (change, decision_id),
+                        Err(RecvError::Lagged(_)) => (DecisionChange::Sync, None),
+                        Err(RecvError::Closed) => return None,
+                    };
+                    let summary = self.read().await;
+                    return Some(Bytes::from(self.event(change, decision_id, summary)));
+                }
+                _ = self.keep_alive.tick() => return Some(Bytes::from_static(b": keep-alive\n\n")),
+                _ = self.recheck.tick() => {
+                    let summary = self.read().await;
+                    if summary != self.last {
+                        return Some(Bytes::from(self.event(DecisionChange::Sync, None, summary)));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The pending decisions now; on a database error, what was last sent (the next
+    /// re-read tries again).
+    async fn read(&self) -> PendingSummary {
+        match decisions::pending_summary(&self.state.store, &self.account_id).await {
+            Ok(summary) => summary,
+            Err(error) => {
+                tracing::warn!(%error, "pending decisions not read for an event stream");
+                self.last
+            }
+        }
+    }
+
+    fn event(
+        &mut self,
+        change: DecisionChange,
+        decision_id: Option<DecisionId>,
+        summary: PendingSummary,
+    ) -> String {
+        self.last = summary;
+        let data = DecisionsEvent {
+            change,
+            decision_id,
+            pending: summary.count,
+        };
+        // A DecisionsEvent always serialises; `{}` would still wake the page.
+        let json = serde_json::to_string(&data).unwrap_or_else(|_| "{}".to_owned());
+        format!("event: decisions\ndata: {json}\n\n")
+    }
+}

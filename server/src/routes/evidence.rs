@@ -1,0 +1,293 @@
+//! `POST /api/devices/self/jobs/{id}/evidence` (the device, under the run's lease) and
+//! `GET /api/jobs/{id}/evidence/{evidenceId}` (the job's owner).
+//!
+//! The upload streams the body to the blob store, hashing and sniffing it as it comes, and
+//! never holds it in memory; past the size limit it stops reading and answers 413.
+
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::{web, HttpRequest, HttpResponse};
+use futures_util::StreamExt;
+use tether_protocol::jobs::Evidence;
+use tether_protocol::routes::{EVIDENCE_HEADER, LEASE_HEADER};
+use tether_protocol::{Code, JobId};
+use tokio::io::AsyncReadExt;
+
+use crate::auth::{Caller, DeviceCaller};
+use crate::blobs::Blobs;
+use crate::error::ApiError;
+use crate::evidence::{self, ContentType, Sniffer, Upload};
+use crate::AppState;
+
+/// Size of the chunks a download is sent in.
+const READ_CHUNK: usize = 64 * 1024;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource("/api/devices/self/jobs/{id}/evidence").route(web::post().to(upload)),
+    )
+    .service(web::resource("/api/jobs/{id}/evidence/{evidence_id}").route(web::get().to(download)));
+}
+
+/// 201 with the stored item, 200 when this id was stored already with the same content.
+async fn upload(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    device: DeviceCaller,
+    job_id: web::Path<JobId>,
+    mut body: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let max_bytes = state.config.evidence_max_bytes;
+    let lease = header_text(&req, LEASE_HEADER).ok_or_else(|| {
+        ApiError::new(
+            Code::InvalidRequest,
+            format!("This route needs the {LEASE_HEADER} header."),
+        )
+    })?;
+    let upload = Upload::decode(header_text(&req, EVIDENCE_HEADER).as_deref(), max_bytes)?;
+    if let Some(declared) = content_length(&req)? {
+        if declared > max_bytes {
+            return Err(evidence::too_large(max_bytes));
+        }
+    }
+    let stored = evidence::precheck(&state.store, &device, &job_id, &lease, &upload).await?;
+    if let Some(stored) = stored {
+        // A repeat: read what was sent (so the device sees this answer, not a reset), keep
+        // nothing.
+        drain(&mut body, max_bytes).await?;
+        return Ok(answer(false, &stored));
+    }
+    let mime = if upload.local {
+        expect_empty(&mut body).await?;
+        upload.mime.clone()
+    } else {
+        Some(store_bytes(&state, &upload, &mut body, max_bytes).await?)
+    };
+    let (stored, created) = evidence::record(
+        &state.store,
+        &device,
+        &job_id,
+        &lease,
+        upload,
+        mime.as_deref(),
+    )
+    .await?;
+    Ok(answer(created, &stored))
+}
+
+fn answer(created: bool, evidence: &Evidence) -> HttpResponse {
+    let mut answer = if created {
+        HttpResponse::Created()
+    } else {
+        HttpResponse::Ok()
+    };
+    answer.json(evidence)
+}
+
+/// Streams the body into a new blob, checks it against the description and its kind, and
+/// keeps it. Returns the sniffed type.
+async fn store_bytes(
+    state: &AppState,
+    upload: &Upload,
+    body: &mut web::Payload,
+    max_bytes: u64,
+) -> Result<String, ApiError> {
+    let blobs = Blobs::new(&state.config.data_dir);
+    let mut blob = blobs
+        .create()
+        .await
+        .map_err(|err| ApiError::internal(&err))?;
+    let mut sniffer = Sniffer::new();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|_| unreadable())?;
+        if blob.size() + chunk.len() as u64 > max_bytes {
+            return Err(evidence::too_large(max_bytes));
+        }
+        if blob.size() + chunk.len() as u64 > upload.size {
+            return Err(mismatch(
+                "The body is longer than the size its description gives.",
+            ));
+        }
+        sniffer.feed(&chunk);
+        blob.write(&chunk)
+            .await
+            .map_err(|err| ApiError::internal(&err))?;
+    }
+    if blob.size() != upload.size {
+        return Err(mismatch(&format!(
+            "The body has {} bytes; its description says {}.",
+            blob.size(),
+            upload.size
+        )));
+    }
+    if blob.sha256() != upload.sha256 {
+        return Err(mismatch(
+            "The body's SHA-256 is not the one its description gives.",
+        ));
+    }
+    blob.sync().await.map_err(|err| ApiError::internal(&err))?;
+    let json = sniffer.looks_like_json() && {
+        let path = blob.temporary_path().to_owned();
+        web::block(move || parses_as_json(&path))
+            .await
+            .unwrap_or(false)
+    };
+    let found = sniffer.finish(json);
+    if !evidence::kind_allows(upload.kind, found) {
+        return Err(ApiError::new(
+            Code::UnsupportedMediaType,
+            format!(
+                "The bytes are {}, which a {} cannot be.",
+                found.mime(),
+                upload.kind.as_str()
+            ),
+        ));
+    }
+    blob.commit(&blobs)
+        .await
+        .map_err(|err| ApiError::internal(&err))?;
+    Ok(found.mime().to_owned())
+}
+
+/// Whether the file parses as JSON, read back in a blocking thread (up to the size limit).
+fn parses_as_json(path: &std::path::Path) -> bool {
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    serde_json::from_reader::<_, serde::de::IgnoredAny>(std::io::BufReader::new(file)).is_ok()
+}
+
+/// A `local` item comes without bytes.
+async fn expect_empty(body: &mut web::Payload) -> Result<(), ApiError> {
+    while let Some(chunk) = body.next().await {
+        if !chunk.map_err(|_| unreadable())?.is_empty() {
+            return Err(mismatch(
+                "A file kept on the computer (local) is described only: send no body.",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Reads and drops the body, up to the size limit.
+async fn drain(body: &mut web::Payload, max_bytes: u64) -> Result<(), ApiError> {
+    let mut read = 0_u64;
+    while let Some(chunk) = body.next().await {
+        read += chunk.map_err(|_| unreadable())?.len() as u64;
+        if read > max_bytes {
+            return Err(evidence::too_large(max_bytes));
+        }
+    }
+    Ok(())
+}
+
+/// The stored bytes, for the job's owner only, never rendered as an active document.
+async fn download(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<(JobId, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (job_id, evidence_id) = path.into_inner();
+    let item = evidence::find(&state.store, &caller.account.id, &job_id, &evidence_id).await?;
+    if item.local {
+        return Err(evidence::kept_local(&item));
+    }
+    let file = Blobs::new(&state.config.data_dir)
+        .open(&item.sha256, item.size)
+        .await
+        .map_err(|err| ApiError::internal(&err))?;
+    let found = ContentType::from_mime(item.mime.as_deref());
+    let disposition = if found.inline() {
+        "inline"
+    } else {
+        "attachment"
+    };
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CONTENT_TYPE, found.header_value()))
+        .insert_header((
+            header::CONTENT_DISPOSITION,
+            content_disposition(disposition, &item.name),
+        ))
+        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .insert_header((
+            header::CONTENT_SECURITY_POLICY,
+            "sandbox; default-src 'none'",
+        ))
+        .insert_header(("cross-origin-resource-policy", "same-origin"))
+        .no_chunking(item.size)
+        .streaming(read_chunks(file)))
+}
+
+/// The file in chunks; a read error ends the answer early (the client sees it cut short).
+fn read_chunks(
+    file: tokio::fs::File,
+) -> impl futures_util::Stream<Item = Result<web::Bytes, std::io::Error>> {
+    futures_util::stream::unfold(Some(file), |file| async move {
+        let mut file = file?;
+        let mut buffer = vec![0_u8; READ_CHUNK];
+        match file.read(&mut buffer).await {
+            Ok(0) => None,
+            Ok(read) => {
+                buffer.truncate(read);
+                Some((Ok(web::Bytes::from(buffer)), Some(file)))
+            }
+            Err(err) => Some((Err(err), None)),
+        }
+    })
+}
+
+/// `inline|attachment; filename="ascii"; filename*=UTF-8''percent-encoded` (RFC 6266): the
+/// plain form keeps only safe ASCII, the encoded one the whole name.
+fn content_disposition(disposition: &str, name: &str) -> HeaderValue {
+    let ascii: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() && !matches!(c, '"' | '\\' | '%' | ';') || c == ' ' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let encoded: String = name
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'~') {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    let value = format!("{disposition}; filename=\"{ascii}\"; filename*=UTF-8''{encoded}");
+    HeaderValue::from_str(&value).unwrap_or_else(|_| HeaderValue::from_static("attachment"))
+}
+
+fn header_text(req: &HttpRequest, name: &str) -> Option<String> {
+    req.headers()
+        .get(name)
+        .and_then(|value| value.to_str().ok())
+        .map(str::trim)
+        .filter(|value| !value.is_empty())
+        .map(str::to_owned)
+}
+
+fn content_length(req: &HttpRequest) -> Result<Option<u64>, ApiError> {
+    match req.headers().get(header::CONTENT_LENGTH) {
+        None => Ok(None),
+        Some(value) => value
+            .to_str()
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .map(Some)
+            .ok_or_else(|| ApiError::new(Code::InvalidRequest, "Content-Length is not a number.")),
+    }
+}
+
+fn mismatch(message: &str) -> ApiError {
+    ApiError::new(Code::InvalidRequest, message)
+}
+
+fn unreadable() -> ApiError {
+    ApiError::new(Code::InvalidRequest, "The body could not be read.")
+}
