@@ -13,6 +13,7 @@
 //! | `{"read": {"path", "line"?, "limit"?}}` | `fs/read_text_file` |
 //! | `{"write": {"path", "content", "ifAllowed"?}}` | `fs/write_text_file` |
 //! | `{"terminal": {"command", "args"?, "cwd"?, "env"?, "outputByteLimit"?, "kill"?, "ifAllowed"?}}` | `terminal/create`, then `kill` (if asked), `wait_for_exit`, `output`, `release` |
+//! | `{"evidence": {"name", "content"}}` | writes the file itself into `$TETHER_EVIDENCE_DIR` (no request: the agent's own sandbox must allow it) |
 //! | `"waitForCancel"` | waits for `session/cancel`, then ends the turn `cancelled` |
 //! | `{"sleep": ms}` | waits |
 //! | `{"crash": code}` | exits at once with that code |
@@ -83,6 +84,10 @@ enum Step {
         #[serde(default)]
         kill: bool,
         if_allowed: Option<String>,
+    },
+    Evidence {
+        name: String,
+        content: String,
     },
     WaitForCancel,
     Sleep(u64),
@@ -256,6 +261,7 @@ async fn perform(cx: &ConnectionTo<Client>, state: &State, request: &PromptReque
                     .output_byte_limit(output_byte_limit);
                 report("terminal", terminal(cx, request, kill).await);
             }
+            Step::Evidence { name, content } => report("evidence", evidence(&name, &content)),
             Step::WaitForCancel => {
                 let _ = cancelled.wait_for(|cancelled| *cancelled).await;
                 return StopReason::Cancelled;
@@ -281,6 +287,17 @@ fn say(cx: &ConnectionTo<Client>, text: &str) {
 fn update(cx: &ConnectionTo<Client>, update: SessionUpdate) {
     if let Err(err) = cx.send_notification(SessionNotification::new(SESSION, update)) {
         report("update", json!({ "error": err.to_string() }));
+    }
+}
+
+/// Writes `name` into the run's evidence folder, as a program of the run would.
+fn evidence(name: &str, content: &str) -> Value {
+    let Some(folder) = std::env::var_os("TETHER_EVIDENCE_DIR") else {
+        return json!({ "error": "TETHER_EVIDENCE_DIR is not set" });
+    };
+    match std::fs::write(PathBuf::from(folder).join(name), content) {
+        Ok(()) => json!({ "ok": name }),
+        Err(err) => json!({ "error": err.to_string() }),
     }
 }
 

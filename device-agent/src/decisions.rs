@@ -11,7 +11,11 @@
 //!   allow|deny` (checked every [`Timings::local_poll`]), which closes the decision on the
 //!   server as `answered_locally`;
 //! - the run's stop (cancel, lease lost, shutdown): closed `withdrawn`;
-//! - the expiry: closed `expired`.
+//! - the expiry: closed `expired`;
+//! - the wait abandoned (the agent withdrew its permission request, the turn timed out, the
+//!   run ended while the question was open): closed `withdrawn` in the background.
+//!
+//! Whichever it is, the decision's files in the data dir go with it (a drop guard).
 //!
 //! **Architecture Invariant:** only an answer counts as an allow. A web answer counts only
 //! when it is for this decision, carries the same action hash, and the owner accepts web
@@ -400,8 +404,15 @@ impl Asker {
             Err(outcome) => return outcome,
         };
         tracing::info!(job = %self.job_id, decision = %decision_id, kind = question.kind, "asked: {}", question.question);
-        let local = self.hub.local();
-        if let Some(local) = local {
+        // From here on, however the wait ends (this future may simply be dropped), the
+        // guard leaves no file behind and no question open on the server.
+        let mut open = OpenDecision {
+            decision_id: decision_id.clone(),
+            client: self.client.clone(),
+            local: self.hub.local().cloned(),
+            settled: false,
+        };
+        if let Some(local) = &open.local {
             let now = Utc::now();
             let pending = PendingDecision {
                 id: decision_id.clone(),
@@ -424,11 +435,8 @@ impl Asker {
             .await;
         drop(listening);
         self.settle(&decision_id, &outcome).await;
-        if let Some(local) = local {
-            if let Err(err) = local.clear(&decision_id) {
-                tracing::warn!(decision = %decision_id, "cannot remove the decision's files: {err:#}");
-            }
-        }
+        open.settled = true;
+        drop(open);
         tracing::info!(job = %self.job_id, decision = %decision_id, ?outcome, "decision settled");
         outcome
     }
@@ -571,6 +579,50 @@ impl Asker {
             // Already settled there (answered, expired by the sweeper): nothing to repair.
             tracing::debug!(decision = %decision_id, "closing the decision: {err}");
         }
+    }
+}
+
+/// A decision this run asked and still waits on. When it goes, its files in the data dir
+/// (`decisions/pending/<id>.json` and any local answer) go with it, on every way out of the
+/// wait: an answer, the expiry, the run's stop, or the waiting future dropped (the agent
+/// withdrew its permission request, the turn timed out, the run ended while it was open).
+/// One dropped before it was settled is also closed `withdrawn` on the server, in the
+/// background, when a runtime is still there to send it.
+struct OpenDecision {
+    decision_id: DecisionId,
+    client: DeviceClient,
+    local: Option<LocalDecisions>,
+    /// Set once the server knows how the wait ended (or needs to be told nothing).
+    settled: bool,
+}
+
+impl Drop for OpenDecision {
+    fn drop(&mut self) {
+        if let Some(local) = &self.local {
+            if let Err(err) = local.clear(&self.decision_id) {
+                tracing::warn!(decision = %self.decision_id, "cannot remove the decision's files: {err:#}");
+            }
+        }
+        if self.settled {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::debug!(decision = %self.decision_id, "abandoned with no runtime left to withdraw it; the server settles it when the run ends");
+            return;
+        };
+        let (client, decision_id) = (self.client.clone(), self.decision_id.clone());
+        runtime.spawn(async move {
+            let withdrawn = CloseRequest {
+                reason: CloseReason::Withdrawn,
+                answer: None,
+                scope: None,
+            };
+            match client.close_decision(&decision_id, &withdrawn).await {
+                Ok(()) => tracing::info!(decision = %decision_id, "abandoned decision withdrawn"),
+                // Already settled there, or the server is away: the run's end settles it.
+                Err(err) => tracing::debug!(decision = %decision_id, "withdrawing an abandoned decision: {err}"),
+            }
+        });
     }
 }
 
@@ -786,6 +838,216 @@ mod tests {
         assert!(woke.is_ok());
         drop(listening);
         assert!(hub.lock().is_empty());
+    }
+
+    /// A stand-in for the server's decision routes: `ask` creates `d1`, reading it says
+    /// it is pending, and every close is passed on with its body.
+    async fn fake_server() -> Result<(String, tokio::sync::mpsc::UnboundedReceiver<String>)> {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        let (closes, closed) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                let closes = closes.clone();
+                tokio::spawn(async move {
+                    let mut reader = BufReader::new(socket);
+                    let mut request_line = String::new();
+                    reader.read_line(&mut request_line).await?;
+                    let mut length = 0;
+                    loop {
+                        let mut header = String::new();
+                        reader.read_line(&mut header).await?;
+                        if header.trim().is_empty() {
+                            break;
+                        }
+                        if let Some((name, value)) = header.split_once(':') {
+                            if name.eq_ignore_ascii_case("content-length") {
+                                length = value.trim().parse().unwrap_or(0);
+                            }
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    reader.read_exact(&mut body).await?;
+                    let (status, answer) = if request_line.contains("/ask ") {
+                        ("201 Created", r#"{"decisionId":"d1"}"#)
+                    } else if request_line.starts_with("GET ") {
+                        let pending = r#"{"id":"d1","state":"pending","answer":null,"scope":null,"actionHash":"h1"}"#;
+                        ("200 OK", pending)
+                    } else {
+                        let _ = closes.send(String::from_utf8_lossy(&body).into_owned());
+                        ("200 OK", "{}")
+                    };
+                    let response = format!(
+                        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+                        answer.len()
+                    );
+                    reader.get_mut().write_all(response.as_bytes()).await?;
+                    anyhow::Ok(())
+                });
+            }
+        });
+        Ok((base, closed))
+    }
+
+    /// An asker for job `job1` on the fake server, offering its decisions in `data_dir`.
+    fn asker(base: &str, data_dir: &DataDir, stop: &RunStop) -> Result<Asker> {
+        let client = DeviceClient::new(crate::client::ServerClient::new(base)?, "tdt_x".into());
+        let job = tether_protocol::jobs::ClaimedJob {
+            id: JobId::parse("job1")?,
+            attempt: 1,
+            lease_token: "lease".into(),
+            lease_expires_at: Utc::now(),
+            spec: tether_protocol::jobs::JobSpec {
+                title: "t".into(),
+                prompt: "p".into(),
+                folder: "work".into(),
+                engine: "agent".into(),
+                mode: tether_protocol::jobs::Mode::Ask,
+                network: false,
+                timeout_minutes: 5,
+                secrets: Vec::new(),
+            },
+            resumed: None,
+        };
+        let lease = RunLease::new(
+            client.clone(),
+            Arc::new(crate::journal::Journal::new(data_dir)),
+            Arc::new(crate::lease::LeasePeriod::new()),
+            &job,
+        );
+        Ok(Asker {
+            client,
+            job_id: job.id.clone(),
+            lease,
+            stop: stop.clone(),
+            hub: DecisionHub::new(Some(data_dir.clone())),
+            accept_web_approvals: true,
+            timings: Timings {
+                expires: Duration::from_secs(60),
+                poll: Duration::from_secs(5),
+                local_poll: Duration::from_millis(50),
+            },
+        })
+    }
+
+    fn question() -> Question {
+        Question {
+            kind: "command".into(),
+            question: "Run `make`?".into(),
+            action: serde_json::json!({"kind": "command"}),
+            action_hash: "h1".into(),
+        }
+    }
+
+    /// Waits until the question is offered on the computer.
+    async fn offered(local: &LocalDecisions) -> Result<()> {
+        for _ in 0..200 {
+            if !local.list()?.is_empty() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        bail!("the question was never offered on the computer")
+    }
+
+    async fn next_close(
+        closed: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    ) -> Option<serde_json::Value> {
+        let body = tokio::time::timeout(Duration::from_secs(5), closed.recv()).await;
+        body.ok()
+            .flatten()
+            .and_then(|body| serde_json::from_str(&body).ok())
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_wait_leaves_no_files_and_withdraws_the_decision() -> Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let data_dir = DataDir::resolve(Some(tmp.path().join("agent")))?;
+        let local = LocalDecisions::new(data_dir.clone());
+        let (base, mut closed) = fake_server().await?;
+        let asker = asker(&base, &data_dir, &RunStop::new())?;
+        let question = question();
+        let mut asking = Box::pin(asker.ask(&question));
+        tokio::select! {
+            outcome = &mut asking => bail!("the wait ended by itself: {outcome:?}"),
+            offered = offered(&local) => offered?,
+        }
+        // Nobody answers; the run gives the question up (the agent withdrew its request, the
+        // turn timed out, the run ended): the waiting future is simply dropped.
+        drop(asking);
+        assert!(local.list()?.is_empty());
+        assert_eq!(
+            next_close(&mut closed).await,
+            Some(serde_json::json!({"reason": "withdrawn", "answer": null, "scope": null}))
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_stopped_run_withdraws_once_and_clears_the_answer_file_too() -> Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let data_dir = DataDir::resolve(Some(tmp.path().join("agent")))?;
+        let local = LocalDecisions::new(data_dir.clone());
+        let (base, mut closed) = fake_server().await?;
+        let stop = RunStop::new();
+        let asker = asker(&base, &data_dir, &stop)?;
+        let asking = tokio::spawn(async move { asker.ask(&question()).await });
+        offered(&local).await?;
+        stop.raise(StopReason::Cancel);
+        let outcome = tokio::time::timeout(Duration::from_secs(5), asking).await??;
+        assert_eq!(outcome, Outcome::Withdrawn(StopReason::Cancel));
+        assert!(local.list()?.is_empty());
+        assert!(data_dir.list_dir(ANSWERS_DIR)?.is_empty());
+        assert_eq!(
+            next_close(&mut closed)
+                .await
+                .map(|close| close["reason"].clone()),
+            Some(serde_json::json!("withdrawn"))
+        );
+        // Settled once: the guard sends nothing more.
+        let again = tokio::time::timeout(Duration::from_millis(300), closed.recv()).await;
+        assert!(again.is_err(), "closed twice: {again:?}");
+        Ok(())
+    }
+
+    #[test]
+    fn the_guard_removes_the_pending_file_and_a_late_local_answer() -> Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let data_dir = DataDir::resolve(Some(tmp.path().join("agent")))?;
+        let local = LocalDecisions::new(data_dir.clone());
+        let now = Utc::now();
+        local.publish(&PendingDecision {
+            id: id("d1"),
+            job_id: JobId::parse("job1")?,
+            kind: "command".into(),
+            question: "Run `make`?".into(),
+            action: serde_json::json!({}),
+            action_hash: "h1".into(),
+            created_at: now,
+            expires_at: now + chrono::Duration::seconds(60),
+        })?;
+        let allow = LocalAnswer {
+            answer: Answer::Allow,
+            scope: Scope::Once,
+        };
+        local.answer("d1", allow)?;
+        assert_eq!(data_dir.list_dir(ANSWERS_DIR)?.len(), 1);
+        // Dropped unsettled with no runtime left to withdraw it (the agent is exiting): the
+        // files go all the same, and nothing panics.
+        let client = DeviceClient::new(
+            crate::client::ServerClient::new("http://127.0.0.1:9")?,
+            "tdt_x".into(),
+        );
+        drop(OpenDecision {
+            decision_id: id("d1"),
+            client,
+            local: Some(local.clone()),
+            settled: false,
+        });
+        assert!(local.list()?.is_empty());
+        assert!(data_dir.list_dir(ANSWERS_DIR)?.is_empty());
+        Ok(())
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Evidence: the files a run leaves in its evidence folder (`TETHER_EVIDENCE_DIR`), sent to
 //! the server under the run's lease after the program ends and before the run completes
-//! (seed 003 §4.11).
+//! (seed 003 §4.11). Recipe runs and ACP runs share [`RunEvidence`]: the same folder, the
+//! same variable in the environment of everything the run starts, the same delivery.
 //!
 //! - Each attempt gets its own folder, `<data dir>-evidence/<job id>/<attempt>/`: beside the
 //!   data dir, never inside it, since the guard keeps the whole data dir from runs.
@@ -33,6 +34,7 @@ use crate::backoff::Backoff;
 use crate::client::{ApiError, DeviceClient};
 use crate::lease::{Recovery, RunLease};
 use crate::runner::{RunStop, StopReason};
+use crate::state::Config;
 use crate::vault::redact;
 
 /// The variable that tells a run where to leave its evidence.
@@ -63,6 +65,76 @@ pub fn create_run_folder(data_dir: &Path, job: &ClaimedJob) -> io::Result<PathBu
     std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
     builder.create(&folder)?;
     folder.canonicalize()
+}
+
+/// The evidence folder of one run attempt, from before its program starts until it is
+/// delivered: shown as [`EVIDENCE_DIR_VAR`] to every program the run starts (a recipe; an
+/// ACP agent and each of its terminals), writable in their sandbox.
+#[derive(Debug)]
+pub struct RunEvidence {
+    folder: PathBuf,
+}
+
+impl RunEvidence {
+    /// Makes the attempt's folder beside the agent's data dir (the guard knows which: `run`
+    /// installed it), accepted by the guard. `None`, logged, when it cannot be: the run goes
+    /// on without one.
+    pub fn prepare(job: &ClaimedJob) -> Option<RunEvidence> {
+        let guard = crate::sandbox::guard();
+        let folder = match create_run_folder(guard.data_dir(), job) {
+            Ok(folder) => folder,
+            Err(err) => {
+                tracing::warn!(job = %job.id, "no evidence folder for this run: {err}");
+                return None;
+            }
+        };
+        match guard.check_access(&folder) {
+            Ok(()) => Some(RunEvidence { folder }),
+            Err(refusal) => {
+                tracing::warn!(job = %job.id, "no evidence folder for this run: {refusal}");
+                remove_run_folder(&folder);
+                None
+            }
+        }
+    }
+
+    pub fn folder(&self) -> &Path {
+        &self.folder
+    }
+
+    /// Shows the folder to a program of the run: [`EVIDENCE_DIR_VAR`] in `env` (replacing
+    /// an inherited one), the folder among the `writable` paths of its sandbox policy.
+    pub fn grant(&self, env: &mut Vec<(String, String)>, writable: &mut Vec<PathBuf>) {
+        env.retain(|(name, _)| name != EVIDENCE_DIR_VAR);
+        env.push((
+            EVIDENCE_DIR_VAR.to_owned(),
+            self.folder.display().to_string(),
+        ));
+        writable.push(self.folder.clone());
+    }
+
+    /// Nothing ran: the folder goes.
+    pub fn discard(self) {
+        remove_run_folder(&self.folder);
+    }
+
+    /// After the run's programs ended and before it completes: [`deliver`]s the folder as
+    /// the owner's `evidence on|off` in `config` says, every saved value in `hidden` hidden.
+    pub async fn deliver(
+        self,
+        client: &DeviceClient,
+        lease: &RunLease,
+        config: &Config,
+        hidden: &[String],
+        stop: &RunStop,
+        notes: &mpsc::Sender<String>,
+    ) {
+        let delivery = Delivery {
+            upload: config.evidence_upload,
+            hidden: hidden.to_vec(),
+        };
+        deliver(client, lease, self.folder, delivery, stop, notes).await;
+    }
 }
 
 /// How the run's evidence goes.

@@ -6,7 +6,6 @@
 //! unknown one ends the job `blocked`.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,12 +18,13 @@ use tokio::task::JoinSet;
 
 use crate::backoff::Backoff;
 use crate::client::{ApiError, DeviceClient};
+use crate::evidence::RunEvidence;
 use crate::lease::{Recovery, RunLease};
 use crate::process_group::{self, Signal, TERMINATE_GRACE};
 use crate::progress::report_output;
 use crate::state::{Config, DataDir, Recipe, SharedFolder};
 use crate::vault::{redact, Missing, Vault};
-use crate::{environment, evidence, hard_floor, sandbox};
+use crate::{environment, hard_floor, sandbox};
 
 /// Lines waiting for the reporter; when it is behind (server slow), the run's pipe fills and
 /// the run waits, instead of the agent's memory growing.
@@ -229,12 +229,12 @@ async fn execute(
             spec.engine
         )));
     };
-    let evidence_folder = evidence_folder(job);
-    let mut prepared = match confine(recipe, folder, job, secret_env, evidence_folder.as_deref()) {
+    let evidence = RunEvidence::prepare(job);
+    let mut prepared = match confine(recipe, folder, job, secret_env, evidence.as_ref()) {
         Ok(prepared) => prepared,
         Err(refusal) => {
-            if let Some(evidence_folder) = &evidence_folder {
-                evidence::remove_run_folder(evidence_folder);
+            if let Some(evidence) = evidence {
+                evidence.discard();
             }
             return Ok(blocked(refusal));
         }
@@ -253,20 +253,17 @@ async fn execute(
     let ended = supervise(command, timeout_of(job), stop, line_sender, spawned).await;
     // Evidence goes up after the program ended and before the run completes; what is left
     // out is said in the output.
-    if let Some(evidence_folder) = evidence_folder {
-        let delivery = evidence::Delivery {
-            upload: config.evidence_upload,
-            hidden: secrets.hidden.to_vec(),
-        };
-        evidence::deliver(
-            client,
-            lease,
-            evidence_folder,
-            delivery,
-            stop,
-            &evidence_notes,
-        )
-        .await;
+    if let Some(evidence) = evidence {
+        evidence
+            .deliver(
+                client,
+                lease,
+                config,
+                &secrets.hidden,
+                stop,
+                &evidence_notes,
+            )
+            .await;
     }
     drop(evidence_notes);
     // The reporter ends once every line is sent (or the lease is gone).
@@ -296,7 +293,7 @@ fn confine(
     folder: &SharedFolder,
     job: &ClaimedJob,
     secret_env: Vec<(String, String)>,
-    evidence_folder: Option<&Path>,
+    evidence: Option<&RunEvidence>,
 ) -> Result<sandbox::Prepared, String> {
     let argv: Vec<String> = std::iter::once(recipe.program.clone())
         .chain(recipe.args.iter().cloned())
@@ -311,13 +308,8 @@ fn confine(
         .map_err(|err| format!("the guard refused the folder: {err}"))?;
     let mut env = with_secrets(child_env(std::env::vars_os(), job), secret_env);
     let mut writable = Vec::new();
-    if let Some(evidence_folder) = evidence_folder {
-        env.retain(|(name, _)| name != evidence::EVIDENCE_DIR_VAR);
-        env.push((
-            evidence::EVIDENCE_DIR_VAR.to_owned(),
-            evidence_folder.display().to_string(),
-        ));
-        writable.push(evidence_folder.to_path_buf());
+    if let Some(evidence) = evidence {
+        evidence.grant(&mut env, &mut writable);
     }
     let policy = sandbox::Policy {
         work_folder,
@@ -328,29 +320,8 @@ fn confine(
         env,
     };
     sandbox::current()
-        .prepare(&guard, &policy, &argv)
+        .prepare(&guard, &policy, &sandbox::Start::new(&argv))
         .map_err(|refused| refused.0)
-}
-
-/// The attempt's evidence folder, made beside the agent's data dir (the guard knows which,
-/// `run` installed it) and accepted by the guard; `None`, logged, when it cannot be, and the
-/// run goes on without one.
-fn evidence_folder(job: &ClaimedJob) -> Option<PathBuf> {
-    let guard = sandbox::guard();
-    let folder = match evidence::create_run_folder(guard.data_dir(), job) {
-        Ok(folder) => folder,
-        Err(err) => {
-            tracing::warn!(job = %job.id, "no evidence folder for this run: {err}");
-            return None;
-        }
-    };
-    match guard.check_access(&folder) {
-        Ok(()) => Some(folder),
-        Err(refusal) => {
-            tracing::warn!(job = %job.id, "no evidence folder for this run: {refusal}");
-            None
-        }
-    }
 }
 
 /// Maps how the program ended to the completion to report.
@@ -546,9 +517,6 @@ pub async fn supervise(
     };
     let pgid = child.id().unwrap_or(0);
     spawned(pgid);
-    // A confined run's stdin is its launcher's control pipe: held open until the run is over
-    // (`Child::wait` would close it, and the launcher takes that as "the agent is gone").
-    let _control = child.stdin.take();
     let mut readers = JoinSet::new();
     if let Some(stdout) = child.stdout.take() {
         readers.spawn(forward_lines(stdout, lines.clone()));

@@ -50,6 +50,15 @@ pub async fn send(
             &format!("must match [A-Za-z_][A-Za-z0-9_]* and be at most {MAX_NAME_LEN} characters"),
         ));
     }
+    // A site limit the computer could not enforce would only look safe: refuse it rather
+    // than drop it.
+    if params.allow.as_ref().is_some_and(|sites| !sites.is_empty()) {
+        return Err(ApiError::invalid_field(
+            "allow",
+            "limiting a secret to sites is not supported yet; send it without `allow` (a job \
+             that names it gets it as an environment variable)",
+        ));
+    }
     let sealed_json = serde_json::to_string(&params.sealed)?;
     if sealed_json.len() > MAX_SEALED_BYTES {
         return Err(ApiError::new(

@@ -28,7 +28,8 @@ pub struct SendSecretParams {
     pub name: String,
     /// The sealed box ([`crate::seal::Envelope`] as JSON).
     pub sealed: serde_json::Value,
-    /// Sites the secret may be sent to (kept for later; not enforced yet).
+    /// Sites the secret may be sent to. Not supported yet: a non-empty list is refused (422)
+    /// rather than accepted unenforced.
     #[serde(default)]
     pub allow: Option<Vec<String>>,
 }

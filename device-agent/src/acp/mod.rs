@@ -12,7 +12,9 @@
 //!    through the guard, the run's policy and the sandbox ([`client`]);
 //! 4. the owner's cancel becomes `session/cancel` (and a kill if the turn does not end within
 //!    [`CANCEL_GRACE`]); the time limit, a lost lease or a shutdown kill the agent's tree;
-//! 5. the stop reason and the agent's last message become the outcome.
+//! 5. the files the agent and its terminals left in the run's evidence folder are delivered
+//!    as a recipe's are ([`RunEvidence`]);
+//! 6. the stop reason and the agent's last message become the outcome.
 //!
 //! **Architecture Invariant:** the agent never gets more than a recipe would: its process is
 //! confined like one, and everything it asks this (unconfined) process to do on its behalf
@@ -47,6 +49,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::client::DeviceClient;
+use crate::evidence::RunEvidence;
 use crate::gate::Gate;
 use crate::lease::RunLease;
 use crate::process_group::TERMINATE_GRACE;
@@ -128,15 +131,27 @@ pub async fn run(ctx: RunContext<'_>) -> Result<CompleteParams, StopReason> {
         stop.clone(),
         secrets.hidden.clone(),
     ));
+    // The agent and each of its terminals see the attempt's evidence folder, as a recipe
+    // does; it is delivered once they all ended.
+    let evidence = RunEvidence::prepare(job);
+    let mut env = with_secrets(child_env(std::env::vars_os(), job), secret_env);
+    let mut writable = Vec::new();
+    if let Some(evidence) = &evidence {
+        evidence.grant(&mut env, &mut writable);
+    }
     let launch = Launch {
         guard: guard.clone(),
         folder: work_folder.clone(),
         network: job.spec.network,
-        env: with_secrets(child_env(std::env::vars_os(), job), secret_env),
+        env,
+        writable,
     };
     let (agent, pipes) = match process::start(engine, &launch, lines.clone()) {
         Ok(started) => started,
         Err(refusal) => {
+            if let Some(evidence) = evidence {
+                evidence.discard();
+            }
             drop(lines);
             let _ = reporter.await;
             return Ok(blocked(refusal));
@@ -158,6 +173,11 @@ pub async fn run(ctx: RunContext<'_>) -> Result<CompleteParams, StopReason> {
     let (rest, final_message) = session.finish_transcript();
     for line in rest.into_iter().chain(ended.notes.iter().cloned()) {
         let _ = lines.send(line).await;
+    }
+    if let Some(evidence) = evidence {
+        evidence
+            .deliver(client, lease, config, &secrets.hidden, stop, &lines)
+            .await;
     }
     let choices = session.gate().unattended_choices();
     drop(session);

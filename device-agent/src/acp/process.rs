@@ -1,10 +1,9 @@
 //! The coding agent's process: started through the same confinement layer as recipes, in
 //! the job's folder, with the job's network choice and environment.
 //!
-//! The launcher's stdin is its control pipe (closing it kills the run), so the agent's own
-//! input comes through a FIFO in the run's private temporary folder: a shell the sandbox
-//! provides opens it as the agent's stdin and execs the agent. Its stdout carries ACP back;
-//! its stderr goes to the job's output, and the last lines of it explain a failure.
+//! Its stdin is a pipe this process writes ACP to (the launcher passes it through,
+//! [`sandbox::Input::Pipe`]); its stdout carries ACP back; its stderr goes to the job's
+//! output, and the last lines of it explain a failure.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -13,7 +12,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
-use tokio::net::unix::pipe;
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -23,10 +21,6 @@ use crate::process_group;
 use crate::sandbox;
 use crate::state::AcpEngine;
 
-/// The agent's input, inside the run's private temporary folder (`$TMPDIR` of the run).
-const INPUT_FIFO: &str = ".tether-acp-input";
-/// Opens the FIFO as stdin and becomes the agent: `$0` is the program, `$@` its arguments.
-const STDIN_FROM_FIFO: &str = r#"exec "$0" "$@" < "$TMPDIR/.tether-acp-input""#;
 /// Lines of the agent's stderr kept to explain a failure.
 const TAIL_LINES: usize = 8;
 /// How long the stderr reader may take to finish after the agent ended.
@@ -37,8 +31,6 @@ const DRAIN_WAIT: Duration = Duration::from_secs(1);
 pub struct AgentProcess {
     child: Child,
     pgid: u32,
-    /// The launcher's control pipe: held open while the agent may run.
-    control: Option<ChildStdin>,
     prepared: sandbox::Prepared,
     stderr: Option<JoinHandle<()>>,
     tail: StderrTail,
@@ -67,8 +59,8 @@ impl StderrTail {
 pub struct Pipes {
     /// What the agent prints: ACP messages.
     pub stdout: ChildStdout,
-    /// What the agent reads.
-    pub input: pipe::Sender,
+    /// What the agent reads; dropping it closes the agent's input.
+    pub input: ChildStdin,
 }
 
 /// Starts `engine` confined as `launch` says.
@@ -80,33 +72,34 @@ pub fn start(
     launch: &Launch,
     lines: mpsc::Sender<String>,
 ) -> Result<(AgentProcess, Pipes), String> {
-    let mut argv = vec![
-        "/bin/sh".to_owned(),
-        "-c".to_owned(),
-        STDIN_FROM_FIFO.to_owned(),
-        engine.program.clone(),
-    ];
-    argv.extend(engine.args.iter().cloned());
+    let argv: Vec<String> = std::iter::once(engine.program.clone())
+        .chain(engine.args.iter().cloned())
+        .collect();
     let policy = sandbox::Policy {
         work_folder: launch.folder.clone(),
-        writable: Vec::new(),
+        writable: launch.writable.clone(),
         readable: program_file(&engine.program).into_iter().collect(),
         denied: Vec::new(),
         network: launch.network,
         env: launch.env.clone(),
     };
+    let start = sandbox::Start {
+        argv,
+        cwd: None,
+        stdin: sandbox::Input::Pipe,
+    };
     let mut prepared = sandbox::current()
-        .prepare(&launch.guard, &policy, &argv)
+        .prepare(&launch.guard, &policy, &start)
         .map_err(|refused| refused.0)?;
-    let fifo = prepared.run_dir.path().join(INPUT_FIFO);
-    make_fifo(&fifo).map_err(|err| format!("cannot make the agent's input pipe: {err}"))?;
-    let input = open_input(&fifo).map_err(|err| format!("cannot open the agent's input: {err}"))?;
     let mut child = prepared
         .command
         .spawn()
         .map_err(|err| format!("could not start {:?}: {err}", engine.program))?;
     let pgid = child.id().unwrap_or(0);
-    let control = child.stdin.take();
+    let input = child
+        .stdin
+        .take()
+        .ok_or_else(|| "the agent's input is not piped".to_owned())?;
     let stdout = child
         .stdout
         .take()
@@ -119,7 +112,6 @@ pub fn start(
     let process = AgentProcess {
         child,
         pgid,
-        control,
         prepared,
         stderr,
         tail,
@@ -163,7 +155,6 @@ impl AgentProcess {
         if process_group::group_alive(self.pgid) {
             let _ = process_group::signal_group(self.pgid, process_group::Signal::Kill);
         }
-        drop(self.control.take());
         if let Some(stderr) = self.stderr.take() {
             if tokio::time::timeout(DRAIN_WAIT, stderr).await.is_err() {
                 tracing::warn!("the agent's stderr stayed open after it ended");
@@ -181,41 +172,6 @@ fn program_file(program: &str) -> Option<PathBuf> {
         return None;
     }
     path.canonicalize().ok()
-}
-
-#[cfg(target_os = "linux")]
-fn make_fifo(path: &Path) -> std::io::Result<()> {
-    use rustix::fs::{Mode, CWD};
-    rustix::fs::mkfifoat(CWD, path, Mode::RUSR | Mode::WUSR).map_err(std::io::Error::from)
-}
-
-#[cfg(not(target_os = "linux"))]
-fn make_fifo(path: &Path) -> std::io::Result<()> {
-    let status = std::process::Command::new("mkfifo")
-        .args(["-m", "600"])
-        .arg(path)
-        .status()?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(std::io::Error::other(format!("mkfifo ended with {status}")))
-    }
-}
-
-/// Opens the FIFO for writing without waiting for the agent to open it for reading.
-#[cfg(target_os = "linux")]
-fn open_input(path: &Path) -> std::io::Result<pipe::Sender> {
-    pipe::OpenOptions::new().read_write(true).open_sender(path)
-}
-
-#[cfg(not(target_os = "linux"))]
-fn open_input(path: &Path) -> std::io::Result<pipe::Sender> {
-    // Elsewhere a writer cannot open a FIFO before its reader: open it for reading first
-    // (which never waits), keep that end only until the writer is open.
-    let reader = pipe::OpenOptions::new().open_receiver(path)?;
-    let sender = pipe::OpenOptions::new().open_sender(path);
-    drop(reader);
-    sender
 }
 
 /// Sends each stderr line to the job's output. A line longer than the protocol's limit is

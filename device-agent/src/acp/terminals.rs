@@ -38,8 +38,11 @@ pub struct Launch {
     /// The job's folder, canonical: a command's folder must be it or inside it.
     pub folder: PathBuf,
     pub network: bool,
-    /// The run's environment (allow-listed, plus the job's named secrets).
+    /// The run's environment (allow-listed, plus the job's named secrets and the evidence
+    /// folder).
     pub env: Vec<(String, String)>,
+    /// Folders every program of the run may write besides the job's (the evidence folder).
+    pub writable: Vec<PathBuf>,
 }
 
 /// A command to start, as the agent asked for it.
@@ -114,7 +117,6 @@ impl Terminals {
             ));
         }
         let cwd = self.inside_folder(&request.cwd)?;
-        let argv = in_folder(&request.argv, &cwd, &self.launch.folder);
         let mut env = self.launch.env.clone();
         for (name, value) in &request.env {
             env.retain(|(existing, _)| existing != name);
@@ -122,14 +124,19 @@ impl Terminals {
         }
         let policy = sandbox::Policy {
             work_folder: self.launch.folder.clone(),
-            writable: Vec::new(),
+            writable: self.launch.writable.clone(),
             readable: Vec::new(),
             denied: Vec::new(),
             network: self.launch.network,
             env,
         };
+        let start = sandbox::Start {
+            argv: request.argv,
+            cwd: Some(cwd),
+            stdin: sandbox::Input::Null,
+        };
         let mut prepared = sandbox::current()
-            .prepare(&self.launch.guard, &policy, &argv)
+            .prepare(&self.launch.guard, &policy, &start)
             .map_err(|refused| refused.0)?;
         let mut child = prepared
             .command
@@ -260,27 +267,9 @@ fn unknown(id: &str) -> String {
     format!("there is no terminal {id:?}")
 }
 
-/// The confined program always starts in the job's folder; a command for a folder inside
-/// it changes there first (a shell the sandbox provides, never the agent's text).
-fn in_folder(argv: &[String], cwd: &Path, folder: &Path) -> Vec<String> {
-    if cwd == folder {
-        return argv.to_vec();
-    }
-    let mut wrapped = vec![
-        "/bin/sh".to_owned(),
-        "-c".to_owned(),
-        r#"cd -- "$0" || exit 126; exec "$@""#.to_owned(),
-        cwd.display().to_string(),
-    ];
-    wrapped.extend(argv.iter().cloned());
-    wrapped
-}
-
-/// Waits for the launcher to exit, killing its tree when asked. The launcher's stdin (its
-/// control pipe) stays open until then.
+/// Waits for the launcher to exit, killing its tree when asked.
 async fn watch_until_exit(mut child: tokio::process::Child, kill: &Notify) -> Option<ExitStatus> {
     let pgid = child.id().unwrap_or(0);
-    let _control = child.stdin.take();
     tokio::select! {
         status = child.wait() => status.ok(),
         () = kill.notified() => {
@@ -397,14 +386,5 @@ mod tests {
         // "é" is two bytes: cutting through it drops its second half too.
         assert_eq!(kept(4, &["aé", "xyz"]), ("xyz".to_owned(), true));
         assert_eq!(kept(5, &["aé", "xyz"]), ("éxyz".to_owned(), true));
-    }
-
-    #[test]
-    fn a_command_for_a_subfolder_changes_there_first() {
-        let argv = vec!["make".to_owned(), "test".to_owned()];
-        let folder = Path::new("/work");
-        assert_eq!(in_folder(&argv, folder, folder), argv);
-        let wrapped = in_folder(&argv, Path::new("/work/sub dir"), folder);
-        assert_eq!(&wrapped[3..], ["/work/sub dir", "make", "test"]);
     }
 }

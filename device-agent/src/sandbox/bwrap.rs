@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Map};
 use tether_protocol::capabilities::{SandboxReport, SandboxStrength};
 
-use super::{Backend, LaunchSpec, Layer, Policy, Sandbox, SYSTEM_READ};
+use super::{Backend, Input, LaunchSpec, Layer, Policy, Sandbox, SYSTEM_READ};
 
 /// Where bubblewrap is looked for unless `TETHER_BWRAP` names another binary.
 pub const DEFAULT_PATH: &str = "/usr/bin/bwrap";
@@ -183,6 +183,8 @@ pub fn probe(bwrap: &Path, launcher: &Path) -> Result<Sandbox, String> {
         argv: vec!["true".to_owned()],
         cwd: work_path.clone(),
         env: Vec::new(),
+        stdin: Input::Null,
+        agent_pid: None,
     };
     let mut reasons = Vec::new();
     let mut proc = true;

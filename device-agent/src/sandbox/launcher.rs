@@ -7,9 +7,16 @@
 //!
 //! - when the program exits, gives what it left running 1 s, then kills it, and exits with the
 //!   program's status;
-//! - on SIGTERM, sends SIGTERM to the whole tree, then SIGKILL after 2 s;
-//! - on SIGHUP or SIGINT, or when its stdin (a pipe the agent holds) closes because the agent
-//!   died, kills the whole tree at once.
+//! - on SIGTERM, and when the agent dies, sends SIGTERM to the whole tree, then SIGKILL after
+//!   2 s;
+//! - on SIGHUP or SIGINT, kills the whole tree at once.
+//!
+//! The agent's death is seen without any channel of its own: where the launcher is the
+//! agent's child, its spec names the agent's pid, and a parent that is not (or no longer)
+//! that process means the agent is gone (a dead parent's children are re-parented at once).
+//! Inside bubblewrap the PID namespace and `--die-with-parent` end everything with the agent.
+//! So the launcher's stdin is free: the spec says whether the program reads it (an ACP
+//! agent's input, a pipe the agent writes to) or nothing.
 
 use std::path::Path;
 
@@ -38,7 +45,6 @@ fn read_spec(spec_file: &Path) -> Result<LaunchSpec, String> {
 #[cfg(target_os = "linux")]
 mod imp {
     use std::collections::{HashMap, HashSet};
-    use std::io::Read;
     use std::os::unix::process::CommandExt;
     use std::path::Path;
     use std::process::{Command, Stdio};
@@ -46,9 +52,8 @@ mod imp {
 
     use rustix::process::{Pid, Signal, WaitOptions};
     use tokio::signal::unix::{signal, SignalKind};
-    use tokio::sync::mpsc;
 
-    use super::super::{LaunchSpec, Layer, ProbeResult};
+    use super::super::{Input, LaunchSpec, Layer, ProbeResult};
     use super::read_spec;
 
     /// How long what the program left behind may live after it exited.
@@ -62,11 +67,18 @@ mod imp {
         // Become the reaper of every orphan below us before anything can fork.
         rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
             .map_err(|err| format!("cannot become a subreaper: {err}"))?;
+        let parent = rustix::process::getppid();
+        if let Some(agent) = spec.agent_pid {
+            let agent = i32::try_from(agent).ok().and_then(Pid::from_raw);
+            if parent != agent {
+                return Err("the agent that started this run is gone".to_owned());
+            }
+        }
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|err| format!("cannot start: {err}"))?;
-        runtime.block_on(supervise(spec))
+        runtime.block_on(supervise(spec, parent))
     }
 
     fn restrict(spec: &LaunchSpec) -> Result<ProbeResult, String> {
@@ -138,14 +150,9 @@ mod imp {
             .unwrap_or(true)
     }
 
-    enum Control {
-        /// Terminate gracefully (SIGTERM, then SIGKILL).
-        Terminate,
-        /// Kill now.
-        Kill,
-    }
-
-    async fn supervise(spec: LaunchSpec) -> Result<i32, String> {
+    /// Supervises the program until its whole tree is gone; `parent` is the launcher's parent
+    /// at start (the agent, or bubblewrap's init).
+    async fn supervise(spec: LaunchSpec, parent: Option<Pid>) -> Result<i32, String> {
         // Signal handlers and the runtime's own descriptors exist before seccomp applies.
         let mut term = signal(SignalKind::terminate()).map_err(|err| err.to_string())?;
         let mut hangup = signal(SignalKind::hangup()).map_err(|err| err.to_string())?;
@@ -166,7 +173,7 @@ mod imp {
             .current_dir(&spec.cwd)
             .env_clear()
             .envs(spec.env.iter().map(|(name, value)| (name, value)))
-            .stdin(Stdio::null())
+            .stdin(input(spec.stdin))
             // Its own group: signals for the launcher never reach the program directly.
             .process_group(0)
             .spawn()
@@ -174,25 +181,6 @@ mod imp {
         let main = Pid::from_raw(child.id() as i32).ok_or("the program has no pid")?;
         // Not waited for through `Child`: the loop below reaps every process, this one too.
         drop(child);
-
-        let (control_sender, mut control) = mpsc::unbounded_channel();
-        std::thread::spawn(move || {
-            // The agent holds the other end; end of file means it closed it or died.
-            let mut stdin = std::io::stdin();
-            let mut byte = [0u8; 1];
-            loop {
-                match stdin.read(&mut byte) {
-                    Ok(1) if byte[0] == b'k' => {
-                        let _ = control_sender.send(Control::Kill);
-                    }
-                    Ok(1) => {}
-                    _ => {
-                        let _ = control_sender.send(Control::Terminate);
-                        return;
-                    }
-                }
-            }
-        });
 
         let mut main_status: Option<rustix::process::WaitStatus> = None;
         let mut leftovers_deadline: Option<Instant> = None;
@@ -205,6 +193,12 @@ mod imp {
                 break;
             }
             let now = Instant::now();
+            if !terminating && rustix::process::getppid() != parent {
+                // The agent died: nobody supervises this run any more.
+                terminating = true;
+                kill_all(Signal::TERM);
+                kill_at.get_or_insert(now + TERMINATE_GRACE);
+            }
             if main_status.is_some() && leftovers_deadline.is_none() {
                 leftovers_deadline = Some(now + LEFTOVER_GRACE);
             }
@@ -222,17 +216,18 @@ mod imp {
                 }
                 _ = hangup.recv() => kill_at = Some(Instant::now()),
                 _ = interrupt.recv() => kill_at = Some(Instant::now()),
-                Some(command) = control.recv() => match command {
-                    Control::Terminate => {
-                        kill_all(Signal::TERM);
-                        kill_at.get_or_insert(Instant::now() + TERMINATE_GRACE);
-                    }
-                    Control::Kill => kill_at = Some(Instant::now()),
-                },
                 () = tokio::time::sleep(TICK) => {}
             }
         }
         Ok(exit_code(main_status))
+    }
+
+    /// The program's stdin: the launcher's own (a pipe the agent writes to), or nothing.
+    fn input(stdin: Input) -> Stdio {
+        match stdin {
+            Input::Pipe => Stdio::inherit(),
+            Input::Null => Stdio::null(),
+        }
     }
 
     /// Reaps every child that ended (the program and adopted orphans).
@@ -339,7 +334,7 @@ mod imp {
     use std::path::Path;
     use std::process::{Command, Stdio};
 
-    use super::super::Layer;
+    use super::super::{Input, Layer};
     use super::read_spec;
 
     /// Elsewhere (macOS: inside `sandbox-exec`), the launcher only starts the program.
@@ -360,7 +355,10 @@ mod imp {
             .current_dir(&spec.cwd)
             .env_clear()
             .envs(spec.env.iter().map(|(name, value)| (name, value)))
-            .stdin(Stdio::null())
+            .stdin(match spec.stdin {
+                Input::Pipe => Stdio::inherit(),
+                Input::Null => Stdio::null(),
+            })
             .status()
             .map_err(|err| format!("could not start {program:?}: {err}"))?;
         Ok(status.code().unwrap_or(1))

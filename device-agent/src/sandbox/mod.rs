@@ -61,6 +61,38 @@ pub struct Policy {
     pub env: Vec<(String, String)>,
 }
 
+/// What the confined program reads on its stdin.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Input {
+    /// Nothing (`/dev/null`): recipes and terminals.
+    #[default]
+    Null,
+    /// A pipe the agent writes to ([`Prepared::command`]'s stdin, passed through the
+    /// launcher): an ACP agent's side of the protocol.
+    Pipe,
+}
+
+/// What to start under a [`Policy`]: the program, where, and what it reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Start {
+    pub argv: Vec<String>,
+    /// The working directory: `None` for the work folder, else a folder inside it.
+    pub cwd: Option<PathBuf>,
+    pub stdin: Input,
+}
+
+impl Start {
+    /// `argv` in the work folder, reading nothing.
+    pub fn new(argv: &[String]) -> Start {
+        Start {
+            argv: argv.to_vec(),
+            cwd: None,
+            stdin: Input::Null,
+        }
+    }
+}
+
 /// Which backend a sandbox uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Backend {
@@ -122,8 +154,8 @@ pub struct Refused(pub String);
 /// A command ready to spawn, with what must be cleaned up after the run.
 #[derive(Debug)]
 pub struct Prepared {
-    /// The command: stdin is the launcher's control pipe (keep it open while the run lives),
-    /// stdout and stderr are piped, the launcher leads a new process group.
+    /// The command: stdout and stderr are piped, stdin too for [`Input::Pipe`] (the
+    /// program's input; else nothing), the launcher leads a new process group.
     pub command: tokio::process::Command,
     /// The run's private temporary folder, removed when dropped.
     pub run_dir: tempfile::TempDir,
@@ -182,8 +214,18 @@ pub struct LaunchSpec {
     /// Only report what could be applied (as JSON on stdout), run nothing.
     pub probe: bool,
     pub argv: Vec<String>,
+    /// The program's working directory: the work folder or a folder inside it.
     pub cwd: PathBuf,
     pub env: Vec<(String, String)>,
+    /// What the program reads: nothing, or the launcher's own stdin.
+    #[serde(default)]
+    pub stdin: Input,
+    /// The agent's pid, when the launcher is its child (every backend but bubblewrap, whose
+    /// PID namespace hides it and whose `--die-with-parent` ends the run with the agent):
+    /// the launcher runs nothing if its parent is already another process, and ends the
+    /// run's tree as soon as its parent changes (the agent died and it was re-parented).
+    #[serde(default)]
+    pub agent_pid: Option<u32>,
 }
 
 /// What the launcher reports in probe mode.
@@ -329,21 +371,26 @@ impl Sandbox {
         &self.report
     }
 
-    /// Builds the confined command for `argv` under `policy`, after the guard checked every
-    /// path the policy grants.
+    /// Builds the confined command that starts `start` under `policy`, after the guard
+    /// checked every path the policy grants.
     ///
     /// # Errors
-    /// [`Refused`] when no backend works (and unconfined runs are not allowed), or when the
-    /// guard refuses a granted path.
+    /// [`Refused`] when no backend works (and unconfined runs are not allowed), when the
+    /// guard refuses a granted path, or when the working directory is not the work folder
+    /// or inside it.
     pub fn prepare(
         &self,
         guard: &Guard,
         policy: &Policy,
-        argv: &[String],
+        start: &Start,
     ) -> Result<Prepared, Refused> {
-        if argv.is_empty() {
+        if start.argv.is_empty() {
             return Err(Refused("nothing to run".to_owned()));
         }
+        let cwd = match &start.cwd {
+            Some(cwd) => working_folder(cwd, &policy.work_folder)?,
+            None => policy.work_folder.clone(),
+        };
         if let Backend::None {
             allow_unsandboxed: false,
         } = self.backend
@@ -379,6 +426,13 @@ impl Sandbox {
 
         let mut denied: Vec<PathBuf> = guard.protected().to_vec();
         denied.extend(policy.denied.iter().cloned());
+        // The launcher is the agent's own child, except inside bubblewrap's PID namespace.
+        let agent_pid = match &self.backend {
+            Backend::Bwrap { .. } => None,
+            Backend::Landlock | Backend::Seatbelt | Backend::None { .. } => {
+                Some(std::process::id())
+            }
+        };
         let (layer, mut command, git_snapshot) = match &self.backend {
             Backend::Bwrap { path, proc } => {
                 let protected_git = bwrap::prepare_git(&policy.work_folder);
@@ -419,9 +473,11 @@ impl Sandbox {
             write: rules.write,
             devices: rules.devices,
             probe: false,
-            argv: argv.to_vec(),
-            cwd: policy.work_folder.clone(),
+            argv: start.argv.clone(),
+            cwd,
             env: policy.env.clone(),
+            stdin: start.stdin,
+            agent_pid,
         };
         let spec_path = run_dir_path.join(".tether-launch.json");
         let bytes = serde_json::to_vec(&spec).map_err(|err| Refused(err.to_string()))?;
@@ -432,7 +488,10 @@ impl Sandbox {
             .arg(&spec_path)
             .current_dir(&policy.work_folder)
             .env_clear()
-            .stdin(Stdio::piped())
+            .stdin(match start.stdin {
+                Input::Null => Stdio::null(),
+                Input::Pipe => Stdio::piped(),
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
@@ -444,6 +503,30 @@ impl Sandbox {
             git_snapshot,
         })
     }
+}
+
+/// `cwd` as a folder under `work_folder` (links and `..` resolved first), the way the work
+/// folder appears inside the sandbox.
+fn working_folder(cwd: &Path, work_folder: &Path) -> Result<PathBuf, Refused> {
+    let outside = || {
+        Refused(format!(
+            "{} is not inside the work folder {}",
+            cwd.display(),
+            work_folder.display()
+        ))
+    };
+    let real = cwd.canonicalize().map_err(|_| outside())?;
+    let real_work = work_folder
+        .canonicalize()
+        .unwrap_or_else(|_| work_folder.to_path_buf());
+    let inside = real.strip_prefix(&real_work).map_err(|_| outside())?;
+    if !real.is_dir() {
+        return Err(Refused(format!("{} is not a folder", cwd.display())));
+    }
+    if inside.as_os_str().is_empty() {
+        return Ok(work_folder.to_path_buf());
+    }
+    Ok(work_folder.join(inside))
 }
 
 fn set_env(env: &mut Vec<(String, String)>, name: &str, value: &str) {
@@ -606,6 +689,8 @@ fn probe_landlock(launcher: &Path) -> Result<Sandbox, String> {
         argv: vec!["true".to_owned()],
         cwd: work.path().to_path_buf(),
         env: Vec::new(),
+        stdin: Input::Null,
+        agent_pid: None,
     };
     let result =
         run_probe(launcher, None, &spec, work.path()).map_err(|err| format!("landlock: {err}"))?;
@@ -774,11 +859,69 @@ mod tests {
             network: false,
             env: Vec::new(),
         };
-        let refused = sandbox.prepare(&guard, &policy, &["true".to_owned()]);
+        let refused = sandbox.prepare(&guard, &policy, &Start::new(&["true".to_owned()]));
         assert!(
             matches!(&refused, Err(Refused(why)) if why.contains("no working sandbox") && why.contains("/nonexistent/bwrap")),
             "{refused:?}"
         );
+    }
+
+    /// The launcher's spec as `prepare` wrote it (unconfined runs allowed, so no backend is
+    /// needed to build one).
+    fn spec_of(policy: &Policy, start: &Start) -> Result<LaunchSpec, Refused> {
+        let mut settings = settings("none", "/nonexistent/bwrap");
+        settings.allow_unsandboxed = true;
+        let sandbox = Sandbox::probe(&settings);
+        let guard = Guard::new(None, Path::new("/nonexistent/tether-data"));
+        let prepared = sandbox.prepare(&guard, policy, start)?;
+        let bytes = std::fs::read(prepared.run_dir.path().join(".tether-launch.json"))
+            .unwrap_or_else(|err| panic!("{err}"));
+        Ok(serde_json::from_slice(&bytes).unwrap_or_else(|err| panic!("{err}")))
+    }
+
+    #[test]
+    fn the_spec_names_the_input_the_working_folder_and_the_agent() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
+        let root = tmp.path().canonicalize().unwrap_or_default();
+        let work = root.join("work");
+        std::fs::create_dir_all(work.join("sub")).unwrap_or_default();
+        std::fs::create_dir_all(root.join("other")).unwrap_or_default();
+        let policy = Policy {
+            work_folder: work.clone(),
+            writable: Vec::new(),
+            readable: Vec::new(),
+            denied: Vec::new(),
+            network: false,
+            env: Vec::new(),
+        };
+        let argv = ["agent-acp".to_owned()];
+        let plain = spec_of(&policy, &Start::new(&argv)).unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(
+            (plain.cwd, plain.stdin, plain.agent_pid),
+            (work.clone(), Input::Null, Some(std::process::id()))
+        );
+        let piped = Start {
+            argv: argv.to_vec(),
+            cwd: Some(work.join("sub/../sub")),
+            stdin: Input::Pipe,
+        };
+        let spec = spec_of(&policy, &piped).unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!((spec.cwd, spec.stdin), (work.join("sub"), Input::Pipe));
+        for outside in [
+            root.join("other"),
+            work.join("sub/../.."),
+            work.join("missing"),
+        ] {
+            let start = Start {
+                cwd: Some(outside.clone()),
+                ..Start::new(&argv)
+            };
+            let refused = spec_of(&policy, &start);
+            assert!(
+                matches!(&refused, Err(Refused(why)) if why.contains("not inside the work folder")),
+                "{outside:?}: {refused:?}"
+            );
+        }
     }
 
     #[test]

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use tether_agent::guard::Guard;
 use tether_agent::runner::{supervise, Ended, RunStop, StopReason};
-use tether_agent::sandbox::{Policy, Sandbox, Settings};
+use tether_agent::sandbox::{Input, Policy, Sandbox, Settings, Start};
 use tether_agent::{environment, hard_floor, sandbox};
 use tokio::sync::mpsc;
 
@@ -212,7 +212,9 @@ async fn run_with(
     stop: RunStop,
 ) -> Run {
     let argv = vec!["/bin/bash".to_owned(), "-c".to_owned(), script.to_owned()];
-    let mut prepared = sandbox.prepare(&fx.guard, policy, &argv).unwrap();
+    let mut prepared = sandbox
+        .prepare(&fx.guard, policy, &Start::new(&argv))
+        .unwrap();
     let command = std::mem::replace(&mut prepared.command, tokio::process::Command::new("true"));
     let (sender, mut receiver) = mpsc::channel(1024);
     let collector = tokio::spawn(async move {
@@ -930,7 +932,11 @@ async fn t24_backend_unavailable(sandbox: Sandbox) {
         "{report:?}"
     );
     let fx = Fixture::new();
-    let refused = taken_away.prepare(&fx.guard, &fx.policy(false), &["true".to_owned()]);
+    let refused = taken_away.prepare(
+        &fx.guard,
+        &fx.policy(false),
+        &Start::new(&["true".to_owned()]),
+    );
     assert!(
         matches!(&refused, Err(refused) if refused.0.contains("no working sandbox")),
         "{refused:?}"
@@ -1049,7 +1055,7 @@ async fn t27_guard(sandbox: Sandbox) {
         policy.readable = vec![bad.clone()];
         assert!(
             sandbox
-                .prepare(&fx.guard, &policy, &["true".to_owned()])
+                .prepare(&fx.guard, &policy, &Start::new(&["true".to_owned()]))
                 .is_err(),
             "{bad:?}"
         );
@@ -1059,6 +1065,111 @@ async fn t27_guard(sandbox: Sandbox) {
     }
     assert!(fx.guard.check_folder(&fx.home).is_err());
     assert!(fx.guard.check_folder(&fx.work).is_ok());
+}
+
+/// Attempt 28: A program given a pipe as its input (an ACP agent) reads exactly what the agent
+/// writes and sees its end, and starts in the folder inside the work folder it was given; one
+/// given nothing reads `/dev/null`; a working folder outside the work folder is refused.
+async fn t28_input_and_working_folder(sandbox: Sandbox) {
+    use tokio::io::AsyncWriteExt;
+    let fx = Fixture::new();
+    let script = r#"while read -r line; do echo "got $line"; done; echo "end of input"; pwd"#;
+    let start = Start {
+        argv: vec!["/bin/bash".to_owned(), "-c".to_owned(), script.to_owned()],
+        cwd: Some(fx.work.join("src")),
+        stdin: Input::Pipe,
+    };
+    let mut prepared = sandbox
+        .prepare(&fx.guard, &fx.policy(false), &start)
+        .unwrap();
+    let mut child = prepared.command.spawn().unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(b"one\ntwo\n").await.unwrap();
+    drop(input);
+    let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let lines: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let here = fx.work.join("src").display().to_string();
+    assert_eq!(
+        lines,
+        ["got one", "got two", "end of input", here.as_str()],
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success());
+    assert!(prepared.finish().is_empty());
+
+    let run = run(
+        &sandbox,
+        &fx,
+        r#"readlink /proc/self/fd/0; cat; echo "read nothing""#,
+    )
+    .await;
+    assert_eq!(run.lines, ["/dev/null", "read nothing"], "{}", run.said());
+
+    for outside in [fx.outside.clone(), fx.work.join("../..")] {
+        let start = Start {
+            cwd: Some(outside),
+            ..Start::new(&["true".to_owned()])
+        };
+        let refused = sandbox.prepare(&fx.guard, &fx.policy(false), &start);
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|refused| refused.0.contains("not inside the work folder")),
+            "{refused:?}"
+        );
+    }
+}
+
+/// The launcher runs nothing for an agent that is already gone: a spec naming another process
+/// as the agent (this one is the launcher's parent) is refused before the program starts.
+#[test]
+fn the_launcher_refuses_a_run_whose_agent_is_gone() {
+    use tether_agent::sandbox::{LaunchSpec, Layer};
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().canonicalize().unwrap();
+    let launch = |agent_pid: u32, marker: &str| {
+        let spec = LaunchSpec {
+            layer: Layer::Unconfined,
+            network: false,
+            read: Vec::new(),
+            write: Vec::new(),
+            devices: Vec::new(),
+            probe: false,
+            argv: vec!["/usr/bin/touch".to_owned(), marker.to_owned()],
+            cwd: work.clone(),
+            env: Vec::new(),
+            stdin: Input::Null,
+            agent_pid: Some(agent_pid),
+        };
+        let spec_file = work.join(format!("{marker}.json"));
+        std::fs::write(&spec_file, serde_json::to_vec(&spec).unwrap()).unwrap();
+        std::process::Command::new(AGENT)
+            .args(["sandbox-exec", "--spec-file"])
+            .arg(&spec_file)
+            .env_clear()
+            .output()
+            .unwrap()
+    };
+    let ours = launch(std::process::id(), "ran");
+    assert!(ours.status.success(), "{ours:?}");
+    assert!(work.join("ran").exists());
+    let orphan = launch(1, "orphan");
+    assert_eq!(
+        orphan.status.code(),
+        Some(sandbox::SANDBOX_FAILED),
+        "{orphan:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&orphan.stderr).contains("the agent that started this run is gone")
+    );
+    assert!(!work.join("orphan").exists());
 }
 
 macro_rules! on_both_backends {
@@ -1115,4 +1226,5 @@ on_both_backends!(
     t25_report_matches,
     t26_network_on_and_graceful_stop,
     t27_guard,
+    t28_input_and_working_folder,
 );

@@ -17,8 +17,8 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
 use super::{
-    agent_command, agent_ok, collect, output_lines, pair, process_alive, spawn_server, wait_until,
-    Daemon, Server, Web, AGENT,
+    agent_command, agent_json, agent_ok, collect, output_lines, pair, process_alive, spawn_server,
+    wait_until, Daemon, Server, Web, AGENT,
 };
 
 /// The scripted ACP agent, built by `cargo build --all-targets` next to the agent.
@@ -93,6 +93,16 @@ impl Computer {
             .await;
         let engines = serde_json::to_value(&device.capabilities.unwrap().engines).unwrap();
         assert_eq!(engines, json!([{"name": "scripted", "kind": "acp"}]));
+        let status = agent_json(home.path(), &["status", "--json"]).await;
+        assert_eq!(
+            status["engines"],
+            json!([{"name": "scripted", "kind": "acp", "command": agent.to_str().unwrap(), "published": true}])
+        );
+        let said = agent_ok(home.path(), &["status"]).await;
+        assert!(
+            said.contains("Questions waiting on this computer: none"),
+            "{said}"
+        );
         Computer {
             server,
             web,
@@ -247,6 +257,57 @@ fn everyday_work(computer: &Computer) -> Value {
     ])
 }
 
+/// `steps` with `extra` inserted before its last step (the closing message).
+fn before_last(mut steps: Value, extra: Value) -> Value {
+    let steps_list = steps.as_array_mut().unwrap();
+    let last = steps_list.pop().unwrap();
+    steps_list.extend(extra.as_array().unwrap().iter().cloned());
+    steps_list.push(last);
+    steps
+}
+
+/// Evidence as a recipe leaves it: one file written by the agent itself (its own sandbox
+/// must let it), one by a terminal command it runs.
+fn evidence_steps() -> Value {
+    json!([
+        {"evidence": {"name": "agent-notes.md", "content": "# Notes from the agent\n"}},
+        {"terminal": {"command": "printf 'from a terminal\\n' > \"$TETHER_EVIDENCE_DIR/terminal.log\""}}
+    ])
+}
+
+/// The job lists what [`evidence_steps`] left, and its owner downloads exactly those bytes.
+async fn check_evidence(computer: &Computer, job: &Job) {
+    assert_eq!(reports(job, "evidence"), [json!({"ok": "agent-notes.md"})]);
+    let listed: Vec<(&str, &str, bool)> = job
+        .evidence
+        .iter()
+        .map(|item| (item.name.as_str(), item.kind.as_str(), item.local))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("agent-notes.md", "report", false),
+            ("terminal.log", "log", false)
+        ],
+        "{:#?}",
+        output_lines(job)
+    );
+    let expected: [&[u8]; 2] = [b"# Notes from the agent\n", b"from a terminal\n"];
+    for (item, bytes) in job.evidence.iter().zip(expected) {
+        let res = computer
+            .web
+            .get(&format!("/api/jobs/{}/evidence/{}", job.id, item.id))
+            .await;
+        assert_eq!(res.status(), reqwest::StatusCode::OK, "{}", item.name);
+        assert_eq!(res.bytes().await.unwrap().as_ref(), bytes, "{}", item.name);
+    }
+    assert!(
+        has_line(job, "evidence: 2 evidence file(s) sent"),
+        "{:#?}",
+        output_lines(job)
+    );
+}
+
 /// Checks what every mode must show and leave behind after [`everyday_work`].
 fn check_everyday_work(computer: &Computer, job: &Job) {
     let stderr = computer.daemon.stderr();
@@ -336,7 +397,7 @@ async fn acp_in_ask_mode_asks_for_edits_and_commands_and_runs_them_once_allowed(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acp_in_review_mode_works_in_its_folder_and_asks_beyond_it() {
     let computer = Computer::start().await;
-    let mut steps = everyday_work(&computer);
+    let steps = everyday_work(&computer);
     // Terminals: a kill, an output kept within the byte limit the agent asked for, a folder
     // inside the job's, one outside it, the environment the agent gives.
     std::fs::create_dir(computer.folder().join("sub")).unwrap();
@@ -347,20 +408,16 @@ async fn acp_in_review_mode_works_in_its_folder_and_asks_beyond_it() {
         {"terminal": {"command": "true", "cwd": "/"}},
         {"terminal": {"command": "echo \"$GREETING\"", "env": {"GREETING": "hi there"}}}
     ]);
-    let last = steps.as_array_mut().unwrap().pop().unwrap();
-    steps
-        .as_array_mut()
-        .unwrap()
-        .extend(extra.as_array().unwrap().iter().cloned());
-    steps.as_array_mut().unwrap().push(last);
+    let steps = before_last(before_last(steps, extra), evidence_steps());
     let job_id = computer.create("review", true, steps).await;
     let (job, asked) = computer.run(&job_id, |_| Answer::Allow).await;
     check_everyday_work(&computer, &job);
+    check_evidence(&computer, &job).await;
     // Review mode: only the command reaching another computer asked.
     assert_eq!(asked.len(), 1, "{asked:#?}");
     assert_eq!(asked[0]["kind"], "command");
     let terminals = reports(&job, "terminal");
-    assert_eq!(terminals.len(), 7, "{terminals:?}");
+    assert_eq!(terminals.len(), 8, "{terminals:?}");
     assert_eq!(terminals[2]["exit"]["signal"], "SIGKILL", "{terminals:?}");
     let kept = terminals[3]["output"].as_str().unwrap();
     assert_eq!(
@@ -384,19 +441,19 @@ async fn acp_in_review_mode_works_in_its_folder_and_asks_beyond_it() {
     assert_eq!(terminals[6]["output"], "hi there\n", "{terminals:?}");
 }
 
-/// The same work under bubblewrap: the agent's input FIFO, its program and its terminals
-/// work through the strong backend too.
+/// The same work under bubblewrap: the agent's input, its program, its terminals and the
+/// evidence folder work through the strong backend too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acp_in_review_mode_under_bubblewrap() {
     if !backend_works("bwrap").await {
         return;
     }
     let computer = Computer::start_with("bwrap").await;
-    let job_id = computer
-        .create("review", true, everyday_work(&computer))
-        .await;
+    let steps = before_last(everyday_work(&computer), evidence_steps());
+    let job_id = computer.create("review", true, steps).await;
     let (job, asked) = computer.run(&job_id, |_| Answer::Allow).await;
     check_everyday_work(&computer, &job);
+    check_evidence(&computer, &job).await;
     assert_eq!(asked.len(), 1, "{asked:#?}");
 }
 
@@ -599,6 +656,9 @@ async fn acp_cancel_while_a_decision_is_open_withdraws_it_and_answers_cancelled(
         })
         .await;
     assert_eq!(waiting.state, JobState::Waiting, "{waiting:#?}");
+    // `status` counts it among the questions waiting on this computer.
+    let status = agent_json(computer.home.path(), &["status", "--json"]).await;
+    assert_eq!(status["decisionsWaiting"], 1, "{status}");
     let res = computer
         .web
         .post(&format!("/api/jobs/{job_id}/cancel"), &json!({}))
@@ -623,19 +683,78 @@ async fn acp_cancel_while_a_decision_is_open_withdraws_it_and_answers_cancelled(
         .map(|entries| entries.flatten().map(|entry| entry.path()).collect())
         .unwrap_or_default();
     assert!(left.is_empty(), "{left:?}");
+    let status = agent_json(computer.home.path(), &["status", "--json"]).await;
+    assert_eq!(status["decisionsWaiting"], 0, "{status}");
     assert!(!computer.folder().join("changed.txt").exists());
     assert!(!has_line(&job, "Should not get here."));
 }
 
+/// Also: what the agent left as evidence before it fell over is delivered all the same, and
+/// with `evidence off` it stays on the computer, only its description sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acp_an_agent_that_crashes_fails_the_job_saying_so() {
     let computer = Computer::start().await;
+    let home = computer.home.path();
+    agent_ok(home, &["evidence", "off"]).await;
+    let status = agent_json(home, &["status", "--json"]).await;
+    assert_eq!(
+        (
+            status["evidenceUpload"].clone(),
+            status["acceptWebApprovals"].clone()
+        ),
+        (json!(false), json!(true))
+    );
+    // A second engine published after the switch shows the daemon read the new setting.
+    let agent = scripted_agent();
+    agent_ok(
+        home,
+        &[
+            "engine",
+            "add",
+            "later",
+            "--acp",
+            "--",
+            agent.to_str().unwrap(),
+        ],
+    )
+    .await;
+    computer
+        .web
+        .wait_for_device(&computer.device_id, |device| {
+            device
+                .capabilities
+                .as_ref()
+                .is_some_and(|caps| caps.engines.iter().any(|engine| engine.name == "later"))
+        })
+        .await;
     let steps = json!([
         {"say": "About to fall over.\n"},
+        {"evidence": {"name": "crash.log", "content": "last words\n"}},
         {"crash": 3}
     ]);
     let job_id = computer.create("unattended", false, steps).await;
     let (job, _) = computer.run(&job_id, |_| Answer::Deny).await;
+    let evidence_root = home.with_file_name(format!(
+        "{}-evidence",
+        home.file_name().unwrap().to_string_lossy()
+    ));
+    let kept = evidence_root.join(&job_id).join("1").join("crash.log");
+    let kept_bytes = std::fs::read(&kept);
+    let _ = std::fs::remove_dir_all(&evidence_root);
+    assert_eq!(kept_bytes.unwrap(), b"last words\n");
+    let listed: Vec<(&str, u64, bool)> = job
+        .evidence
+        .iter()
+        .map(|item| (item.name.as_str(), item.size, item.local))
+        .collect();
+    assert_eq!(listed, [("crash.log", 11, true)], "{job:#?}");
+    assert!(
+        output_lines(&job)
+            .iter()
+            .any(|line| line.contains("1 evidence file(s) kept on this computer")),
+        "{:#?}",
+        output_lines(&job)
+    );
     assert_eq!(job.state, JobState::Failed, "{job:#?}");
     let outcome = job.outcome.clone().unwrap();
     assert_eq!(outcome.outcome, Outcome::Failed);

@@ -224,6 +224,10 @@ both_backends! {
         assert_error(res, 422, "invalid_field").await;
         let res = ann.post(&path, &json!({ "name": "GOOD", "sealed": "a string" })).await;
         assert_error(res, 422, "invalid_field").await;
+        // A site limit the computer cannot enforce is refused, never silently dropped.
+        let res = ann.post(&path, &json!({ "name": "GOOD", "sealed": sealed, "allow": ["https://github.com"] })).await;
+        let message = assert_error(res, 422, "invalid_field").await;
+        assert!(message.contains("allow"), "{message}");
         // Sealed for another key.
         let (_other_key, other) = sealed_device(&app, &ann, "install-2").await;
         let res = ann.post(&path, &json!({ "name": "GOOD", "sealed": seal_for(&other, "GOOD", VALUE) })).await;
