@@ -56,9 +56,7 @@ start_redis() {
 start_server() {
   local name=$1; shift
   local port; port=$(free_port)
-  # Two malloc arenas: the setup's argon2id sign-ups (19 MiB each) would otherwise stay
-  # resident in per-thread arenas and hide the memory the connections themselves cost.
-  env MALLOC_ARENA_MAX=2 TETHER_RATE_LIMITS=off TETHER_HEARTBEAT_SECS=${HEARTBEAT_SECS:-2} RUST_LOG=warn \
+  env TETHER_RATE_LIMITS=off TETHER_HEARTBEAT_SECS=${HEARTBEAT_SECS:-2} RUST_LOG=warn \
     TETHER_DATA_DIR="$WORK/$name" "$@" "$SERVER" --listen "127.0.0.1:$port" >"$WORK/$name.log" 2>&1 &
   PID=$!; PIDS+=("$PID")
   URL="http://127.0.0.1:$port"

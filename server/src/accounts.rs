@@ -125,12 +125,11 @@ pub async fn login(store: &Store, params: LoginParams) -> Result<(Me, NewSession
             row.password_hash.clone()
         });
     let password = params.password;
-    let verified = tokio::task::spawn_blocking(move || {
+    let verified = with_password_slot(move || {
         password.chars().count() <= MAX_PASSWORD_CHARS
             && credentials::verify_password(&password, &stored_hash)
     })
-    .await
-    .map_err(|error| ApiError::internal(&error))?;
+    .await?;
     let row = match row {
         Some(row) if verified => row,
         _ => {
@@ -440,7 +439,25 @@ async fn open_session(
 }
 
 async fn hash_password_blocking(password: String) -> Result<String, ApiError> {
-    tokio::task::spawn_blocking(move || credentials::hash_password(&password))
+    with_password_slot(move || credentials::hash_password(&password)).await?
+}
+
+/// Runs an argon2id hash or check off the async threads, at most one per core at a time:
+/// each takes 19 MiB and a core for tens of milliseconds, so a burst of sign-ins queues here
+/// instead of taking every core and leaving that memory behind in the allocator.
+async fn with_password_slot<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    static SLOTS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    let slots = SLOTS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get);
+        tokio::sync::Semaphore::new(cores)
+    });
+    let _slot = slots
+        .acquire()
         .await
-        .map_err(|error| ApiError::internal(&error))?
+        .map_err(|error| ApiError::internal(&error))?;
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|error| ApiError::internal(&error))
 }
