@@ -4,11 +4,12 @@
 #   loadtests/run.sh [OUT.md]        (default: loadtests/results.md)
 #   QUICK=1 loadtests/run.sh         smaller fleets, for a first look
 #
-# Scenarios: steady heartbeats, assignment bursts (10→200/s) and a connect storm on the
-# embedded default (SQLite); the same steady and burst loads on PostgreSQL; two replicas on
-# one PostgreSQL + Redis; one replica killed with SIGKILL under load; a pgbench single-row
-# UPDATE baseline on the same PostgreSQL. PostgreSQL and Redis are started privately from the
-# machine's binaries on loopback and removed afterwards.
+# Scenarios: steady heartbeats, assignment bursts (10→200/s), a connect storm and revocation
+# under load on the embedded default (SQLite); the same steady and burst loads on PostgreSQL;
+# two replicas on one PostgreSQL + Redis; one replica killed with SIGKILL under load;
+# revocation under load on two replicas (revoked on A, noticed through Redis on B); a pgbench
+# single-row UPDATE baseline on the same PostgreSQL. PostgreSQL and Redis are started
+# privately from the machine's binaries on loopback and removed afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-loadtests/results.md}
@@ -64,12 +65,18 @@ start_server() {
   echo "server $name did not start:"; cat "$WORK/$name.log"; exit 1
 }
 
-row() { "$LOAD" "$@" | tail -1 | tee -a "$OUT.rows"; }
+# row ARGS…: one table row; a revocation run's "revocation (…): …" line goes under the table.
+row() {
+  local out; out=$("$LOAD" "$@")
+  grep '^| ' <<<"$out" | tail -1 | tee -a "$OUT.rows"
+  grep '^revocation' <<<"$out" | tee -a "$OUT.notes" || true
+}
 
 if [ "$QUICK" = 1 ]; then STEADY=300; STORM="300 1000"; BURSTS="10 50"; SECS=10
 else STEADY=1000; STORM="1000 5000 10000"; BURSTS="10 50 100 200"; SECS=20; fi
+REVOKE_DEVICES=300; REVOKE=30
 
-: > "$OUT.rows"
+: > "$OUT.rows"; : > "$OUT.notes"
 echo "== embedded (SQLite)"
 for n in $STORM; do
   start_server "storm-$n"
@@ -81,6 +88,11 @@ for rate in $BURSTS; do
   row --server "$URL" --devices 200 --devices-per-account 10 --rate "$rate" --duration "$SECS" --server-pid "$PID" --label "SQLite $rate jobs/s"
   kill -9 "$PID"
 done
+# The owners revoke 30 devices at once halfway through: each must notice, stop, and its
+# token must be refused; its jobs end interrupted/cancelled, none is lost.
+start_server revoke
+row --server "$URL" --devices "$REVOKE_DEVICES" --devices-per-account 10 --rate 20 --duration "$SECS" --job-ms 2000 --revoke "$REVOKE" --server-pid "$PID" --label "SQLite revoke $REVOKE of $REVOKE_DEVICES"
+kill -9 "$PID"
 
 echo "== PostgreSQL"
 start_postgres
@@ -99,6 +111,9 @@ row --server "$URL_A" --server "$URL_B" --devices "$STEADY" --devices-per-accoun
 # Kill replica B part-way through: its devices move to A; no job may be lost or run twice.
 ( sleep $((SECS / 2 + 5)); kill -9 "$PID_B" ) &
 row --server "$URL_A" --server "$URL_B" --devices "$STEADY" --devices-per-account 10 --rate 50 --duration "$SECS" --label "2 replicas, B killed mid-run"
+# Revocations go to replica A; the devices streaming from B (a fresh one) learn through Redis.
+start_server replica-b2 TETHER_DATABASE_URL="$PGURL" TETHER_REDIS_URL="$REDISURL"; URL_B=$URL
+row --server "$URL_A" --server "$URL_B" --devices "$REVOKE_DEVICES" --devices-per-account 10 --rate 20 --duration "$SECS" --job-ms 2000 --revoke "$REVOKE" --label "2 replicas revoke $REVOKE of $REVOKE_DEVICES"
 
 echo "== pgbench baseline"
 run_pg "$PGBIN/pgbench" -h 127.0.0.1 -p "$PGPORT" -U tether -i -q tether >/dev/null 2>&1
@@ -115,8 +130,9 @@ TPS=$(run_pg "$PGBIN/pgbench" -h 127.0.0.1 -p "$PGPORT" -U tether -n -c 8 -j 2 -
   echo "| run | devices | connect s | assign→claim ms p50/p95/p99/max | assign→done ms p50/p95/p99/max | heartbeat ms p50/p95/p99/max | heartbeats/s | jobs/s | jobs ok/assigned | lost | rerun | dup claims | errors | RSS MiB | RSS/device KiB |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   cat "$OUT.rows"
+  if [ -s "$OUT.notes" ]; then echo; cat "$OUT.notes"; fi
   echo
   echo "pgbench baseline (single-row UPDATE, 8 clients, same PostgreSQL): $TPS tps"
 } > "$OUT"
-rm -f "$OUT.rows"
+rm -f "$OUT.rows" "$OUT.notes"
 cat "$OUT"

@@ -1,4 +1,6 @@
-//! A simulated device: event stream, heartbeats, claims, one progress batch, complete.
+//! A simulated device: event stream, heartbeats, claims, one progress batch, complete. Like
+//! a real agent, a device that learns it was revoked (a `device.revoked` frame or a 401
+//! `revoked` on any call) forgets its token and stops.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -12,7 +14,7 @@ use tether_protocol::capabilities::{
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::{self, Message};
 
 use crate::report::Recorder;
 use crate::setup::Device;
@@ -36,9 +38,11 @@ type EventStream =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// Starts every device and returns once each has connected its stream and heartbeated once.
+/// Each job runs for `work` between its progress batch and its completion.
 pub async fn start_fleet(
     servers: &[String],
     devices: Vec<Device>,
+    work: Duration,
     recorder: Arc<Recorder>,
 ) -> anyhow::Result<Fleet> {
     let servers = Arc::new(servers.to_vec());
@@ -58,6 +62,8 @@ pub async fn start_fleet(
                 device,
                 recorder: recorder.clone(),
                 wake: Arc::new(Notify::new()),
+                forgotten: watch::Sender::new(false),
+                work,
             };
             tokio::spawn(simulated.run(stopped.clone(), ready_sender.clone()))
         })
@@ -82,6 +88,20 @@ struct Simulated {
     recorder: Arc<Recorder>,
     /// Woken by `wake` frames and by heartbeats that report queued work.
     wake: Arc<Notify>,
+    /// Set once the device learned it was revoked and forgot its token.
+    forgotten: watch::Sender<bool>,
+    /// How long a job runs between its progress batch and its completion.
+    work: Duration,
+}
+
+/// What a device call came back with.
+enum Reply {
+    /// Any answer but a 401 `revoked`.
+    Answer(reqwest::Response),
+    /// The device was revoked; it has forgotten its token.
+    Revoked,
+    /// Any other 401 (recorded as an error).
+    Unauthorized,
 }
 
 impl Simulated {
@@ -95,10 +115,20 @@ impl Simulated {
         let reader = tokio::spawn(this.clone().read_frames(stream));
         let heartbeats = tokio::spawn(this.clone().heartbeat_loop(interval));
         let worker = tokio::spawn(this.clone().work_loop());
-        let _ = stopped.changed().await;
+        let mut forgotten = this.forgotten.subscribe();
+        tokio::select! {
+            _ = stopped.changed() => {}
+            _ = forgotten.wait_for(|forgotten| *forgotten) => {}
+        }
         reader.abort();
         heartbeats.abort();
         worker.abort();
+    }
+
+    /// The device saw its revocation: it records when, forgets its token and stops.
+    fn forget_token(&self) {
+        self.recorder.noticed_revocation(&self.device.id);
+        self.forgotten.send_replace(true);
     }
 
     fn server(&self) -> &str {
@@ -110,11 +140,15 @@ impl Simulated {
         self.current.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Opens the event stream, trying each replica once.
+    /// Opens the event stream, trying each replica once; none once the device was revoked.
     async fn connect(&self) -> Option<EventStream> {
         for _ in 0..self.servers.len() {
             match self.connect_once().await {
                 Ok(stream) => return Some(stream),
+                Err(error) if upgrade_refused_as_revoked(&error) => {
+                    self.forget_token();
+                    return None;
+                }
                 Err(error) => {
                     self.recorder.error(&format!("connect: {error}"));
                     self.fail_over();
@@ -152,13 +186,19 @@ impl Simulated {
                 let frame: Value = serde_json::from_str(&text).unwrap_or_default();
                 match frame["type"].as_str() {
                     Some("wake") => self.wake.notify_one(),
-                    Some("device.revoked") => return,
+                    Some("device.revoked") => {
+                        self.forget_token();
+                        return;
+                    }
                     _ => {}
                 }
             }
             self.recorder.error("event stream dropped");
             loop {
                 tokio::time::sleep(Duration::from_millis(200 + rand::random::<u64>() % 800)).await;
+                if *self.forgotten.borrow() {
+                    return;
+                }
                 if let Some(next) = self.connect().await {
                     stream = next;
                     break;
@@ -187,8 +227,11 @@ impl Simulated {
         let body = json!({"capabilities": self.capabilities(), "running": []});
         let answer = self.send("heartbeat", None, &body).await;
         let body: Value = match answer {
-            Ok(answer) if answer.status().is_success() => answer.json().await.ok()?,
-            Ok(answer) => {
+            Ok(Reply::Answer(answer)) if answer.status().is_success() => {
+                answer.json().await.ok()?
+            }
+            Ok(Reply::Revoked | Reply::Unauthorized) => return None,
+            Ok(Reply::Answer(answer)) => {
                 self.recorder
                     .error(&format!("heartbeat {}", answer.status()));
                 return None;
@@ -216,7 +259,8 @@ impl Simulated {
     /// Claims one job and runs it; false when nothing was queued (or on error).
     async fn claim_and_run(&self) -> bool {
         let answer = match self.send("claim", None, &json!({})).await {
-            Ok(answer) => answer,
+            Ok(Reply::Answer(answer)) => answer,
+            Ok(Reply::Revoked | Reply::Unauthorized) => return false,
             Err(error) => {
                 self.recorder.error(&format!("claim: {error}"));
                 return false;
@@ -247,8 +291,13 @@ impl Simulated {
                 &progress_body,
             )
             .await;
-        if !matches!(&progress, Ok(answer) if answer.status().is_success()) {
-            self.recorder.error("progress failed");
+        match progress {
+            Ok(Reply::Answer(answer)) if answer.status().is_success() => {}
+            Ok(Reply::Revoked | Reply::Unauthorized) => return false,
+            _ => self.recorder.error("progress failed"),
+        }
+        if !self.work.is_zero() {
+            tokio::time::sleep(self.work).await;
         }
         let complete_body = json!({"outcome": "succeeded", "summary": "done", "exitCode": 0});
         let complete = self
@@ -259,8 +308,11 @@ impl Simulated {
             )
             .await;
         match complete {
-            Ok(answer) if answer.status().is_success() => self.recorder.completed(job_id),
-            Ok(answer) => self
+            Ok(Reply::Answer(answer)) if answer.status().is_success() => {
+                self.recorder.completed(job_id)
+            }
+            Ok(Reply::Revoked | Reply::Unauthorized) => return false,
+            Ok(Reply::Answer(answer)) => self
                 .recorder
                 .error(&format!("complete {}", answer.status())),
             Err(error) => self.recorder.error(&format!("complete: {error}")),
@@ -269,8 +321,26 @@ impl Simulated {
     }
 
     /// A device call, sent again to the next replica when this one does not answer (the
-    /// routes are idempotent: progress by `seq`, complete by lease).
-    async fn send(
+    /// routes are idempotent: progress by `seq`, complete by lease). A 401 `revoked` makes
+    /// the device forget its token; once forgotten, nothing is sent.
+    async fn send(&self, path: &str, lease: Option<&str>, body: &Value) -> reqwest::Result<Reply> {
+        if *self.forgotten.borrow() {
+            return Ok(Reply::Revoked);
+        }
+        let answer = self.send_to_any_replica(path, lease, body).await?;
+        if answer.status() != reqwest::StatusCode::UNAUTHORIZED {
+            return Ok(Reply::Answer(answer));
+        }
+        let body = answer.bytes().await?;
+        if is_revoked_error(&body) {
+            self.forget_token();
+            return Ok(Reply::Revoked);
+        }
+        self.recorder.error(&format!("{path} 401"));
+        Ok(Reply::Unauthorized)
+    }
+
+    async fn send_to_any_replica(
         &self,
         path: &str,
         lease: Option<&str>,
@@ -302,23 +372,44 @@ impl Simulated {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            protocol: 1,
-            agent_version: "loadtest".to_owned(),
-            install_id: self.device.install_id.clone(),
-            engines: vec![Engine {
-                name: "load".to_owned(),
-                kind: EngineKind::Recipe,
-            }],
-            folders: vec!["work".to_owned()],
-            sandbox: SandboxReport {
-                backend: "none".to_owned(),
-                strength: SandboxStrength::Advisory,
-                guarantees: serde_json::Map::new(),
-                reasons: vec!["simulated device".to_owned()],
-            },
-            seal_key: self.device.seal_key.clone(),
-            accept_web_approvals: true,
+        capabilities(&self.device)
+    }
+}
+
+/// What a simulated device reports in its heartbeats.
+pub fn capabilities(device: &Device) -> Capabilities {
+    Capabilities {
+        protocol: 1,
+        agent_version: "loadtest".to_owned(),
+        install_id: device.install_id.clone(),
+        engines: vec![Engine {
+            name: "load".to_owned(),
+            kind: EngineKind::Recipe,
+        }],
+        folders: vec!["work".to_owned()],
+        sandbox: SandboxReport {
+            backend: "none".to_owned(),
+            strength: SandboxStrength::Advisory,
+            guarantees: serde_json::Map::new(),
+            reasons: vec!["simulated device".to_owned()],
+        },
+        seal_key: device.seal_key.clone(),
+        accept_web_approvals: true,
+    }
+}
+
+/// Whether an error body is the server's 401 `revoked`.
+pub fn is_revoked_error(body: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(body)
+        .is_ok_and(|error| error["error"]["code"].as_str() == Some("revoked"))
+}
+
+/// Whether the event stream's upgrade was refused because the device was revoked.
+fn upgrade_refused_as_revoked(error: &anyhow::Error) -> bool {
+    match error.downcast_ref::<tungstenite::Error>() {
+        Some(tungstenite::Error::Http(response)) => {
+            response.status() == 401 && response.body().as_deref().is_some_and(is_revoked_error)
         }
+        _ => false,
     }
 }

@@ -6,9 +6,14 @@
 //! completes. The report gives assignment→claim and assignment→completion percentiles,
 //! heartbeat latency and rate, job throughput, errors, lost and duplicated jobs, and the
 //! server's memory per connected device.
+//!
+//! With `--revoke N` the owners revoke N devices halfway through the window, and the report
+//! adds how fast the revoked devices noticed, the jobs the revocation ended and whether any
+//! revoked token still worked.
 
 mod device;
 mod report;
+mod revocation;
 mod setup;
 mod web;
 
@@ -17,7 +22,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 
-use crate::report::{Recorder, Report};
+use crate::report::{Recorder, Report, RevocationSummary, NOTICE_LIMIT};
+use crate::setup::{Account, Device};
 
 /// Command-line options.
 #[derive(Debug, Parser)]
@@ -52,6 +58,14 @@ struct Options {
     /// A label for the report row.
     #[arg(long, default_value = "run")]
     label: String,
+    /// Milliseconds each simulated job runs between its progress batch and its completion
+    /// (0: it completes at once).
+    #[arg(long, default_value_t = 0)]
+    job_ms: u64,
+    /// Devices their owners revoke, all at once and spread over the accounts, halfway
+    /// through the assignment window (through `--server`'s first replica).
+    #[arg(long, default_value_t = 0)]
+    revoke: usize,
 }
 
 #[tokio::main]
@@ -75,7 +89,13 @@ async fn main() -> anyhow::Result<()> {
         options.connect_concurrency,
     )
     .await?;
-    let fleet = device::start_fleet(servers, devices.clone(), recorder.clone()).await?;
+    let fleet = device::start_fleet(
+        servers,
+        devices.clone(),
+        Duration::from_millis(options.job_ms),
+        recorder.clone(),
+    )
+    .await?;
     let connect_secs = connect_started.elapsed().as_secs_f64();
     eprintln!(
         "{} devices paired and connected in {connect_secs:.1} s",
@@ -88,11 +108,32 @@ async fn main() -> anyhow::Result<()> {
         rate: options.rate,
         duration: Duration::from_secs(options.duration),
     };
+    let revoked = revocation::pick(&devices, options.revoke);
+    let revoking = tokio::spawn(revoke_halfway(
+        http.clone(),
+        servers[0].clone(),
+        accounts.clone(),
+        revoked.clone(),
+        recorder.clone(),
+        load.duration / 2,
+    ));
     let assigned =
         web::assign_at_rate(&http, servers, &devices, &accounts, load, recorder.clone()).await;
     let window = recorder.stop_window();
+    revoking.await?;
     let settled = web::wait_settled(&recorder, &assigned, Duration::from_secs(60)).await;
-    let audit = web::audit(&http, servers, &accounts, &assigned).await?;
+    revocation::wait_noticed(&recorder, NOTICE_LIMIT).await;
+    let audit = web::audit(&http, servers, &accounts, &assigned, &recorder).await?;
+    let revocation = if revoked.is_empty() {
+        None
+    } else {
+        let still_working = revocation::probe_tokens(&http, servers, &revoked).await;
+        Some(RevocationSummary::build(
+            &recorder,
+            revocation::on_other_replica(servers, &revoked),
+            still_working,
+        ))
+    };
     let rss = options
         .server_pid
         .and_then(report::rss_bytes)
@@ -108,12 +149,33 @@ async fn main() -> anyhow::Result<()> {
         settled,
         audit,
         rss,
+        revocation,
     );
     if options.json {
         println!("{}", report.to_json());
     } else {
         println!("{}", Report::table_header());
         println!("{}", report.table_row());
+        if let Some(line) = report.revocation_line() {
+            println!("\n{line}");
+        }
     }
     Ok(())
+}
+
+/// Waits `after`, then has the owners revoke `devices` (nothing when there are none).
+async fn revoke_halfway(
+    http: reqwest::Client,
+    server: String,
+    accounts: Vec<Account>,
+    devices: Vec<Device>,
+    recorder: Arc<Recorder>,
+    after: Duration,
+) {
+    if devices.is_empty() {
+        return;
+    }
+    tokio::time::sleep(after).await;
+    revocation::revoke(&http, &server, &accounts, &devices, &recorder).await;
+    eprintln!("{} devices revoked", devices.len());
 }

@@ -21,6 +21,21 @@ pub struct Recorder {
     heartbeats: Mutex<Vec<(Instant, Duration)>>,
     errors: Mutex<BTreeMap<String, u64>>,
     window: Mutex<Option<Instant>>,
+    /// Revoked devices by id.
+    revocations: Mutex<HashMap<String, RevocationTimes>>,
+    /// Assignments the server refused because their device had just been revoked.
+    refused_after_revocation: Mutex<u64>,
+}
+
+/// When the owner's revocation of one device was answered, and when the device noticed.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RevocationTimes {
+    /// When the `DELETE` was sent, once it answered 204.
+    pub sent: Option<Instant>,
+    /// Set once the `DELETE` answered 204.
+    pub answered: Option<Instant>,
+    /// The first `device.revoked` frame or 401 `revoked` the device saw.
+    pub noticed: Option<Instant>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -64,6 +79,39 @@ impl Recorder {
         *lock(&self.errors).entry(what.to_owned()).or_default() += 1;
     }
 
+    /// The owner decided to revoke this device: web users stop assigning to it.
+    pub fn revoking(&self, device_id: &str) {
+        lock(&self.revocations)
+            .entry(device_id.to_owned())
+            .or_default();
+    }
+
+    pub fn revoke_answered(&self, device_id: &str, sent: Instant, answered: Instant) {
+        let mut revocations = lock(&self.revocations);
+        let times = revocations.entry(device_id.to_owned()).or_default();
+        times.sent = Some(sent);
+        times.answered = Some(answered);
+    }
+
+    /// The device saw its revocation; only the first sighting counts.
+    pub fn noticed_revocation(&self, device_id: &str) {
+        let mut revocations = lock(&self.revocations);
+        let times = revocations.entry(device_id.to_owned()).or_default();
+        times.noticed.get_or_insert_with(Instant::now);
+    }
+
+    pub fn is_revoked(&self, device_id: &str) -> bool {
+        lock(&self.revocations).contains_key(device_id)
+    }
+
+    pub fn revocations(&self) -> HashMap<String, RevocationTimes> {
+        lock(&self.revocations).clone()
+    }
+
+    pub fn refused_after_revocation(&self) {
+        *lock(&self.refused_after_revocation) += 1;
+    }
+
     pub fn start_window(&self) {
         *lock(&self.window) = Some(Instant::now());
     }
@@ -80,9 +128,88 @@ impl Recorder {
 pub struct Audit {
     pub jobs: usize,
     pub succeeded: usize,
-    pub not_succeeded: usize,
+    /// Jobs of revoked devices that the revocation ended `interrupted`.
+    pub interrupted_by_revocation: usize,
+    /// Jobs of revoked devices that the revocation ended `cancelled` before they started.
+    pub cancelled_by_revocation: usize,
+    /// Jobs not accounted for: a live device's job not `succeeded`, or a revoked device's
+    /// job left `queued` or `running` (or unreadable).
+    pub lost: usize,
     /// Jobs that needed more than one attempt.
     pub rerun: usize,
+}
+
+impl Audit {
+    pub fn ended_by_revocation(&self) -> usize {
+        self.interrupted_by_revocation + self.cancelled_by_revocation
+    }
+}
+
+/// The revocation scenario's results: how fast revoked devices noticed, and whether any
+/// revoked token still worked.
+#[derive(Debug, Clone)]
+pub struct RevocationSummary {
+    /// Revocations the server answered 204.
+    pub revoked: usize,
+    /// Revoked devices connected to another replica than the one that revoked them.
+    pub on_other_replica: usize,
+    /// From the `DELETE`'s answer to the device's first `device.revoked` frame or 401
+    /// `revoked` (0 when the device noticed before the answer arrived).
+    pub noticed: Percentiles,
+    /// From sending the `DELETE` to the device noticing: the whole path through the server
+    /// (and Redis, across replicas).
+    pub sent_to_noticed: Percentiles,
+    pub noticed_before_answer: usize,
+    /// Revoked devices that had not noticed 10 s after the answer.
+    pub never_noticed: usize,
+    /// Revoked tokens whose probe heartbeat was not refused with 401 `revoked`.
+    pub tokens_still_working: usize,
+    /// Assignments already on their way when the device was revoked, refused with 404.
+    pub refused_assignments: u64,
+}
+
+/// How long a revoked device may take to notice before it counts as never noticing.
+pub const NOTICE_LIMIT: Duration = Duration::from_secs(10);
+
+impl RevocationSummary {
+    pub fn build(
+        recorder: &Recorder,
+        on_other_replica: usize,
+        tokens_still_working: usize,
+    ) -> RevocationSummary {
+        let revocations = recorder.revocations();
+        let answered: Vec<(Instant, Option<Instant>)> = revocations
+            .values()
+            .filter_map(|times| Some((times.answered?, times.noticed)))
+            .collect();
+        let latencies: Vec<Duration> = answered
+            .iter()
+            .filter_map(|(answered, noticed)| {
+                Some(noticed.as_ref()?.saturating_duration_since(*answered))
+            })
+            .collect();
+        let from_sent: Vec<Duration> = revocations
+            .values()
+            .filter_map(|times| Some(times.noticed?.saturating_duration_since(times.sent?)))
+            .collect();
+        RevocationSummary {
+            revoked: answered.len(),
+            on_other_replica,
+            noticed_before_answer: answered
+                .iter()
+                .filter(|(answered, noticed)| noticed.is_some_and(|at| at < *answered))
+                .count(),
+            never_noticed: answered.len()
+                - latencies
+                    .iter()
+                    .filter(|latency| **latency <= NOTICE_LIMIT)
+                    .count(),
+            noticed: Percentiles::of(latencies),
+            sent_to_noticed: Percentiles::of(from_sent),
+            tokens_still_working,
+            refused_assignments: *lock(&recorder.refused_after_revocation),
+        }
+    }
 }
 
 /// Percentiles in milliseconds.
@@ -137,6 +264,7 @@ pub struct Report {
     errors: BTreeMap<String, u64>,
     rss_per_device_kib: Option<f64>,
     rss_mib: Option<f64>,
+    revocation: Option<RevocationSummary>,
 }
 
 impl Report {
@@ -150,6 +278,7 @@ impl Report {
         settled: usize,
         audit: Audit,
         rss: Option<u64>,
+        revocation: Option<RevocationSummary>,
     ) -> Report {
         let jobs = lock(&recorder.jobs);
         let mut claim = Vec::new();
@@ -191,6 +320,7 @@ impl Report {
             errors: lock(&recorder.errors).clone(),
             rss_per_device_kib: rss.map(|bytes| bytes as f64 / 1024.0 / devices.max(1) as f64),
             rss_mib: rss.map(|bytes| bytes as f64 / 1024.0 / 1024.0),
+            revocation,
         }
     }
 
@@ -213,7 +343,7 @@ impl Report {
             self.jobs_per_sec,
             self.audit.succeeded,
             self.audit.jobs,
-            self.audit.not_succeeded,
+            self.audit.lost,
             self.audit.rerun,
             self.duplicated_claims,
             errors,
@@ -222,17 +352,58 @@ impl Report {
         )
     }
 
+    /// The line printed after the row when devices were revoked: the table keeps its columns
+    /// for every scenario.
+    pub fn revocation_line(&self) -> Option<String> {
+        let revocation = self.revocation.as_ref()?;
+        Some(format!(
+            "revocation ({}): {} devices revoked ({} on another replica than the revoking one); \
+             revoke→noticed ms p50/p95/p99/max {} ({} noticed before the DELETE answered; \
+             from sending the DELETE: {}); \
+             never noticed within {} s: {}; jobs ended by revocation: {} ({} interrupted, {} cancelled); \
+             assignments refused after revocation: {}; revoked tokens still working: {}",
+            self.label,
+            revocation.revoked,
+            revocation.on_other_replica,
+            revocation.noticed.cell(),
+            revocation.noticed_before_answer,
+            revocation.sent_to_noticed.cell(),
+            NOTICE_LIMIT.as_secs(),
+            revocation.never_noticed,
+            self.audit.ended_by_revocation(),
+            self.audit.interrupted_by_revocation,
+            self.audit.cancelled_by_revocation,
+            revocation.refused_assignments,
+            revocation.tokens_still_working,
+        ))
+    }
+
     pub fn to_json(&self) -> String {
         let cell =
             |p: &Percentiles| json!({"p50": p.p50, "p95": p.p95, "p99": p.p99, "max": p.max});
+        let revocation = self.revocation.as_ref().map(|revocation| {
+            json!({
+                "revoked": revocation.revoked, "onOtherReplica": revocation.on_other_replica,
+                "revokeToNoticedMs": cell(&revocation.noticed),
+                "noticedBeforeAnswer": revocation.noticed_before_answer,
+                "sentToNoticedMs": cell(&revocation.sent_to_noticed),
+                "neverNoticed": revocation.never_noticed,
+                "endedByRevocation": self.audit.ended_by_revocation(),
+                "interrupted": self.audit.interrupted_by_revocation,
+                "cancelled": self.audit.cancelled_by_revocation,
+                "refusedAssignments": revocation.refused_assignments,
+                "tokensStillWorking": revocation.tokens_still_working,
+            })
+        });
         json!({
             "label": self.label, "devices": self.devices, "connectSecs": self.connect_secs,
             "assignToClaimMs": cell(&self.claim), "assignToDoneMs": cell(&self.completion),
             "heartbeatMs": cell(&self.heartbeat), "heartbeatsPerSec": self.heartbeats_per_sec,
             "jobsPerSec": self.jobs_per_sec, "jobs": self.audit.jobs, "succeeded": self.audit.succeeded,
-            "lost": self.audit.not_succeeded, "rerun": self.audit.rerun, "settled": self.settled,
+            "lost": self.audit.lost, "rerun": self.audit.rerun, "settled": self.settled,
             "duplicatedClaims": self.duplicated_claims, "errors": self.errors,
             "rssMib": self.rss_mib, "rssPerDeviceKib": self.rss_per_device_kib,
+            "revocation": revocation,
         })
         .to_string()
     }
