@@ -12,7 +12,7 @@ use anyhow::{bail, Result};
 use tether_protocol::capabilities::{Engine, EngineKind};
 
 use crate::folders::check_name;
-use crate::state::{AcpEngine, Config};
+use crate::state::{put_named, take_named, AcpEngine, Config};
 
 /// Adds (or replaces) the ACP engine `name` starting `program args…`.
 ///
@@ -33,9 +33,7 @@ pub fn add(config: &mut Config, name: &str, program: &str, args: &[String]) -> R
         program: program.to_owned(),
         args: args.to_vec(),
     };
-    config.engines.retain(|existing| existing.name != name);
-    config.engines.push(engine.clone());
-    config.engines.sort_by(|a, b| a.name.cmp(&b.name));
+    put_named(&mut config.engines, engine.clone());
     Ok(engine)
 }
 
@@ -44,10 +42,10 @@ pub fn add(config: &mut Config, name: &str, program: &str, args: &[String]) -> R
 /// # Errors
 /// When there is no such engine.
 pub fn remove(config: &mut Config, name: &str) -> Result<AcpEngine> {
-    let Some(index) = config.engines.iter().position(|engine| engine.name == name) else {
+    let Some(engine) = take_named(&mut config.engines, name) else {
         bail!("there is no engine named {name:?}");
     };
-    Ok(config.engines.remove(index))
+    Ok(engine)
 }
 
 /// Every engine this computer offers, as published in `capabilities.engines`: the recipes,

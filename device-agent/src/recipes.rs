@@ -6,7 +6,7 @@
 use anyhow::{bail, Result};
 
 use crate::folders::check_name;
-use crate::state::{Config, Recipe};
+use crate::state::{put_named, take_named, Config, Recipe};
 
 /// Adds (or replaces) the recipe `name` running `program args…`.
 ///
@@ -22,9 +22,7 @@ pub fn add(config: &mut Config, name: &str, program: &str, args: &[String]) -> R
         program: program.to_owned(),
         args: args.to_vec(),
     };
-    config.recipes.retain(|existing| existing.name != name);
-    config.recipes.push(recipe.clone());
-    config.recipes.sort_by(|a, b| a.name.cmp(&b.name));
+    put_named(&mut config.recipes, recipe.clone());
     Ok(recipe)
 }
 
@@ -33,10 +31,10 @@ pub fn add(config: &mut Config, name: &str, program: &str, args: &[String]) -> R
 /// # Errors
 /// When there is no such recipe.
 pub fn remove(config: &mut Config, name: &str) -> Result<Recipe> {
-    let Some(index) = config.recipes.iter().position(|recipe| recipe.name == name) else {
+    let Some(recipe) = take_named(&mut config.recipes, name) else {
         bail!("there is no recipe named {name:?}");
     };
-    Ok(config.recipes.remove(index))
+    Ok(recipe)
 }
 
 /// The recipe as a person would type it, for listings.

@@ -116,6 +116,36 @@ pub struct AcpEngine {
     pub args: Vec<String>,
 }
 
+/// A configuration entry known by a unique name (a recipe, an ACP engine).
+pub trait Named {
+    fn name(&self) -> &str;
+}
+
+impl Named for Recipe {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Named for AcpEngine {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// Adds `entry` to `list`, replacing one of the same name, and keeps the list sorted by name.
+pub fn put_named<T: Named>(list: &mut Vec<T>, entry: T) {
+    list.retain(|existing| existing.name() != entry.name());
+    list.push(entry);
+    list.sort_by(|a, b| a.name().cmp(b.name()));
+}
+
+/// Removes and returns the entry named `name`, if any.
+pub fn take_named<T: Named>(list: &mut Vec<T>, name: &str) -> Option<T> {
+    let index = list.iter().position(|entry| entry.name() == name)?;
+    Some(list.remove(index))
+}
+
 impl Config {
     fn fresh() -> Config {
         Config {

@@ -210,8 +210,9 @@ pub async fn authenticate(store: &Store, token: &str) -> Result<DeviceCaller, Ap
     })
 }
 
-/// Stores a heartbeat's capability report and contact time. The first seal key is pinned;
-/// a different one later raises `sealKeyMismatch` until the device pairs again.
+/// Stores a heartbeat's capability report (`capabilities_json` is it, serialized) and contact
+/// time. The first seal key is pinned; a different one later raises `sealKeyMismatch` until
+/// the device pairs again.
 ///
 /// # Errors
 /// A database error.
@@ -219,6 +220,7 @@ pub(crate) async fn record_report(
     tx: &mut Tx,
     device: &DeviceCaller,
     capabilities: &Capabilities,
+    capabilities_json: &str,
     now: Millis,
 ) -> Result<(), ApiError> {
     let pinned = on_tx!(tx, |conn| sqlx::query_scalar::<_, Option<String>>(
@@ -241,7 +243,7 @@ pub(crate) async fn record_report(
                seal_key_mismatch = CASE WHEN $4 = 1 THEN 1 ELSE seal_key_mismatch END, \
                agent_version = $5 WHERE id = $6";
     on_tx!(tx, |conn| sqlx::query(sql)
-        .bind(serde_json::to_string(capabilities)?)
+        .bind(capabilities_json)
         .bind(now)
         .bind(&seal_key_json)
         .bind(i64::from(mismatch))

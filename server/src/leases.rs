@@ -53,7 +53,8 @@ pub async fn heartbeat(
     let now = now_millis();
     let lease_until = now + secs(config.lease_secs);
     let device_id = device.device_id.as_str();
-    let report = presence::digest(&serde_json::to_string(&params.capabilities)?);
+    let report_json = serde_json::to_string(&params.capabilities)?;
+    let report = presence::digest(&report_json);
     let write_report = presence.needs_report(device_id, &report, now);
     if params.running.is_empty() && !write_report {
         // "Still here" only: no write now (see `presence`).
@@ -69,7 +70,7 @@ pub async fn heartbeat(
     }
     let mut tx = store.begin().await?;
     if write_report {
-        devices::record_report(&mut tx, device, &params.capabilities, now).await?;
+        devices::record_report(&mut tx, device, &params.capabilities, &report_json, now).await?;
     } else {
         presence.saw(device_id, now);
     }

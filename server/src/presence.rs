@@ -137,24 +137,20 @@ impl Presence {
 
 /// One statement for a chunk: each device's contact time, never moving one backwards.
 async fn write_contacts(store: &Store, chunk: &[(String, Millis)]) -> Result<(), ApiError> {
-    let mut sql = String::from("UPDATE devices SET last_seen_at = CASE id");
-    for index in 0..chunk.len() {
-        let id = 2 * index + 1;
-        sql.push_str(&format!(" WHEN ${id} THEN ${}", id + 1));
-    }
-    sql.push_str(" END WHERE id IN (");
-    for index in 0..chunk.len() {
-        if index > 0 {
-            sql.push_str(", ");
-        }
-        sql.push_str(&format!("${}", 2 * index + 1));
-    }
-    sql.push_str(") AND (last_seen_at IS NULL OR last_seen_at < CASE id");
-    for index in 0..chunk.len() {
-        let id = 2 * index + 1;
-        sql.push_str(&format!(" WHEN ${id} THEN ${}", id + 1));
-    }
-    sql.push_str(" END)");
+    // Parameters come in pairs: $1 id, $2 time, $3 id, $4 time, …
+    let ids: Vec<String> = (0..chunk.len())
+        .map(|i| format!("${}", 2 * i + 1))
+        .collect();
+    let time_of_id: String = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| format!(" WHEN {id} THEN ${}", 2 * i + 2))
+        .collect();
+    let sql = format!(
+        "UPDATE devices SET last_seen_at = CASE id{time_of_id} END WHERE id IN ({}) \
+         AND (last_seen_at IS NULL OR last_seen_at < CASE id{time_of_id} END)",
+        ids.join(", ")
+    );
     let mut tx = store.begin().await?;
     on_tx!(&mut tx, |conn| {
         let mut query = sqlx::query(&sql);

@@ -61,6 +61,7 @@ pub fn init() -> Telemetry {
         .map(|provider| tracing_opentelemetry::layer().with_tracer(provider.tracer(SERVICE_NAME)));
     if let Some(meter) = &meter {
         opentelemetry::global::set_meter_provider(meter.clone());
+        make_request_instruments();
     }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -122,34 +123,36 @@ fn meter_provider() -> Option<SdkMeterProvider> {
     )
 }
 
-/// The request instruments exported over OTLP (no-ops until a meter provider is installed).
+/// The request instruments exported over OTLP, made once a meter provider is installed; unset
+/// (and so costing nothing per request) when OTLP is off.
 struct RequestInstruments {
     count: Counter<u64>,
     duration: Histogram<f64>,
 }
 
-fn request_instruments() -> &'static RequestInstruments {
-    static INSTRUMENTS: OnceLock<RequestInstruments> = OnceLock::new();
-    INSTRUMENTS.get_or_init(|| {
-        let meter = opentelemetry::global::meter(SERVICE_NAME);
-        RequestInstruments {
-            count: meter
-                .u64_counter("tether.http.requests")
-                .with_description("HTTP requests answered, by route pattern, method and status")
-                .build(),
-            duration: meter
-                .f64_histogram("tether.http.request.duration")
-                .with_unit("s")
-                .with_description("Time to answer, by route pattern")
-                .build(),
-        }
-    })
+static REQUEST_INSTRUMENTS: OnceLock<RequestInstruments> = OnceLock::new();
+
+fn make_request_instruments() {
+    let meter = opentelemetry::global::meter(SERVICE_NAME);
+    let _ = REQUEST_INSTRUMENTS.set(RequestInstruments {
+        count: meter
+            .u64_counter("tether.http.requests")
+            .with_description("HTTP requests answered, by route pattern, method and status")
+            .build(),
+        duration: meter
+            .f64_histogram("tether.http.request.duration")
+            .with_unit("s")
+            .with_description("Time to answer, by route pattern")
+            .build(),
+    });
 }
 
 /// Records one answered request on the OTLP instruments (the Prometheus ones are in
 /// `metrics`). `route` is the matched pattern, never the raw path.
 pub fn record_request(route: &str, method: &str, status: u16, seconds: f64) {
-    let instruments = request_instruments();
+    let Some(instruments) = REQUEST_INSTRUMENTS.get() else {
+        return;
+    };
     let route = KeyValue::new("http.route", route.to_owned());
     instruments.count.add(
         1,
