@@ -286,6 +286,7 @@ pub async fn list(
             .map(|(name, saved_at)| SavedName {
                 name,
                 saved_at: to_time(saved_at),
+                allow: None,
             })
             .collect(),
         deliveries: deliveries
@@ -298,6 +299,7 @@ pub async fn list(
                     "refused" => DeliveryState::Refused,
                     _ => DeliveryState::Pending,
                 },
+                allow: None,
                 error,
             })
             .collect(),

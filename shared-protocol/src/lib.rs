@@ -16,6 +16,7 @@ pub mod pairing;
 pub mod routes;
 pub mod seal;
 pub mod secrets;
+pub mod sites;
 
 pub use error::{Code, ErrorBody, ErrorDetail};
 pub use ids::{AccountId, DecisionId, DeviceId, IdError, JobId, TokenId, UserId};

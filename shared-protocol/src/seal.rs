@@ -48,7 +48,7 @@ pub const INFO_LABEL: &str = "tether/seal/v1";
 /// The latest expiry a box may carry, counted from the moment it is opened.
 pub const MAX_TTL_SECS: i64 = 15 * 60;
 /// The largest aad accepted, in bytes.
-pub const MAX_AAD_BYTES: usize = 1024;
+pub const MAX_AAD_BYTES: usize = 4096;
 /// The largest secret value accepted, in bytes.
 pub const MAX_PLAINTEXT_BYTES: usize = 64 * 1024;
 /// The length of `epk`: an uncompressed P-256 point, `0x04 ‖ X ‖ Y`.
@@ -91,6 +91,8 @@ pub enum SealError {
     TooLarge,
     /// The `jti` was seen before. Returned by the vault, which keeps the used ones.
     Replayed,
+    /// The aad's `allow` is not a list of canonical sites.
+    BadSites(String),
 }
 
 /// The aad field that did not match, in [`SealError::AadMismatch`].
@@ -121,6 +123,7 @@ impl fmt::Display for SealError {
             SealError::ExpiryTooFar => f.write_str("the box expires too far in the future"),
             SealError::TooLarge => f.write_str("the box is too large"),
             SealError::Replayed => f.write_str("the box was already opened"),
+            SealError::BadSites(why) => write!(f, "the box's allowed sites are not valid: {why}"),
         }
     }
 }
@@ -409,6 +412,14 @@ pub struct Aad {
     /// Unix seconds after which the box is refused.
     pub exp: i64,
     pub jti: Jti,
+    /// The sites the value may be sent to ([`crate::sites`]); absent (never `null`) for a
+    /// secret a job may have as an environment variable.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present_list"
+    )]
+    pub allow: Option<Vec<String>>,
 }
 
 impl Aad {
@@ -430,7 +441,15 @@ impl Aad {
             name,
             exp,
             jti,
+            allow: None,
         }
+    }
+
+    /// The same aad, limiting the secret to `sites` (canonical [`crate::sites::Site`] text).
+    #[must_use]
+    pub fn with_allow(mut self, sites: Vec<String>) -> Aad {
+        self.allow = Some(sites);
+        self
     }
 
     /// Parses aad bytes strictly: one JSON object, no unknown or repeated field, exact types.
@@ -488,6 +507,9 @@ pub fn check_aad(aad: &Aad, expected: &AadExpectation<'_>, now: i64) -> Result<(
     ];
     if let Some((_, field)) = fields.iter().find(|(matches, _)| !matches) {
         return Err(SealError::AadMismatch(*field));
+    }
+    if let Some(sites) = &aad.allow {
+        crate::sites::parse_list(sites).map_err(|error| SealError::BadSites(error.0))?;
     }
     if aad.exp <= now {
         return Err(SealError::Expired);
@@ -697,4 +719,12 @@ where
     T: Deserialize<'de>,
 {
     Option::<T>::deserialize(deserializer)
+}
+
+/// Reads a field that, when present, must be a list (an explicit `null` is refused).
+fn present_list<'de, D>(deserializer: D) -> Result<Option<Vec<String>>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    Vec::<String>::deserialize(deserializer).map(Some)
 }

@@ -28,8 +28,9 @@ pub struct SendSecretParams {
     pub name: String,
     /// The sealed box ([`crate::seal::Envelope`] as JSON).
     pub sealed: serde_json::Value,
-    /// Sites the secret may be sent to. Not supported yet: a non-empty list is refused (422)
-    /// rather than accepted unenforced.
+    /// Sites the secret may be sent to ([`crate::sites`]), for the web's listing. The device
+    /// obeys only the list sealed in the box's aad; this one must be the same list (422
+    /// otherwise), and absent or empty when the box has none.
     #[serde(default)]
     pub allow: Option<Vec<String>>,
 }
@@ -67,6 +68,9 @@ pub enum DeliveryState {
 pub struct SavedName {
     pub name: String,
     pub saved_at: DateTime<Utc>,
+    /// The sites it may be sent to; absent for a secret a job gets as a variable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow: Option<Vec<String>>,
 }
 
 /// One delivery, without its box.
@@ -77,6 +81,9 @@ pub struct Delivery {
     pub name: String,
     pub state: DeliveryState,
     pub error: Option<String>,
+    /// The sites it may be sent to; absent for a secret a job gets as a variable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow: Option<Vec<String>>,
 }
 
 /// `GET /api/devices/{id}/secrets`.

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use tether_protocol::capabilities::{SealKey, SEAL_KEY_ALG};
 use tether_protocol::seal::{
     check_aad, open, seal, Aad, AadExpectation, AadField, Envelope, Jti, Kid, Recipient, SealError,
-    MAX_TTL_SECS,
+    MAX_AAD_BYTES, MAX_TTL_SECS,
 };
 use tether_protocol::{DecisionId, DeviceId};
 
@@ -337,8 +337,10 @@ fn boxes_are_refused() {
             MalformedEnvelope("ct is shorter than its tag"),
         ),
         (
-            "aad over 1 KiB",
-            with_wire(&|json: &mut Value| json["aad"] = json!(b64(&[b' '; 1025]))),
+            "aad over 4 KiB",
+            with_wire(&|json: &mut Value| {
+                json["aad"] = json!(b64(&[b' '; MAX_AAD_BYTES + 1]))
+            }),
             TooLarge,
         ),
         // The aad, authentic but not what this device expects.
@@ -394,6 +396,34 @@ fn boxes_are_refused() {
             MalformedAad,
         ),
         (
+            "allow as null",
+            with_aad(&|aad| aad["allow"] = Value::Null),
+            MalformedAad,
+        ),
+        (
+            "allow as text",
+            with_aad(&|aad| aad["allow"] = json!("api.example.com")),
+            MalformedAad,
+        ),
+        (
+            "allow empty",
+            with_aad(&|aad| aad["allow"] = json!([])),
+            BadSites("a secret names 1 to 10 allowed sites".into()),
+        ),
+        (
+            "allow with a site in another spelling",
+            with_aad(&|aad| aad["allow"] = json!(["API.example.com"])),
+            BadSites(r#""API.example.com" is written "api.example.com""#.into()),
+        ),
+        (
+            "allow with plain http to another computer",
+            with_aad(&|aad| aad["allow"] = json!(["http://api.example.com"])),
+            BadSites(
+                r#""http://api.example.com" would send the secret unencrypted; use https (http is for this computer's own addresses only)"#
+                    .into(),
+            ),
+        ),
+        (
             "decision absent rather than null",
             with_aad(&|aad| {
                 aad.as_object_mut().unwrap().remove("decision");
@@ -445,6 +475,41 @@ fn boxes_are_refused() {
     assert!(wrong.is_empty(), "\n{}", wrong.join("\n"));
     // And the untouched box still opens.
     assert_eq!(device.open(&good).unwrap(), VALUE);
+}
+
+#[test]
+fn a_box_limited_to_sites_carries_its_list_in_the_aad() {
+    let device = Device::new();
+    let sites = json!(["api.example.com", "http://127.0.0.1:8080"]);
+    let mut aad = device.aad();
+    aad["allow"] = sites.clone();
+    let opened = open(
+        &device.secret,
+        device.recipient.kid(),
+        &device.id,
+        &device.seal_json(&aad),
+    )
+    .unwrap();
+    assert_eq!(
+        opened.aad().allow.as_ref().map(|list| json!(list)),
+        Some(sites)
+    );
+    // Built through the type, the list is written last and round-trips.
+    let typed = Aad::secret(
+        device.id.clone(),
+        device.recipient.kid().clone(),
+        None,
+        NAME.to_owned(),
+        NOW + 60,
+        Jti::random(&mut OsRng),
+    )
+    .with_allow(vec!["api.example.com".into()]);
+    let bytes = typed.to_bytes();
+    assert!(String::from_utf8_lossy(&bytes).ends_with(r#","allow":["api.example.com"]}"#));
+    assert_eq!(Aad::parse(&bytes).unwrap(), typed);
+    // Without a limit, the field is absent, not null.
+    let unlimited = Aad { allow: None, ..typed };
+    assert!(!String::from_utf8_lossy(&unlimited.to_bytes()).contains("allow"));
 }
 
 const URL_SAFE_PAD: base64::engine::GeneralPurpose = base64::engine::general_purpose::URL_SAFE;
@@ -563,7 +628,7 @@ fn oversized_values_are_not_sealed() {
         seal(
             &device.recipient,
             &device.id,
-            &[b' '; 1025],
+            &[b' '; MAX_AAD_BYTES + 1],
             VALUE,
             &mut OsRng
         )
