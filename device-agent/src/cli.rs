@@ -73,6 +73,11 @@ pub enum Command {
         #[command(subcommand)]
         command: SecretsCommand,
     },
+    /// Inside a job: one HTTP request with `{{NAME}}` in a header or the body replaced by
+    /// the saved secret NAME, sent by the agent only to that secret's allowed sites. Prints
+    /// the answer's body with every secret hidden; exits 22 for a status from 400, 2 when
+    /// refused.
+    SecretHttp(SecretHttpArgs),
     /// Folders you trust on this computer: ask mode works there without asking.
     Trust {
         #[command(subcommand)]
@@ -229,6 +234,28 @@ fn parse_mode(raw: &str) -> Result<tether_protocol::jobs::Mode, String> {
         .ok_or_else(|| "one of ask, review, unattended".to_owned())
 }
 
+/// `tether-agent secret-http`.
+#[derive(Debug, clap::Args)]
+pub struct SecretHttpArgs {
+    /// The address (a secret never goes here).
+    url: String,
+    /// The method.
+    #[arg(short = 'X', long, default_value = "GET")]
+    method: String,
+    /// A header, "Name: value"; repeat for more.
+    #[arg(short = 'H', long = "header")]
+    headers: Vec<String>,
+    /// The body.
+    #[arg(short = 'd', long, conflicts_with = "data_file")]
+    data: Option<String>,
+    /// The body, read from a file (text).
+    #[arg(long)]
+    data_file: Option<PathBuf>,
+    /// Print the status and headers before the body.
+    #[arg(short = 'i', long)]
+    include: bool,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum SecretsCommand {
     /// List the names of saved secrets and when they were saved (never values).
@@ -258,8 +285,13 @@ pub async fn execute(cli: Cli, shutdown: impl Future) -> i32 {
 }
 
 async fn apply(cli: Cli, shutdown: impl Future) -> Result<i32> {
+    // Run inside a job's sandbox, where this computer's data dir is out of sight.
+    if let Command::SecretHttp(args) = cli.command {
+        return secret_http(args).await;
+    }
     let data_dir = DataDir::resolve(cli.data_dir)?;
     match cli.command {
+        Command::SecretHttp(args) => secret_http(args).await,
         Command::Pair { url, name } => {
             let paired = pairing::pair(&data_dir, &url, name).await?;
             println!("Paired as {}", paired.name);
@@ -316,6 +348,20 @@ async fn apply(cli: Cli, shutdown: impl Future) -> Result<i32> {
     }
 }
 
+async fn secret_http(args: SecretHttpArgs) -> Result<i32> {
+    let body = match &args.data_file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|err| anyhow::anyhow!("cannot read {} as text: {err}", path.display()))?,
+        ),
+        None => args.data,
+    };
+    tokio::task::spawn_blocking(move || {
+        crate::secret_http::command(args.method, args.url, args.headers, body, args.include)
+    })
+    .await?
+}
+
 fn apply_secrets(data_dir: &DataDir, command: SecretsCommand) -> Result<i32> {
     let vault = crate::vault::Vault::new(data_dir);
     match command {
@@ -327,7 +373,14 @@ fn apply_secrets(data_dir: &DataDir, command: SecretsCommand) -> Result<i32> {
             for saved in names {
                 let at = chrono::DateTime::from_timestamp(saved.saved_at, 0)
                     .map_or_else(|| saved.saved_at.to_string(), |at| at.to_rfc3339());
-                println!("{}\tsaved {at}", saved.name);
+                match saved.allow {
+                    Some(sites) => println!(
+                        "{}\tsaved {at}\tonly to {} (by reference, never in a job's environment)",
+                        saved.name,
+                        sites.join(", ")
+                    ),
+                    None => println!("{}\tsaved {at}", saved.name),
+                }
             }
             Ok(0)
         }

@@ -38,6 +38,7 @@ pub mod reconcile;
 pub mod runner;
 pub mod sandbox;
 pub mod seal_key;
+pub mod secret_http;
 pub mod state;
 pub mod status;
 pub mod trust;

@@ -6,6 +6,7 @@
 //! unknown one ends the job `blocked`.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,8 +23,9 @@ use crate::evidence::RunEvidence;
 use crate::lease::{Recovery, RunLease};
 use crate::process_group::{self, Signal, TERMINATE_GRACE};
 use crate::progress::report_output;
+use crate::secret_http::{Broker, BrokerContext};
 use crate::state::{Config, DataDir, Recipe, SharedFolder};
-use crate::vault::{redact, Missing, Vault};
+use crate::vault::{redact, Missing, NamedSecrets, Reference, Vault};
 use crate::{environment, hard_floor, sandbox};
 
 /// Lines waiting for the reporter; when it is behind (server slow), the run's pipe fills and
@@ -128,8 +130,8 @@ impl Default for RunStop {
 /// The secrets of one run, read from the vault when it starts.
 #[derive(Clone)]
 pub struct RunSecrets {
-    /// The values of exactly the secrets the job names, or the first one missing.
-    pub env: Result<Vec<(String, String)>, Missing>,
+    /// Exactly the secrets the job names, or the first one missing.
+    pub named: Result<NamedSecrets, Missing>,
     /// Every saved value: hidden in whatever the run sends.
     pub hidden: Arc<Vec<String>>,
 }
@@ -139,7 +141,7 @@ impl RunSecrets {
     pub fn load(data_dir: &DataDir, job: &ClaimedJob) -> RunSecrets {
         let vault = Vault::new(data_dir);
         RunSecrets {
-            env: vault.values_of(&job.spec.secrets),
+            named: vault.named(&job.spec.secrets),
             hidden: Arc::new(vault.all_values()),
         }
     }
@@ -147,7 +149,7 @@ impl RunSecrets {
     /// No secrets at all (tests, and computers that have none).
     pub fn none() -> RunSecrets {
         RunSecrets {
-            env: Ok(Vec::new()),
+            named: Ok(NamedSecrets::default()),
             hidden: Arc::new(Vec::new()),
         }
     }
@@ -188,8 +190,8 @@ async fn execute(
     secrets: &RunSecrets,
 ) -> Result<CompleteParams, StopReason> {
     let spec = &job.spec;
-    let secret_env = match &secrets.env {
-        Ok(env) => env.clone(),
+    let named = match &secrets.named {
+        Ok(named) => named.clone(),
         Err(Missing(name)) => {
             return Ok(blocked(format!(
                 "the secret {name} is not saved on this computer; send it from the Computers page"
@@ -219,7 +221,7 @@ async fn execute(
             stop,
             lease,
             secrets,
-            secret_env,
+            named,
         })
         .await;
     }
@@ -229,8 +231,18 @@ async fn execute(
             spec.engine
         )));
     };
+    let (line_sender, line_receiver) = mpsc::channel(LINE_BUFFER);
+    let broker = match start_broker(job, named.references, secrets, &line_sender) {
+        Ok(broker) => broker,
+        Err(refusal) => return Ok(blocked(refusal)),
+    };
     let evidence = RunEvidence::prepare(job);
-    let mut prepared = match confine(recipe, folder, job, secret_env, evidence.as_ref()) {
+    let granted = Granted {
+        secret_env: named.env,
+        evidence: evidence.as_ref(),
+        broker: broker.as_ref(),
+    };
+    let mut prepared = match confine(recipe, folder, job, granted) {
         Ok(prepared) => prepared,
         Err(refusal) => {
             if let Some(evidence) = evidence {
@@ -239,7 +251,6 @@ async fn execute(
             return Ok(blocked(refusal));
         }
     };
-    let (line_sender, line_receiver) = mpsc::channel(LINE_BUFFER);
     let evidence_notes = line_sender.clone();
     let reporter = tokio::spawn(report_output(
         client.clone(),
@@ -251,6 +262,8 @@ async fn execute(
     let spawned = |pid| lease.spawned(pid);
     let command = std::mem::replace(&mut prepared.command, Command::new("true"));
     let ended = supervise(command, timeout_of(job), stop, line_sender, spawned).await;
+    // Nothing of the run is left to use its secrets by reference.
+    drop(broker);
     // Evidence goes up after the program ended and before the run completes; what is left
     // out is said in the output.
     if let Some(evidence) = evidence {
@@ -292,8 +305,7 @@ fn confine(
     recipe: &Recipe,
     folder: &SharedFolder,
     job: &ClaimedJob,
-    secret_env: Vec<(String, String)>,
-    evidence: Option<&RunEvidence>,
+    granted: Granted<'_>,
 ) -> Result<sandbox::Prepared, String> {
     let argv: Vec<String> = std::iter::once(recipe.program.clone())
         .chain(recipe.args.iter().cloned())
@@ -306,15 +318,11 @@ fn confine(
     let work_folder = guard
         .check_shared_folder(&folder.label, &folder.path)
         .map_err(|err| format!("the guard refused the folder: {err}"))?;
-    let mut env = with_secrets(child_env(std::env::vars_os(), job), secret_env);
-    let mut writable = Vec::new();
-    if let Some(evidence) = evidence {
-        evidence.grant(&mut env, &mut writable);
-    }
+    let (env, writable, readable) = granted.into_parts(job);
     let policy = sandbox::Policy {
         work_folder,
         writable,
-        readable: Vec::new(),
+        readable,
         denied: Vec::new(),
         network: job.spec.network,
         env,
@@ -322,6 +330,56 @@ fn confine(
     sandbox::current()
         .prepare(&guard, &policy, &sandbox::Start::new(&argv))
         .map_err(|refused| refused.0)
+}
+
+/// What a run's programs get besides the allow-listed environment: the job's named
+/// environment secrets, the evidence folder and the secrets broker.
+pub struct Granted<'a> {
+    pub secret_env: Vec<(String, String)>,
+    pub evidence: Option<&'a RunEvidence>,
+    pub broker: Option<&'a Broker>,
+}
+
+impl Granted<'_> {
+    /// The run's environment, its extra writable folders and its extra readable paths.
+    pub fn into_parts(
+        self,
+        job: &ClaimedJob,
+    ) -> (Vec<(String, String)>, Vec<PathBuf>, Vec<PathBuf>) {
+        let mut env = with_secrets(child_env(std::env::vars_os(), job), self.secret_env);
+        let (mut writable, mut readable) = (Vec::new(), Vec::new());
+        if let Some(evidence) = self.evidence {
+            evidence.grant(&mut env, &mut writable);
+        }
+        if let Some(broker) = self.broker {
+            broker.grant(&mut env, &mut readable);
+        }
+        (env, writable, readable)
+    }
+}
+
+/// Starts the run's `secret-http` broker when the job names any secret.
+///
+/// # Errors
+/// The blocked job's summary, when it cannot start.
+pub fn start_broker(
+    job: &ClaimedJob,
+    references: Vec<Reference>,
+    secrets: &RunSecrets,
+    lines: &mpsc::Sender<String>,
+) -> Result<Option<Broker>, String> {
+    if references.is_empty() {
+        return Ok(None);
+    }
+    let context = BrokerContext {
+        secrets: references,
+        hidden: secrets.hidden.clone(),
+        network: job.spec.network,
+        lines: lines.clone(),
+    };
+    Broker::start(sandbox::guard().data_dir(), context)
+        .map(Some)
+        .map_err(|err| format!("the secrets of this job cannot be offered to it: {err:#}"))
 }
 
 /// Maps how the program ended to the completion to report.

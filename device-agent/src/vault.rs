@@ -4,7 +4,11 @@
 //! **Invariant:** a box's `jti` is recorded as seen in the *same* atomic file write that
 //! stores its value, so a crash can never keep the value without the replay record (or the
 //! other way round); a `jti` seen before is refused, also after a restart. Values never
-//! leave this module except as a run's environment variables and as the redaction list.
+//! leave this module except as a run's environment variables, as the values `secret-http`
+//! puts into a request to a secret's allowed sites, and as the redaction list.
+//!
+//! A secret sealed with allowed sites (the aad's `allow`) keeps that list beside its value
+//! and is never put in an environment: a run uses it by reference ([`crate::secret_http`]).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -20,6 +24,7 @@ use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use tether_protocol::seal::{self, AadExpectation, CheckedBox, Envelope, Kid, SealError};
 use tether_protocol::secrets::{valid_name, DeliveryAnswer};
+use tether_protocol::sites::{self, Site};
 use tether_protocol::DeviceId;
 
 use crate::seal_key::{local_cipher, SealKeyPair};
@@ -44,6 +49,9 @@ static VAULT_MUTEX: Mutex<()> = Mutex::new(());
 struct Entry {
     value: String,
     saved_at: i64,
+    /// The sites it may be sent to, as sealed in its box; `None` for an environment secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    allow: Option<Vec<String>>,
 }
 
 /// The decrypted vault.
@@ -74,6 +82,25 @@ struct Stored {
 pub struct SavedName {
     pub name: String,
     pub saved_at: i64,
+    pub allow: Option<Vec<String>>,
+}
+
+/// The secrets a job names, as its run gets them.
+#[derive(Clone, Default)]
+pub struct NamedSecrets {
+    /// Name and value of each secret without allowed sites: the run's environment.
+    pub env: Vec<(String, String)>,
+    /// Every named secret, for `secret-http`; a limited one only to its sites.
+    pub references: Vec<Reference>,
+}
+
+/// A secret a run may use by reference.
+#[derive(Clone)]
+pub struct Reference {
+    pub name: String,
+    pub value: String,
+    /// Where it may go; `None` for a secret the run also has as a variable.
+    pub sites: Option<Vec<Site>>,
 }
 
 /// Why a box was not saved.
@@ -111,6 +138,7 @@ impl<'a> Vault<'a> {
             .map(|(name, entry)| SavedName {
                 name: name.clone(),
                 saved_at: entry.saved_at,
+                allow: entry.allow.clone(),
             })
             .collect())
     }
@@ -123,21 +151,36 @@ impl<'a> Vault<'a> {
         self.update(|contents| Ok(contents.secrets.remove(name).is_some()))
     }
 
-    /// The values of `names`, for a run's environment; the first missing name is the error.
+    /// The secrets `names` names, split into a run's environment and its references; the
+    /// first missing name is the error. A stored site list that no longer parses keeps the
+    /// secret out of the environment and unusable, rather than unlimited.
     ///
     /// # Errors
     /// [`Missing`] naming a secret the vault does not hold; or the vault is unreadable.
-    pub fn values_of(&self, names: &[String]) -> Result<Vec<(String, String)>, Missing> {
+    pub fn named(&self, names: &[String]) -> Result<NamedSecrets, Missing> {
         let contents = self
             .load()
             .map_err(|err| Missing(format!("(vault unreadable: {err:#})")))?;
-        names
-            .iter()
-            .map(|name| match contents.secrets.get(name) {
-                Some(entry) => Ok((name.clone(), entry.value.clone())),
-                None => Err(Missing(name.clone())),
-            })
-            .collect()
+        let mut named = NamedSecrets::default();
+        for name in names {
+            let entry = contents
+                .secrets
+                .get(name)
+                .ok_or_else(|| Missing(name.clone()))?;
+            let sites = match &entry.allow {
+                None => {
+                    named.env.push((name.clone(), entry.value.clone()));
+                    None
+                }
+                Some(allow) => Some(sites::parse_list(allow).unwrap_or_default()),
+            };
+            named.references.push(Reference {
+                name: name.clone(),
+                value: entry.value.clone(),
+                sites,
+            });
+        }
+        Ok(named)
     }
 
     /// Every saved value, for redaction. An unreadable vault gives none (and is logged).
@@ -173,6 +216,7 @@ impl<'a> Vault<'a> {
         }
         let jti = checked.jti().as_str().to_owned();
         let exp = checked.aad().exp;
+        let allow = checked.aad().allow.clone();
         let outcome = self.update(|contents| {
             if contents.seen.contains_key(&jti) {
                 if contents.saved_deliveries.contains_key(delivery_id) {
@@ -202,6 +246,7 @@ impl<'a> Vault<'a> {
                 Entry {
                     value,
                     saved_at: now,
+                    allow,
                 },
             );
             Ok(Ok(()))
@@ -395,8 +440,20 @@ mod tests {
         jti: &Jti,
         exp: i64,
     ) -> Result<serde_json::Value> {
+        sealed_for_sites(key, device, name, value, jti, exp, None)
+    }
+
+    fn sealed_for_sites(
+        key: &SealKeyPair,
+        device: &DeviceId,
+        name: &str,
+        value: &str,
+        jti: &Jti,
+        exp: i64,
+        allow: Option<Vec<String>>,
+    ) -> Result<serde_json::Value> {
         let recipient = Recipient::from_seal_key(key.public())?;
-        let aad = Aad::secret(
+        let mut aad = Aad::secret(
             device.clone(),
             recipient.kid().clone(),
             None,
@@ -404,6 +461,7 @@ mod tests {
             exp,
             jti.clone(),
         );
+        aad.allow = allow;
         let envelope = seal::seal(
             &recipient,
             device,
@@ -435,16 +493,17 @@ mod tests {
             vault.list()?,
             vec![SavedName {
                 name: "API_KEY".into(),
-                saved_at: NOW
+                saved_at: NOW,
+                allow: None,
             }]
         );
         assert_eq!(
-            vault.values_of(&["API_KEY".into()])?,
+            vault.named(&["API_KEY".into()])?.env,
             vec![("API_KEY".into(), "s3cr3t".into())]
         );
         assert_eq!(
-            vault.values_of(&["NOPE".into()]),
-            Err(Missing("NOPE".into()))
+            vault.named(&["NOPE".into()]).err(),
+            Some(Missing("NOPE".into()))
         );
         // Encrypted at rest, 0600.
         let raw = std::fs::read(data_dir.path(VAULT_FILE))?;
@@ -460,6 +519,60 @@ mod tests {
         assert!(vault.forget("API_KEY")?);
         assert!(!vault.forget("API_KEY")?);
         assert!(vault.list()?.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn a_secret_limited_to_sites_is_never_in_the_environment() -> Result<()> {
+        let (_dir, data_dir, key, device) = setup()?;
+        let sites = vec!["api.example.com".to_owned()];
+        for (name, value, allow) in [
+            ("LIMITED", "l1m1t3d", Some(sites.clone())),
+            ("PLAIN", "pl41n", None),
+        ] {
+            let box_ = sealed_for_sites(
+                &key,
+                &device,
+                name,
+                value,
+                &Jti::random(&mut OsRng),
+                NOW + 60,
+                allow,
+            )?;
+            assert!(receive(&data_dir, "d", &key, &device, name, &box_, NOW).saved);
+        }
+        let vault = Vault::new(&data_dir);
+        let listed = vault.list()?;
+        assert_eq!(listed[0].name, "LIMITED");
+        assert_eq!(listed[0].allow, Some(sites));
+        let named = vault.named(&["LIMITED".into(), "PLAIN".into()])?;
+        assert_eq!(named.env, vec![("PLAIN".into(), "pl41n".into())]);
+        let limited = &named.references[0];
+        assert_eq!(
+            (limited.name.as_str(), limited.value.as_str()),
+            ("LIMITED", "l1m1t3d")
+        );
+        assert_eq!(
+            limited
+                .sites
+                .as_ref()
+                .map(|s| s.iter().map(ToString::to_string).collect()),
+            Some(vec!["api.example.com".to_owned()])
+        );
+        assert!(named.references[1].sites.is_none());
+        // A box whose list is not canonical is refused whole.
+        let bad = sealed_for_sites(
+            &key,
+            &device,
+            "BAD",
+            "v",
+            &Jti::random(&mut OsRng),
+            NOW + 60,
+            Some(vec!["http://api.example.com".into()]),
+        )?;
+        let answer = receive(&data_dir, "d2", &key, &device, "BAD", &bad, NOW);
+        assert!(!answer.saved);
+        assert!(answer.error.unwrap_or_default().contains("allowed sites"));
         Ok(())
     }
 
@@ -546,7 +659,10 @@ mod tests {
         );
         let vault = Vault::new(&data_dir);
         assert_eq!(
-            vault.values_of(&["TOKEN".to_owned()]).ok(),
+            vault
+                .named(&["TOKEN".to_owned()])
+                .ok()
+                .map(|named| named.env),
             Some(vec![("TOKEN".to_owned(), "two".to_owned())])
         );
         Ok(())

@@ -4,15 +4,21 @@
 //! **Invariant:** no value ever reaches this module — only names, sealed boxes (which the
 //! server cannot open) and the device's yes/no answer. A box is deleted (`sealed_json` set
 //! to NULL) in the transaction that records the device's answer.
+//!
+//! A secret may be limited to sites (`allow`). The device obeys only the list sealed in the
+//! box's aad, which the server can read but not change; the body repeats it so the web can
+//! list it, and the server accepts the box only when the two are the same list, so what the
+//! owner sees is what the computer enforces.
 
 use serde_json::json;
 use tether_protocol::capabilities::SealKey;
 use tether_protocol::frames::ServerFrame;
-use tether_protocol::seal::Envelope;
+use tether_protocol::seal::{Aad, Envelope, SealError};
 use tether_protocol::secrets::{
     valid_name, Delivery, DeliveryAnswer, DeliveryState, SavedName, SecretsListing,
     SendSecretParams, MAX_NAME_LEN,
 };
+use tether_protocol::sites;
 use tether_protocol::{AccountId, Code, DeviceId, JobId};
 
 use crate::auth::DeviceCaller;
@@ -36,8 +42,9 @@ pub struct Accepted {
 ///
 /// # Errors
 /// 404 for a device not of this account; 409 `invalid_state` for a revoked device, one
-/// without a pinned key or with `sealKeyMismatch`; 422 for a bad name or a box that is not
-/// an envelope for the pinned key; 413 for an oversized box.
+/// without a pinned key or with `sealKeyMismatch`; 422 for a bad name, a box that is not
+/// an envelope for the pinned key or whose aad does not parse, and an `allow` list that is
+/// not canonical sites or not the one sealed in the box; 413 for an oversized box.
 pub async fn send(
     store: &Store,
     account_id: &AccountId,
@@ -50,15 +57,7 @@ pub async fn send(
             &format!("must match [A-Za-z_][A-Za-z0-9_]* and be at most {MAX_NAME_LEN} characters"),
         ));
     }
-    // A site limit the computer could not enforce would only look safe: refuse it rather
-    // than drop it.
-    if params.allow.as_ref().is_some_and(|sites| !sites.is_empty()) {
-        return Err(ApiError::invalid_field(
-            "allow",
-            "limiting a secret to sites is not supported yet; send it without `allow` (a job \
-             that names it gets it as an environment variable)",
-        ));
-    }
+    let requested = requested_sites(params.allow)?;
     let sealed_json = serde_json::to_string(&params.sealed)?;
     if sealed_json.len() > MAX_SEALED_BYTES {
         return Err(ApiError::new(
@@ -68,6 +67,8 @@ pub async fn send(
     }
     let envelope = Envelope::from_json(&params.sealed)
         .map_err(|error| ApiError::invalid_field("sealed", &error.to_string()))?;
+    let allow = sealed_sites(&envelope, requested)?;
+    let allow_json = allow.as_ref().map(serde_json::to_string).transpose()?;
     let now = now_millis();
     let mut tx = store.begin().await?;
     let row = on_tx!(&mut tx, |conn| sqlx::query_as::<
@@ -112,14 +113,16 @@ pub async fn send(
     }
     let delivery_id = JobId::generate().to_string();
     let sql = "INSERT INTO secret_deliveries \
-               (id, account_id, device_id, name, sealed_json, state, error, created_at, answered_at) \
-               VALUES ($1, $2, $3, $4, $5, 'pending', NULL, $6, NULL)";
+               (id, account_id, device_id, name, sealed_json, allow_json, state, error, \
+                created_at, answered_at) \
+               VALUES ($1, $2, $3, $4, $5, $6, 'pending', NULL, $7, NULL)";
     on_tx!(&mut tx, |conn| sqlx::query(sql)
         .bind(&delivery_id)
         .bind(account_id.as_str())
         .bind(device_id.as_str())
         .bind(&params.name)
         .bind(&sealed_json)
+        .bind(&allow_json)
         .bind(now)
         .execute(conn)
         .await
@@ -144,6 +147,49 @@ pub async fn send(
         },
         delivery_id,
     })
+}
+
+/// The body's `allow` list, parsed: `None` for no limit (absent or empty).
+///
+/// # Errors
+/// 422 `invalid_field` naming `allow` for a list that is not 1 to [`sites::MAX_SITES`]
+/// canonical sites without repeats.
+fn requested_sites(allow: Option<Vec<String>>) -> Result<Option<Vec<String>>, ApiError> {
+    let Some(allow) = allow.filter(|sites| !sites.is_empty()) else {
+        return Ok(None);
+    };
+    sites::parse_list(&allow)
+        .map_err(|error| ApiError::invalid_field("allow", &error.to_string()))?;
+    Ok(Some(allow))
+}
+
+/// The sites the box's aad limits the secret to, when they are exactly `requested`.
+///
+/// # Errors
+/// 422 `invalid_field` naming `sealed` for an aad that does not parse or whose sites the
+/// device would refuse; naming `allow` when the body's list is not the aad's, in order.
+fn sealed_sites(
+    envelope: &Envelope,
+    requested: Option<Vec<String>>,
+) -> Result<Option<Vec<String>>, ApiError> {
+    let aad = Aad::parse(envelope.aad())
+        .map_err(|error| ApiError::invalid_field("sealed", &error.to_string()))?;
+    if let Some(sealed) = &aad.allow {
+        sites::parse_list(sealed).map_err(|error| {
+            ApiError::invalid_field("sealed", &SealError::BadSites(error.0).to_string())
+        })?;
+    }
+    if requested != aad.allow {
+        let sealed = match &aad.allow {
+            Some(sealed) => format!("the box allows only {}", sealed.join(", ")),
+            None => "the box names no sites".to_owned(),
+        };
+        return Err(ApiError::invalid_field(
+            "allow",
+            &format!("does not match the list sealed in the box ({sealed})"),
+        ));
+    }
+    Ok(requested)
 }
 
 /// The `secret.save` frames of a device's pending deliveries, oldest first: sent again when
@@ -264,34 +310,45 @@ pub async fn list(
     if owned.is_none() {
         return Err(ApiError::not_found("device"));
     }
-    let names = on_read!(store, |pool| sqlx::query_as::<_, (String, i64)>(
-        "SELECT name, saved_at FROM device_secrets WHERE device_id = $1 ORDER BY name"
+    // A name's sites are those of the delivery saved last under it.
+    let names = on_read!(store, |pool| sqlx::query_as::<
+        _,
+        (String, i64, Option<String>),
+    >(
+        "SELECT held.name, held.saved_at, \
+                (SELECT sent.allow_json FROM secret_deliveries sent \
+                 WHERE sent.device_id = held.device_id AND sent.name = held.name \
+                   AND sent.state = 'saved' \
+                 ORDER BY sent.answered_at DESC, sent.id DESC LIMIT 1) \
+         FROM device_secrets held WHERE held.device_id = $1 ORDER BY held.name"
     )
     .bind(device_id.as_str())
     .fetch_all(pool)
     .await)?;
     let deliveries = on_read!(store, |pool| sqlx::query_as::<
         _,
-        (String, String, String, Option<String>),
+        (String, String, String, Option<String>, Option<String>),
     >(
-        "SELECT id, name, state, error FROM secret_deliveries WHERE device_id = $1 \
+        "SELECT id, name, state, error, allow_json FROM secret_deliveries WHERE device_id = $1 \
          ORDER BY created_at DESC, id DESC LIMIT 50"
     )
     .bind(device_id.as_str())
     .fetch_all(pool)
     .await)?;
-    Ok(SecretsListing {
-        names: names
-            .into_iter()
-            .map(|(name, saved_at)| SavedName {
+    let names = names
+        .into_iter()
+        .map(|(name, saved_at, allow_json)| {
+            Ok(SavedName {
                 name,
                 saved_at: to_time(saved_at),
-                allow: None,
+                allow: stored_sites(allow_json)?,
             })
-            .collect(),
-        deliveries: deliveries
-            .into_iter()
-            .map(|(id, name, state, error)| Delivery {
+        })
+        .collect::<Result<_, ApiError>>()?;
+    let deliveries = deliveries
+        .into_iter()
+        .map(|(id, name, state, error, allow_json)| {
+            Ok(Delivery {
                 id,
                 name,
                 state: match state.as_str() {
@@ -299,9 +356,18 @@ pub async fn list(
                     "refused" => DeliveryState::Refused,
                     _ => DeliveryState::Pending,
                 },
-                allow: None,
                 error,
+                allow: stored_sites(allow_json)?,
             })
-            .collect(),
-    })
+        })
+        .collect::<Result<_, ApiError>>()?;
+    Ok(SecretsListing { names, deliveries })
+}
+
+/// A delivery's `allow_json` column, as written by [`send`].
+fn stored_sites(allow_json: Option<String>) -> Result<Option<Vec<String>>, ApiError> {
+    allow_json
+        .map(|json| serde_json::from_str(&json))
+        .transpose()
+        .map_err(ApiError::from)
 }

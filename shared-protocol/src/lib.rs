@@ -5,6 +5,7 @@
 
 pub mod auth;
 pub mod capabilities;
+pub mod channel;
 pub mod decisions;
 pub mod devices;
 pub mod error;

@@ -194,6 +194,7 @@ pub fn any_admits(sites: &[Site], url: &Url) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::expect_used)]
     use super::*;
 
     fn url(text: &str) -> Url {
@@ -277,6 +278,9 @@ mod tests {
         assert!(parse_list(&["a.example".into(), "a.example".into()]).is_err());
         let many: Vec<String> = (0..=MAX_SITES).map(|n| format!("s{n}.example")).collect();
         assert!(parse_list(&many).is_err());
-        assert_eq!(parse_list(&many[..MAX_SITES]).map(|l| l.len()), Ok(MAX_SITES));
+        assert_eq!(
+            parse_list(&many[..MAX_SITES]).map(|l| l.len()),
+            Ok(MAX_SITES)
+        );
     }
 }

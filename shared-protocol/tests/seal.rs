@@ -508,7 +508,10 @@ fn a_box_limited_to_sites_carries_its_list_in_the_aad() {
     assert!(String::from_utf8_lossy(&bytes).ends_with(r#","allow":["api.example.com"]}"#));
     assert_eq!(Aad::parse(&bytes).unwrap(), typed);
     // Without a limit, the field is absent, not null.
-    let unlimited = Aad { allow: None, ..typed };
+    let unlimited = Aad {
+        allow: None,
+        ..typed
+    };
     assert!(!String::from_utf8_lossy(&unlimited.to_bytes()).contains("allow"));
 }
 

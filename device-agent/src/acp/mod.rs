@@ -54,8 +54,9 @@ use crate::gate::Gate;
 use crate::lease::RunLease;
 use crate::process_group::TERMINATE_GRACE;
 use crate::progress::report_output;
-use crate::runner::{child_env, with_secrets, RunSecrets, RunStop, StopReason};
+use crate::runner::{start_broker, Granted, RunSecrets, RunStop, StopReason};
 use crate::state::{AcpEngine, Config, SharedFolder};
+use crate::vault::NamedSecrets;
 use crate::{hard_floor, sandbox, AGENT_VERSION};
 use client::Session;
 use process::AgentProcess;
@@ -84,9 +85,9 @@ pub struct RunContext<'a> {
     pub stop: &'a RunStop,
     pub lease: &'a Arc<RunLease>,
     pub secrets: &'a RunSecrets,
-    /// The values of the secrets the job names, for the agent's (and its terminals')
+    /// The secrets the job names: the environment ones for the agent's (and its terminals')
     /// environment.
-    pub secret_env: Vec<(String, String)>,
+    pub named: NamedSecrets,
 }
 
 /// How the turn ended.
@@ -116,7 +117,7 @@ pub async fn run(ctx: RunContext<'_>) -> Result<CompleteParams, StopReason> {
         stop,
         lease,
         secrets,
-        secret_env,
+        named,
     } = ctx;
     let guard = sandbox::guard();
     let work_folder = match checked_before_start(engine, folder, &guard) {
@@ -133,18 +134,28 @@ pub async fn run(ctx: RunContext<'_>) -> Result<CompleteParams, StopReason> {
     ));
     // The agent and each of its terminals see the attempt's evidence folder, as a recipe
     // does; it is delivered once they all ended.
+    let broker = match start_broker(job, named.references, secrets, &lines) {
+        Ok(broker) => broker,
+        Err(refusal) => {
+            drop(lines);
+            let _ = reporter.await;
+            return Ok(blocked(refusal));
+        }
+    };
     let evidence = RunEvidence::prepare(job);
-    let mut env = with_secrets(child_env(std::env::vars_os(), job), secret_env);
-    let mut writable = Vec::new();
-    if let Some(evidence) = &evidence {
-        evidence.grant(&mut env, &mut writable);
+    let (env, writable, readable) = Granted {
+        secret_env: named.env,
+        evidence: evidence.as_ref(),
+        broker: broker.as_ref(),
     }
+    .into_parts(job);
     let launch = Launch {
         guard: guard.clone(),
         folder: work_folder.clone(),
         network: job.spec.network,
         env,
         writable,
+        readable,
     };
     let (agent, pipes) = match process::start(engine, &launch, lines.clone()) {
         Ok(started) => started,
@@ -170,6 +181,7 @@ pub async fn run(ctx: RunContext<'_>) -> Result<CompleteParams, StopReason> {
     let deadline = Instant::now() + timeout_of(job);
     let turn = converse(&session, pipes, &job.spec.prompt, stop, deadline).await;
     let ended = end(agent, &session, &turn, stop).await;
+    drop(broker);
     let (rest, final_message) = session.finish_transcript();
     for line in rest.into_iter().chain(ended.notes.iter().cloned()) {
         let _ = lines.send(line).await;

@@ -78,7 +78,12 @@ pub fn start(
     let policy = sandbox::Policy {
         work_folder: launch.folder.clone(),
         writable: launch.writable.clone(),
-        readable: program_file(&engine.program).into_iter().collect(),
+        readable: launch
+            .readable
+            .iter()
+            .cloned()
+            .chain(program_file(&engine.program))
+            .collect(),
         denied: Vec::new(),
         network: launch.network,
         env: launch.env.clone(),

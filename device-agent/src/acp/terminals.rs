@@ -43,6 +43,9 @@ pub struct Launch {
     pub env: Vec<(String, String)>,
     /// Folders every program of the run may write besides the job's (the evidence folder).
     pub writable: Vec<PathBuf>,
+    /// Paths every program of the run may read besides the system's (the secrets broker's
+    /// socket and this agent's program, for `secret-http`).
+    pub readable: Vec<PathBuf>,
 }
 
 /// A command to start, as the agent asked for it.
@@ -125,7 +128,7 @@ impl Terminals {
         let policy = sandbox::Policy {
             work_folder: self.launch.folder.clone(),
             writable: self.launch.writable.clone(),
-            readable: Vec::new(),
+            readable: self.launch.readable.clone(),
             denied: Vec::new(),
             network: self.launch.network,
             env,

@@ -13,12 +13,9 @@ use serde_json::{json, Value};
 use tether_protocol::decisions::{Answer, DecisionState};
 use tether_protocol::jobs::{Job, JobState, Outcome};
 
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
-
 use super::{
-    agent_command, agent_json, agent_ok, collect, output_lines, pair, process_alive, spawn_server,
-    wait_until, Daemon, Server, Web, AGENT,
+    agent_json, agent_ok, backend_works, output_lines, pair, process_alive, spawn_server,
+    start_daemon, wait_until, Daemon, Server, Web, AGENT,
 };
 
 /// The scripted ACP agent, built by `cargo build --all-targets` next to the agent.
@@ -172,42 +169,6 @@ impl Computer {
     fn readyz(&self) -> String {
         format!("{}/readyz", self.server.base)
     }
-}
-
-/// `tether-agent run` under the sandbox `backend`, its output collected.
-fn start_daemon(home: &Path, backend: &str) -> Daemon {
-    let mut child = agent_command(home)
-        .env("TETHER_SANDBOX", backend)
-        .args(["run"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = Arc::new(Mutex::new(String::new()));
-    tokio::spawn(collect(child.stderr.take().unwrap(), stderr.clone()));
-    tokio::spawn(collect(child.stdout.take().unwrap(), stderr.clone()));
-    Daemon { child, stderr }
-}
-
-/// Whether the sandbox `backend` works here; when it does not, says so (and fails under
-/// `TETHER_REQUIRE_EXTERNAL=1`).
-async fn backend_works(backend: &str) -> bool {
-    let probe = agent_command(Path::new("/nonexistent-home"))
-        .env("TETHER_SANDBOX", backend)
-        .args(["sandbox", "status", "--json"])
-        .output()
-        .await
-        .unwrap();
-    let report: Value = serde_json::from_slice(&probe.stdout).unwrap();
-    if report["backend"] == backend {
-        return true;
-    }
-    assert!(
-        std::env::var("TETHER_REQUIRE_EXTERNAL").as_deref() != Ok("1"),
-        "the {backend} backend does not work here: {report}"
-    );
-    eprintln!("SKIPPED: the {backend} backend does not work here: {report}");
-    false
 }
 
 /// What the scripted agent reported for a step: the JSON after `scripted: STEP `.

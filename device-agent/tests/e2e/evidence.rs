@@ -4,20 +4,16 @@
 //! secret are named in the output and never sent. With `evidence off` only descriptions go
 //! up, and the files stay on the computer.
 
-use std::path::Path;
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tether_protocol::jobs::{Job, JobState};
-use tether_protocol::seal::{self, Aad, Jti, Recipient};
-use tether_protocol::DeviceId;
 
 use crate::{
-    agent_command, agent_ok, collect, output_lines, pair, postgres, spawn_server, Daemon, Web,
+    agent_ok, backend_works, output_lines, pair, postgres, save_secret, spawn_server, start_daemon,
+    Web,
 };
 
 const SECRET: &str = "tok-77e1-evidence-secret";
@@ -45,22 +41,9 @@ async fn evidence_reaches_the_job_byte_identical_postgres() {
 /// Under bubblewrap the evidence folder is a bind mount inside the run's private file tree.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evidence_reaches_the_job_byte_identical_bwrap() {
-    let probe = agent_command(Path::new("/nonexistent-home"))
-        .env("TETHER_SANDBOX", "bwrap")
-        .args(["sandbox", "status", "--json"])
-        .output()
-        .await
-        .unwrap();
-    let report: Value = serde_json::from_slice(&probe.stdout).unwrap();
-    if report["backend"] != "bwrap" {
-        assert!(
-            std::env::var("TETHER_REQUIRE_EXTERNAL").as_deref() != Ok("1"),
-            "bwrap does not work here: {report}"
-        );
-        eprintln!("skipping the bwrap evidence test: {report}");
-        return;
+    if backend_works("bwrap").await {
+        evidence_reaches_the_job_byte_identical(None, "bwrap").await;
     }
-    evidence_reaches_the_job_byte_identical(None, "bwrap").await;
 }
 
 async fn evidence_reaches_the_job_byte_identical(database_url: Option<String>, sandbox: &str) {
@@ -90,7 +73,16 @@ async fn evidence_reaches_the_job_byte_identical(database_url: Option<String>, s
             device.online && device.seal_key.is_some() && device.capabilities.is_some()
         })
         .await;
-    save_secret(&web, home.path(), &device_id, &device.seal_key.unwrap()).await;
+    let seal_key = device.seal_key.unwrap();
+    save_secret(
+        &web,
+        home.path(),
+        &device_id,
+        &seal_key,
+        ("API_TOKEN", SECRET),
+        None,
+    )
+    .await;
 
     let job = run(&web, &device_id, "evidence", &["API_TOKEN"]).await;
     assert_eq!(
@@ -188,21 +180,6 @@ async fn evidence_reaches_the_job_byte_identical(database_url: Option<String>, s
     let _ = std::fs::remove_dir_all(&evidence_root);
 }
 
-/// `tether-agent run` confined by `sandbox`.
-fn start_daemon(home: &Path, sandbox: &str) -> Daemon {
-    let mut child = agent_command(home)
-        .env("TETHER_SANDBOX", sandbox)
-        .args(["run"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = Arc::new(Mutex::new(String::new()));
-    tokio::spawn(collect(child.stderr.take().unwrap(), stderr.clone()));
-    tokio::spawn(collect(child.stdout.take().unwrap(), stderr.clone()));
-    Daemon { child, stderr }
-}
-
 /// Queues a job on `engine` naming `secrets` and waits for it to end.
 async fn run(web: &Web, device_id: &str, engine: &str, secrets: &[&str]) -> Job {
     let body = json!({
@@ -219,49 +196,6 @@ async fn run(web: &Web, device_id: &str, engine: &str, secrets: &[&str]) -> Job 
         |job| job.state.is_final(),
     )
     .await
-}
-
-/// Seals `SECRET` as `API_TOKEN` for the device's pinned key, as the browser does, and
-/// waits until the agent saved it.
-async fn save_secret(
-    web: &Web,
-    home: &Path,
-    device_id: &str,
-    seal_key: &tether_protocol::capabilities::SealKey,
-) {
-    let recipient = Recipient::from_seal_key(seal_key).unwrap();
-    let device = DeviceId::parse(device_id).unwrap();
-    let aad = Aad::secret(
-        device.clone(),
-        recipient.kid().clone(),
-        None,
-        "API_TOKEN".to_owned(),
-        chrono::Utc::now().timestamp() + 300,
-        Jti::random(&mut rand::thread_rng()),
-    );
-    let envelope = seal::seal(
-        &recipient,
-        &device,
-        &aad.to_bytes(),
-        SECRET.as_bytes(),
-        &mut rand::thread_rng(),
-    )
-    .unwrap();
-    let body = json!({ "name": "API_TOKEN", "sealed": envelope });
-    let res = web
-        .post(&format!("/api/devices/{device_id}/secrets"), &body)
-        .await;
-    assert_eq!(res.status(), StatusCode::ACCEPTED);
-    for _ in 0..120 {
-        if agent_ok(home, &["secrets", "list"])
-            .await
-            .contains("API_TOKEN")
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    panic!("the agent never saved the secret");
 }
 
 /// The evidence download links of a job page, in page order.

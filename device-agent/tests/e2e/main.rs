@@ -18,6 +18,7 @@ mod postgres;
 mod proxy;
 mod recovery;
 mod seal;
+mod secret_http;
 mod secrets;
 
 use std::path::Path;
@@ -580,6 +581,97 @@ impl Daemon {
         tokio::time::sleep(Duration::from_millis(200)).await;
         status.code()
     }
+}
+
+/// `tether-agent run` under the sandbox `backend`, its output collected.
+fn start_daemon(home: &Path, backend: &str) -> Daemon {
+    let mut child = agent_command(home)
+        .env("TETHER_SANDBOX", backend)
+        .args(["run"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = Arc::new(Mutex::new(String::new()));
+    tokio::spawn(collect(child.stderr.take().unwrap(), stderr.clone()));
+    tokio::spawn(collect(child.stdout.take().unwrap(), stderr.clone()));
+    Daemon { child, stderr }
+}
+
+/// Whether the sandbox `backend` works here; when it does not, says so (and fails under
+/// `TETHER_REQUIRE_EXTERNAL=1`).
+async fn backend_works(backend: &str) -> bool {
+    let probe = agent_command(Path::new("/nonexistent-home"))
+        .env("TETHER_SANDBOX", backend)
+        .args(["sandbox", "status", "--json"])
+        .output()
+        .await
+        .unwrap();
+    let report: Value = serde_json::from_slice(&probe.stdout).unwrap();
+    if report["backend"] == backend {
+        return true;
+    }
+    assert!(
+        std::env::var("TETHER_REQUIRE_EXTERNAL").as_deref() != Ok("1"),
+        "the {backend} backend does not work here: {report}"
+    );
+    eprintln!("SKIPPED: the {backend} backend does not work here: {report}");
+    false
+}
+
+/// Seals `value` as `name` for the device's pinned key, as the browser does (limited to
+/// `allow` when given), and waits until the agent saved it.
+async fn save_secret(
+    web: &Web,
+    home: &Path,
+    device_id: &str,
+    seal_key: &tether_protocol::capabilities::SealKey,
+    (name, value): (&str, &str),
+    allow: Option<&[&str]>,
+) {
+    use tether_protocol::seal::{self, Aad, Jti, Recipient};
+    let recipient = Recipient::from_seal_key(seal_key).unwrap();
+    let device = tether_protocol::DeviceId::parse(device_id).unwrap();
+    let mut aad = Aad::secret(
+        device.clone(),
+        recipient.kid().clone(),
+        None,
+        name.to_owned(),
+        chrono::Utc::now().timestamp() + 300,
+        Jti::random(&mut rand::thread_rng()),
+    );
+    let allow: Option<Vec<String>> =
+        allow.map(|sites| sites.iter().map(|s| (*s).to_owned()).collect());
+    aad.allow.clone_from(&allow);
+    let envelope = seal::seal(
+        &recipient,
+        &device,
+        &aad.to_bytes(),
+        value.as_bytes(),
+        &mut rand::thread_rng(),
+    )
+    .unwrap();
+    let body = json!({ "name": name, "sealed": envelope, "allow": allow });
+    let res = web
+        .post(&format!("/api/devices/{device_id}/secrets"), &body)
+        .await;
+    assert_eq!(
+        res.status(),
+        StatusCode::ACCEPTED,
+        "{}",
+        res.text().await.unwrap()
+    );
+    for _ in 0..120 {
+        if agent_ok(home, &["secrets", "list"])
+            .await
+            .lines()
+            .any(|line| line.split('\t').next() == Some(name))
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("the agent never saved the secret {name}");
 }
 
 async fn collect(pipe: impl AsyncRead + Unpin, into: Arc<Mutex<String>>) {

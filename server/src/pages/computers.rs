@@ -112,7 +112,13 @@ fn secrets_section(device: &Device, secrets: &[SavedName]) -> Markup {
             } @else {
                 ul.secret-names {
                     @for saved in secrets {
-                        li { code { (saved.name) } " " span.muted { "saved " (ago(saved.saved_at)) } }
+                        li {
+                            code { (saved.name) } " "
+                            @if let Some(sites) = &saved.allow {
+                                span.sites { "only to " (sites.join(", ")) } " "
+                            }
+                            span.muted { "saved " (ago(saved.saved_at)) }
+                        }
                     }
                 }
             }
@@ -122,7 +128,16 @@ fn secrets_section(device: &Device, secrets: &[SavedName]) -> Markup {
                         pattern="[A-Za-z_][A-Za-z0-9_]{0,63}" maxlength="64" required;
                     input type="password" name="value" aria-label="Secret value" placeholder="value"
                         autocomplete="new-password" required;
+                    input type="text" name="allow" aria-label="Allowed sites (optional)"
+                        placeholder="Allowed sites (optional)";
                     button.secondary type="submit" { "Send sealed" }
+                    div.muted {
+                        "Allowed sites, e.g. " code { "api.example.com, https://api.example.com:8443" } ": \
+                         a limited secret is never put in a job's environment; a job uses it by \
+                         reference with " code { "tether-agent secret-http" } ", only to those sites. \
+                         A host covers its subdomains over HTTPS, an origin is exact, and http only \
+                         reaches this computer's own loopback addresses."
+                    }
                     span.error {}
                     span.status.muted {}
                 }

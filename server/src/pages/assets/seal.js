@@ -9,10 +9,11 @@
 // Envelope: {v: 1, kid, epk, ct, aad}, binary fields base64url without padding, no iv.
 // info (never sent): "tether/seal/v1" 0x00 deviceId 0x00 kid.
 // aad: the exact UTF-8 JSON
-//   {"v":1,"purpose":"secret","device","kid","decision","name","exp","jti"}.
+//   {"v":1,"purpose":"secret","device","kid","decision","name","exp","jti"}, with a last key
+//   "allow" (canonical sites, see tether_protocol::sites) only for a secret limited to sites.
 //
 // Use: const { sealSecret } = await import('/assets/seal.js');
-//      const sealed = await sealSecret({ deviceId, sealKey, name, value, decision: null });
+//      const sealed = await sealSecret({ deviceId, sealKey, name, value, decision: null, allow: [] });
 
 const utf8 = new TextEncoder();
 
@@ -20,7 +21,7 @@ const utf8 = new TextEncoder();
 export const MAX_TTL_SECS = 15 * 60;
 /** The default lifetime of a box, leaving room for clock differences. */
 export const DEFAULT_TTL_SECS = 10 * 60;
-const MAX_AAD_BYTES = 1024;
+const MAX_AAD_BYTES = 4096;
 const MAX_VALUE_BYTES = 64 * 1024;
 
 /** RFC 9180 identifiers of the suite. */
@@ -50,18 +51,23 @@ export class SealKeyMismatch extends Error {
 /**
  * Seals `value` under `name` for the computer `deviceId`, for its pinned `sealKey`
  * ({kid, spki, fingerprint?} as the server shows it). `decision` is null for a secret sent
- * from the device page, or the id of the decision the box answers.
+ * from the device page, or the id of the decision the box answers. `allow`, when not empty,
+ * limits the secret to those sites (canonical text; the computer refuses any other spelling)
+ * and is sealed in the aad, so nobody on the way can widen or drop it.
  *
  * Resolves to the envelope {v: 1, kid, epk, ct, aad} to post; throws SealKeyMismatch when
  * the key does not match its kid or fingerprint, and a TypeError for bad arguments.
  */
-export async function sealSecret({ deviceId, sealKey, name, value, decision = null, ttlSecs = DEFAULT_TTL_SECS }) {
+export async function sealSecret({ deviceId, sealKey, name, value, decision = null, ttlSecs = DEFAULT_TTL_SECS, allow = [] }) {
   if (typeof deviceId !== 'string' || !/^[A-Za-z0-9_-]{1,64}$/.test(deviceId)) {
     throw new TypeError('deviceId is not a device id');
   }
   if (typeof name !== 'string' || name.length === 0) throw new TypeError('name is empty');
   if (typeof value !== 'string') throw new TypeError('value is not text');
   if (decision !== null && typeof decision !== 'string') throw new TypeError('decision is not an id or null');
+  if (!Array.isArray(allow) || !allow.every((site) => typeof site === 'string' && site.length > 0)) {
+    throw new TypeError('allow is not a list of sites');
+  }
   if (!Number.isInteger(ttlSecs) || ttlSecs < 1 || ttlSecs > MAX_TTL_SECS) {
     throw new TypeError(`ttlSecs is not a whole number of seconds from 1 to ${MAX_TTL_SECS}`);
   }
@@ -69,10 +75,13 @@ export async function sealSecret({ deviceId, sealKey, name, value, decision = nu
 
   const jti = base64url(crypto.getRandomValues(new Uint8Array(16)));
   const exp = Math.floor(Date.now() / 1000) + ttlSecs;
-  // Property order is the documented field order; the computer parses it strictly.
-  const aad = utf8.encode(JSON.stringify({ v: 1, purpose: 'secret', device: deviceId, kid, decision, name, exp, jti }));
+  // Property order is the documented field order; the computer parses it strictly. `allow`
+  // comes last and only when there is a limit: the computer refuses null or an empty list.
+  const fields = { v: 1, purpose: 'secret', device: deviceId, kid, decision, name, exp, jti };
+  if (allow.length > 0) fields.allow = [...allow];
+  const aad = utf8.encode(JSON.stringify(fields));
   const plaintext = utf8.encode(value);
-  if (aad.length > MAX_AAD_BYTES) throw new TypeError('name is too long');
+  if (aad.length > MAX_AAD_BYTES) throw new TypeError('the name and allowed sites are too long');
   if (plaintext.length > MAX_VALUE_BYTES) throw new TypeError('value is longer than 64 KiB');
   const info = concat(utf8.encode('tether/seal/v1'), [0], utf8.encode(deviceId), [0], utf8.encode(kid));
 
