@@ -37,8 +37,8 @@ fn scripted_agent() -> PathBuf {
 pub(crate) struct Computer {
     pub(crate) server: Server,
     pub(crate) web: Web,
-    device_id: String,
-    home: tempfile::TempDir,
+    pub(crate) device_id: String,
+    pub(crate) home: tempfile::TempDir,
     work: tempfile::TempDir,
     daemon: Daemon,
 }
@@ -115,11 +115,22 @@ impl Computer {
     }
 
     pub(crate) async fn create(&self, mode: &str, network: bool, steps: Value) -> String {
+        self.create_naming(mode, network, steps, &[]).await
+    }
+
+    /// A job that also names `secrets`.
+    pub(crate) async fn create_naming(
+        &self,
+        mode: &str,
+        network: bool,
+        steps: Value,
+        secrets: &[&str],
+    ) -> String {
         let body = json!({
             "deviceId": self.device_id, "title": format!("acp {mode}"),
             "prompt": json!({ "steps": steps }).to_string(),
             "folder": "work", "engine": "scripted", "mode": mode, "network": network,
-            "timeoutMinutes": 5,
+            "timeoutMinutes": 5, "secrets": secrets,
         });
         let res = self.web.post("/api/jobs", &body).await;
         let status = res.status();
@@ -131,7 +142,11 @@ impl Computer {
 
     /// Follows the job to its end, answering each decision it asks with `decide` (seen
     /// once each). Returns the job and the decisions answered, in order.
-    async fn run(&self, job_id: &str, decide: impl Fn(&Value) -> Answer) -> (Job, Vec<Value>) {
+    pub(crate) async fn run(
+        &self,
+        job_id: &str,
+        decide: impl Fn(&Value) -> Answer,
+    ) -> (Job, Vec<Value>) {
         let deadline = Instant::now() + Duration::from_secs(90);
         let mut answered: Vec<Value> = Vec::new();
         loop {

@@ -167,6 +167,49 @@ async fn used_by_reference(backend: &str) {
     let _ = std::fs::remove_dir_all(&runs);
 }
 
+/// An ACP agent's terminal command uses the secret the same way: the broker's variables
+/// reach the agent's terminals, and the value never does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acp_agent_uses_a_limited_secret_from_its_terminal() {
+    let site = Recorder::start("").await;
+    let computer = crate::acp::Computer::start().await;
+    let device = computer
+        .web
+        .wait_for_device(&computer.device_id, |device| device.seal_key.is_some())
+        .await;
+    let sites = [site.origin.as_str()];
+    save_secret(
+        &computer.web,
+        computer.home.path(),
+        &computer.device_id,
+        &device.seal_key.unwrap(),
+        ("API_TOKEN", LIMITED),
+        Some(&sites),
+    )
+    .await;
+    let command = format!(
+        r#""$TETHER_AGENT" secret-http -H 'Authorization: Bearer {{{{API_TOKEN}}}}' {}/echo; echo " | in env: $(env | grep -c '^API_TOKEN=')""#,
+        site.origin
+    );
+    let steps = json!([{ "terminal": { "command": "sh", "args": ["-c", command] } }]);
+    let job_id = computer
+        .create_naming("unattended", true, steps, &["API_TOKEN"])
+        .await;
+    let (job, _) = computer.run(&job_id, |_| unreachable!("unattended")).await;
+    assert_eq!(job.state, JobState::Succeeded, "{job:#?}");
+    assert_eq!(
+        site.requests(),
+        vec![format!("GET /echo auth=Bearer {LIMITED} body=")]
+    );
+    let output = output_lines(&job).join("\n");
+    assert!(
+        output.contains("you sent: GET /echo auth=Bearer [hidden] body= | in env: 0"),
+        "{output}"
+    );
+    assert!(output.contains("with API_TOKEN → 200"), "{output}");
+    assert!(!serde_json::to_string(&job).unwrap().contains(LIMITED));
+}
+
 /// Each call prints its answer and then ` | exit=N` on the same line.
 fn recipe(allowed: &str, other: &str) -> String {
     format!(
