@@ -138,6 +138,8 @@ pub async fn run(ctx: Ctx, shutdown: impl Future) -> Result<DaemonEnd> {
             tracing::warn!("cannot clear old local decisions: {err:#}");
         }
     }
+    // Sockets of brokers an earlier agent process left behind serve nothing any more.
+    crate::secret_http::clear_stale(ctx.data_dir.root());
     let max_runs = ctx.max_runs;
     let journal = Arc::new(Journal::new(&ctx.data_dir));
     // Every record on disk now was left by an earlier agent process (we hold the lock).

@@ -304,6 +304,19 @@ pub fn runs_root(data_dir: &Path) -> PathBuf {
     data_dir.with_file_name(format!("{name}-runs"))
 }
 
+/// Removes the sockets in `<data dir>-runs` (called by a daemon holding the run lock, before
+/// any run starts, so every one there was left by an earlier process).
+pub fn clear_stale(data_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(runs_root(data_dir)) else {
+        return;
+    };
+    for path in entries.filter_map(|entry| entry.ok().map(|entry| entry.path())) {
+        if path.extension().is_some_and(|ext| ext == "sock") {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
 fn random_text(bytes: usize) -> String {
     let mut raw = vec![0u8; bytes];
     rand::rngs::OsRng.fill_bytes(&mut raw);
@@ -324,8 +337,9 @@ async fn serve(listener: UnixListener, served: Arc<Served>) {
                 connections.spawn(answer_connection(stream, served.clone()));
             }
             Err(err) => {
-                tracing::warn!("secret-http broker stopped accepting: {err}");
-                return;
+                // Out of descriptors, most likely: the run waits a moment, the broker stays.
+                tracing::warn!("secret-http broker could not accept a connection: {err}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
         while connections.try_join_next().is_some() {}
@@ -708,5 +722,10 @@ mod tests {
 
         drop(broker);
         assert!(!socket.exists(), "the socket outlived its run");
+        // One an earlier process left behind goes when the next daemon starts.
+        let stale = dir.path().join("data-runs").join("left.sock");
+        std::fs::write(&stale, b"").expect("stale socket");
+        clear_stale(&dir.path().join("data"));
+        assert!(!stale.exists());
     }
 }
