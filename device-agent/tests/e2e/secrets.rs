@@ -1,6 +1,7 @@
 //! A secret from the browser to a real agent: the Computers page seals it in headless
-//! Chromium for the computer's pinned key, the agent opens and stores it, a job naming it gets
-//! it as an environment variable, and what the job prints arrives `[hidden]`.
+//! Chromium for the computer's pinned key, the agent opens and stores it, a job assigned on
+//! the Assign page with it ticked gets it as an environment variable, and what the job prints
+//! arrives `[hidden]`.
 
 use std::time::Duration;
 
@@ -98,8 +99,9 @@ async fn a_secret_sent_from_the_browser_is_used_by_a_job_and_hidden_in_its_outpu
         "{main}"
     );
 
-    // A job naming it gets it, and its output arrives hidden.
-    let job = run_job(&mut browser, &["API_TOKEN"]).await;
+    // A job assigned on the Assign page with the secret ticked gets it, and its output
+    // arrives hidden.
+    let job = assign_with_secret(&mut browser, &base, "API_TOKEN").await;
     assert_eq!(job["outcome"]["outcome"], "succeeded", "{job}");
     let text = job.to_string();
     assert!(!text.contains(VALUE), "the value left the computer: {text}");
@@ -113,7 +115,12 @@ async fn a_secret_sent_from_the_browser_is_used_by_a_job_and_hidden_in_its_outpu
     assert!(lines.contains(&"token=[hidden]"), "{lines:?}");
     assert!(lines.contains(&"other=unset"), "{lines:?}");
 
-    // A job that does not name it does not get it.
+    // A job that does not name it does not get it (created from the Computers page, which
+    // knows the computer's id).
+    browser.goto(&format!("{base}/computers")).await;
+    browser
+        .wait_for("document.querySelector('form[data-seal-device]')")
+        .await;
     let job = run_job(&mut browser, &[]).await;
     let lines = job["events"].to_string();
     assert!(
@@ -143,6 +150,35 @@ async fn a_secret_sent_from_the_browser_is_used_by_a_job_and_hidden_in_its_outpu
         .contains("API_TOKEN"));
 }
 
+/// Assigns a job on the Assign page with the secret `name` ticked, and waits for its outcome.
+async fn assign_with_secret(browser: &mut Browser, base: &str, name: &str) -> Value {
+    let checkbox = format!("input[name=secrets][value={name}]");
+    let ready = browser
+        .reload_until(
+            &format!("{base}/assign"),
+            &format!("document.querySelector('{checkbox}')"),
+        )
+        .await;
+    assert!(ready, "no secret to tick: {}", browser.text("main").await);
+    browser
+        .fill("form[data-api='/api/jobs'] input[name=title]", "Show")
+        .await;
+    browser.click(&checkbox).await;
+    browser
+        .click("form[data-api='/api/jobs'] button[type=submit]")
+        .await;
+    browser
+        .wait_for("location.pathname.startsWith('/jobs/')")
+        .await;
+    let path = browser.eval("location.pathname").await;
+    let id = path
+        .as_str()
+        .unwrap()
+        .trim_start_matches("/jobs/")
+        .to_owned();
+    follow_job(browser, &id).await
+}
+
 /// Creates a job through the API from the signed-in page and waits for its outcome.
 async fn run_job(browser: &mut Browser, secrets: &[&str]) -> Value {
     let body = json!({
@@ -163,6 +199,11 @@ async fn run_job(browser: &mut Browser, secrets: &[&str]) -> Value {
         .or_else(|| created["job"]["id"].as_str())
         .unwrap_or_else(|| panic!("no job: {created}"))
         .to_owned();
+    follow_job(browser, &id).await
+}
+
+/// Polls the job from the signed-in page until it has an outcome.
+async fn follow_job(browser: &mut Browser, id: &str) -> Value {
     for _ in 0..120 {
         let job = browser
             .eval(&format!(

@@ -5,6 +5,7 @@ use maud::{html, Markup};
 use serde::Deserialize;
 use tether_protocol::devices::Device;
 use tether_protocol::jobs::Mode;
+use tether_protocol::secrets::SavedName;
 
 use super::layout::{error_page, page};
 use super::signin_redirect;
@@ -38,6 +39,15 @@ pub async fn show(
         .as_deref()
         .and_then(|id| devices.iter().find(|d| d.id.as_str() == id))
         .or_else(|| devices.first());
+    let held = match chosen {
+        Some(device) => {
+            match crate::secrets::list(&state.store, &caller.account.id, &device.id).await {
+                Ok(listing) => listing.names,
+                Err(error) => return error_page(&caller, &error),
+            }
+        }
+        None => Vec::new(),
+    };
     page(
         "Assign",
         Some(&caller),
@@ -45,13 +55,13 @@ pub async fn show(
             h1 { "Assign a job" }
             @match chosen {
                 None => p { "Pair a computer first: " a href="/computers" { "Computers" } "." },
-                Some(device) => (assign_form(&devices, device)),
+                Some(device) => (assign_form(&devices, device, &held)),
             }
         },
     )
 }
 
-fn assign_form(devices: &[Device], device: &Device) -> Markup {
+fn assign_form(devices: &[Device], device: &Device, held: &[SavedName]) -> Markup {
     let (folders, engines) = match &device.capabilities {
         Some(capabilities) => (capabilities.folders.clone(), capabilities.engines.clone()),
         None => (Vec::new(), Vec::new()),
@@ -88,10 +98,36 @@ fn assign_form(devices: &[Device], device: &Device) -> Markup {
                     }
                 }
                 label.inline { input type="checkbox" name="network"; "Allow network access" }
+                (secret_choices(held))
                 label { "Time limit (minutes)"
                     input type="number" name="timeoutMinutes" value="30" min="1" max="1440" required; }
                 p.error role="alert" {}
                 button type="submit" { "Assign to " (device.name) }
+            }
+        }
+    }
+}
+
+/// One checkbox per secret the computer holds: the job gets exactly the ones ticked.
+fn secret_choices(held: &[SavedName]) -> Markup {
+    html! {
+        @if !held.is_empty() {
+            fieldset.secrets {
+                legend { "Secrets this job may use" }
+                @for saved in held {
+                    label.inline {
+                        input type="checkbox" name="secrets" value=(saved.name) data-list;
+                        code { (saved.name) }
+                        @if let Some(sites) = &saved.allow {
+                            " " span.muted { "only to " (sites.join(", ")) ", by reference" }
+                        }
+                    }
+                }
+                p.muted {
+                    "A secret without sites arrives as an environment variable of that name; one \
+                     limited to sites never does, and is used with "
+                    code { "tether-agent secret-http" } "."
+                }
             }
         }
     }

@@ -473,6 +473,31 @@ both_backends! {
         assert_eq!(listing(&ann, &device).await["deliveries"], json!([]));
     }
 
+    async fn the_assign_page_offers_the_secrets_a_computer_holds(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let (_, device) = sealed_device(&app, &ann, "install-1").await;
+        let (_, before) = html_of(&ann, &format!("/assign?device={}", device.device_id)).await;
+        assert!(!before.contains(r#"name="secrets""#), "{before}");
+        let plain = seal_for(&device, "PLAIN_KEY", VALUE);
+        send_and_save(&ann, &device, &json!({ "name": "PLAIN_KEY", "sealed": plain })).await;
+        let sites = ["api.example.com"];
+        let limited = seal_limited(&device, "API_KEY", VALUE, &sites);
+        send_and_save(&ann, &device, &json!({ "name": "API_KEY", "sealed": limited, "allow": sites })).await;
+        let (status, page) = html_of(&ann, &format!("/assign?device={}", device.device_id)).await;
+        assert_eq!(status, 200);
+        for name in ["API_KEY", "PLAIN_KEY"] {
+            let checkbox = format!(r#"<input type="checkbox" name="secrets" value="{name}" data-list>"#);
+            assert!(page.contains(&checkbox), "{page}");
+        }
+        assert!(page.contains("only to api.example.com, by reference"), "{page}");
+        assert!(!page.contains(VALUE));
+        // Another account's computer offers nothing, not even its names.
+        let eve = app.user("eve@example.com").await;
+        let (_, theirs) = html_of(&eve, &format!("/assign?device={}", device.device_id)).await;
+        assert!(!theirs.contains("API_KEY"), "{theirs}");
+    }
+
     async fn nothing_about_a_limited_secret_is_a_server_error(backend) {
         let app = spawn_app(backend).await;
         let ann = app.user("ann@example.com").await;
@@ -540,4 +565,9 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     files
+}
+
+async fn html_of(client: &WebClient, path: &str) -> (u16, String) {
+    let res = client.get(path).await;
+    (res.status().as_u16(), res.text().await.unwrap())
 }

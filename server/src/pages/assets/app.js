@@ -24,7 +24,11 @@ function formBody(form) {
   const body = {};
   for (const field of form.elements) {
     if (!field.name || field.disabled) continue;
-    if (field.type === "checkbox") body[field.name] = field.checked;
+    if (field.type === "checkbox" && "list" in field.dataset) {
+      // Checkboxes marked data-list send the values of those ticked, as one array.
+      body[field.name] ??= [];
+      if (field.checked) body[field.name].push(field.value);
+    } else if (field.type === "checkbox") body[field.name] = field.checked;
     else if (field.type === "number") body[field.name] = Number(field.value);
     else body[field.name] = field.value;
   }
