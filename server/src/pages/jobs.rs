@@ -94,6 +94,15 @@ fn job_view(job: &Job) -> Markup {
                     " · attempt " span data-field="attempt" { (job.attempt) } }
             }
             @if !job.spec.prompt.is_empty() { p { (job.spec.prompt) } }
+            p.muted {
+                @if job.spec.network { "Network on" } @else { "Network off" }
+                @if !job.spec.secrets.is_empty() {
+                    " · secrets: "
+                    @for (n, name) in job.spec.secrets.iter().enumerate() {
+                        @if n > 0 { ", " } code { (name) }
+                    }
+                }
+            }
             p data-field="outcome" {
                 @if let Some(outcome) = &job.outcome { (outcome.summary) }
             }

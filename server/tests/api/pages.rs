@@ -4,7 +4,8 @@ use reqwest::redirect::Policy;
 use serde_json::{json, Value};
 
 use crate::both_backends;
-use crate::helpers::{seal_key, spawn_app, WebClient};
+use crate::helpers::{job_body, seal_key, spawn_app, WebClient};
+use tether_protocol::jobs::Job;
 
 async fn html(web: &WebClient, path: &str) -> (u16, String) {
     let res = web.get(path).await;
@@ -80,6 +81,15 @@ both_backends! {
         let (status, text) = html(&ann, &format!("/jobs/{}", job.id)).await;
         assert_eq!(status, 200);
         assert!(text.contains(&job.title));
+        assert!(text.contains("Network off"), "{text}");
+        // The secrets a job names are shown by name on its page.
+        let mut body = job_body(&device.device_id);
+        body["secrets"] = json!(["API_KEY", "DEPLOY_TOKEN"]);
+        let res = ann.post("/api/jobs", &body).await;
+        assert_eq!(res.status().as_u16(), 201);
+        let named: Job = res.json().await.unwrap();
+        let (_, text) = html(&ann, &format!("/jobs/{}", named.id)).await;
+        assert!(text.contains("secrets: <code>API_KEY</code>, <code>DEPLOY_TOKEN</code>"), "{text}");
         let (status, text) = html(&eve, &format!("/jobs/{}", job.id)).await;
         assert_eq!(status, 404);
         assert!(!text.contains(&job.title) && text.contains("Not found"), "{text}");
