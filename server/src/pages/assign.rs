@@ -126,7 +126,7 @@ fn secret_choices(held: &[SavedName]) -> Markup {
                 p.muted {
                     "A secret without sites arrives as an environment variable of that name; one \
                      limited to sites never does, and is used with "
-                    code { "tether-agent secret-http" } "."
+                    code { "tether-agent secret-http" } " (which needs network access)."
                 }
             }
         }
