@@ -19,8 +19,8 @@
 //! about a job: a lost frame costs the device latency (it claims on every (re)connect and
 //! heartbeat), a lost relay answer a 504.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -32,7 +32,7 @@ use tether_protocol::decisions::DecisionChange;
 use tether_protocol::files::{FileAnswer, FileOp};
 use tether_protocol::frames::ServerFrame;
 use tether_protocol::{AccountId, Code, DecisionId, DeviceId, JobId};
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot, Notify};
 
 use crate::credentials;
 use crate::error::ApiError;
@@ -66,8 +66,8 @@ struct Inner {
 
 #[derive(Default)]
 struct Local {
-    /// Open event streams by device id: (stream number, sender).
-    streams: HashMap<String, Vec<(u64, mpsc::Sender<ServerFrame>)>>,
+    /// Open event streams by device id: (stream number, its mailbox).
+    streams: HashMap<String, Vec<(u64, Arc<Mailbox>)>>,
     next_stream: u64,
     /// Relayed requests this replica waits on, by request id.
     waiting: HashMap<String, Waiter>,
@@ -136,14 +136,65 @@ struct RelayEnvelope {
     answer: FileAnswer,
 }
 
+/// The frames waiting for one open stream, at most [`STREAM_BUFFER`], and the wake-up of its
+/// reader.
+///
+/// Every connected device holds one for as long as it is connected, almost always empty: it
+/// costs about a hundred bytes then and allocates only while frames wait. (A tokio channel
+/// allocates a block of 32 frames up front, about 3 KiB per connected device.)
+#[derive(Default)]
+struct Mailbox {
+    /// A std mutex: it is never held across an await.
+    frames: Mutex<VecDeque<ServerFrame>>,
+    /// Holds a permit when a frame arrived while nobody waited, so none is missed.
+    arrived: Notify,
+}
+
+impl Mailbox {
+    /// Queues `frame` unless [`STREAM_BUFFER`] frames already wait; says whether it did.
+    fn offer(&self, frame: ServerFrame) -> bool {
+        {
+            let mut frames = self.frames.lock().unwrap_or_else(PoisonError::into_inner);
+            if frames.len() >= STREAM_BUFFER {
+                return false;
+            }
+            frames.push_back(frame);
+        }
+        self.arrived.notify_one();
+        true
+    }
+
+    /// The oldest waiting frame; an emptied queue gives its memory back.
+    fn take(&self) -> Option<ServerFrame> {
+        let mut frames = self.frames.lock().unwrap_or_else(PoisonError::into_inner);
+        let frame = frames.pop_front();
+        if frames.is_empty() {
+            frames.shrink_to_fit();
+        }
+        frame
+    }
+}
+
 /// An open event stream of one device on this replica. Dropping it closes the registration
 /// (and, for the device's last stream here, its Redis subscription).
 pub struct EventStream {
     hub: Hub,
     device_id: String,
     number: u64,
-    /// The frames for this stream.
-    pub frames: mpsc::Receiver<ServerFrame>,
+    mailbox: Arc<Mailbox>,
+}
+
+impl EventStream {
+    /// The next frame for this stream, in the order they were sent; waits while there is
+    /// none. Cancel-safe: a frame stays queued until this returns it.
+    pub async fn next_frame(&self) -> ServerFrame {
+        loop {
+            if let Some(frame) = self.mailbox.take() {
+                return frame;
+            }
+            self.mailbox.arrived.notified().await;
+        }
+    }
 }
 
 impl Drop for EventStream {
@@ -243,13 +294,17 @@ impl Hub {
     /// this replica subscribes to its channel before this returns, so a frame published after
     /// the stream opened reaches it.
     pub async fn open_stream(&self, device_id: &DeviceId) -> EventStream {
-        let (sender, frames) = mpsc::channel(STREAM_BUFFER);
+        let mailbox = Arc::new(Mailbox::default());
         let (number, subscribed) = {
             let mut local = self.local();
             local.next_stream += 1;
             let number = local.next_stream;
-            let streams = local.streams.entry(device_id.to_string()).or_default();
-            streams.push((number, sender));
+            // A device almost always has one stream; room for more is made when it has.
+            let streams = local
+                .streams
+                .entry(device_id.to_string())
+                .or_insert_with(|| Vec::with_capacity(1));
+            streams.push((number, mailbox.clone()));
             let first = streams.len() == 1;
             let subscribed = match &self.inner.bus {
                 Bus::Redis(bus) if first => {
@@ -275,7 +330,7 @@ impl Hub {
             hub: self.clone(),
             device_id: device_id.to_string(),
             number,
-            frames,
+            mailbox,
         }
     }
 
@@ -411,18 +466,16 @@ impl Hub {
 
     /// Hands `frame` to this replica's streams of `device_id`; returns how many took it.
     fn deliver(&self, device_id: &str, frame: &ServerFrame) -> usize {
-        let mut local = self.local();
-        let Some(streams) = local.streams.get_mut(device_id) else {
+        let local = self.local();
+        let Some(streams) = local.streams.get(device_id) else {
             return 0;
         };
         let mut delivered = 0;
-        for (_, sender) in streams.iter() {
-            match sender.try_send(frame.clone()) {
-                Ok(()) => delivered += 1,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    tracing::warn!(device_id, "event stream buffer full; frame dropped");
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => {}
+        for (_, mailbox) in streams {
+            if mailbox.offer(frame.clone()) {
+                delivered += 1;
+            } else {
+                tracing::warn!(device_id, "event stream buffer full; frame dropped");
             }
         }
         delivered
@@ -785,4 +838,58 @@ fn replica_channel(replica: &str) -> String {
 
 fn relay_key(request_id: &str) -> String {
     format!("{KEY_PREFIX}relay:{request_id}")
+}
+
+#[cfg(test)]
+#[allow(clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn cancels(n: usize) -> Vec<ServerFrame> {
+        (0..n)
+            .map(|_| ServerFrame::JobCancel {
+                job_id: JobId::generate(),
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_stream_gets_its_frames_in_order_and_drops_them_past_its_buffer() {
+        let hub = Hub::in_process();
+        let device_id = DeviceId::generate();
+        let stream = hub.open_stream(&device_id).await;
+        let frames = cancels(STREAM_BUFFER + 1);
+        for frame in &frames[..STREAM_BUFFER] {
+            assert_eq!(hub.send(&device_id, frame).await.ok(), Some(1));
+        }
+        assert_eq!(
+            hub.send(&device_id, &frames[STREAM_BUFFER]).await.ok(),
+            Some(0)
+        );
+        for frame in &frames[..STREAM_BUFFER] {
+            assert_eq!(&stream.next_frame().await, frame);
+        }
+        assert_eq!(hub.send(&device_id, &ServerFrame::Wake).await.ok(), Some(1));
+        assert_eq!(stream.next_frame().await, ServerFrame::Wake);
+    }
+
+    #[tokio::test]
+    async fn a_waiting_stream_wakes_for_a_frame_and_a_closed_one_takes_none() {
+        let hub = Hub::in_process();
+        let device_id = DeviceId::generate();
+        let stream = hub.open_stream(&device_id).await;
+        let reader = tokio::spawn(async move { (stream.next_frame().await, stream) });
+        // The reader runs until it waits for a frame.
+        tokio::task::yield_now().await;
+        assert_eq!(hub.send(&device_id, &ServerFrame::Wake).await.ok(), Some(1));
+        let (frame, stream) = tokio::time::timeout(Duration::from_secs(5), reader)
+            .await
+            .expect("the waiting reader wakes")
+            .expect("the reader finishes");
+        assert_eq!(frame, ServerFrame::Wake);
+        assert!(hub.holds_stream(&device_id));
+        drop(stream);
+        assert!(!hub.holds_stream(&device_id));
+        assert_eq!(hub.send(&device_id, &ServerFrame::Wake).await.ok(), Some(0));
+    }
 }

@@ -7,12 +7,13 @@
 //! `events_idle_secs`. After `device.revoked` it closes the stream. The device sends nothing
 //! but pongs; inbound frames are capped small.
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use actix_ws::{CloseCode, CloseReason, Message, MessageStream, Session};
+use actix_ws::{CloseCode, CloseReason, Message, MessageStream, ProtocolError, Session};
 use tether_protocol::frames::ServerFrame;
-use tether_protocol::Code;
+use tether_protocol::{Code, DeviceId};
 
 use crate::auth::DeviceCaller;
 use crate::error::ApiError;
@@ -49,7 +50,15 @@ async fn events(
         idle: Duration::from_secs(state.config.events_idle_secs.max(1)),
     };
     tracing::info!(device_id = %device.device_id, "event stream opened");
-    actix_web::rt::spawn(serve(state, device, stream, session, messages, settings));
+    let connection = Connection {
+        state,
+        device_id: device.device_id,
+        session,
+        settings,
+        last_heard: Instant::now(),
+        last_check: Instant::now(),
+    };
+    actix_web::rt::spawn(serve(connection, stream, messages));
     Ok(response)
 }
 
@@ -66,90 +75,149 @@ enum End {
     Broken,
 }
 
-async fn serve(
+/// What woke an open stream.
+enum Event {
+    Frame(ServerFrame),
+    Message(Option<Result<Message, ProtocolError>>),
+    Tick,
+}
+
+/// One open stream: what its events are handled with.
+struct Connection {
     state: web::Data<AppState>,
-    device: DeviceCaller,
-    mut stream: EventStream,
-    mut session: Session,
-    mut messages: MessageStream,
+    device_id: DeviceId,
+    session: Session,
     settings: Settings,
-) {
-    let mut last_heard = Instant::now();
-    let mut last_check = Instant::now();
-    // Boxes that waited for this device go out again on every (re)connection; the device
-    // answers each once, and a box it already answered is no longer pending.
-    match secrets::pending_frames(&state.store, &device.device_id).await {
-        Ok(frames) => {
-            for frame in &frames {
-                if send_frame(&mut session, frame).await.is_err() {
-                    return;
+    last_heard: Instant,
+    last_check: Instant,
+}
+
+/// Serves one stream until it ends.
+///
+/// Each connected device costs one such task for as long as it is connected, and the task's
+/// future is as large as the largest state it can wait in. So the loop only waits for the
+/// next event, and each event is handled in a boxed future: the sends and the database reads
+/// it may await take room only while they run, not in every idle stream. (An `async` block
+/// rather than an `async fn`, whose arguments would be stored twice.)
+#[allow(clippy::manual_async_fn)]
+fn serve(
+    mut connection: Connection,
+    stream: EventStream,
+    mut messages: MessageStream,
+) -> impl Future<Output = ()> {
+    async move {
+        if Box::pin(connection.send_pending_secrets()).await.is_err() {
+            return;
+        }
+        let ping = connection.settings.ping;
+        let mut pings = tokio::time::interval_at(tokio::time::Instant::now() + ping, ping);
+        pings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let end = loop {
+            let event = tokio::select! {
+                frame = stream.next_frame() => Event::Frame(frame),
+                message = messages.recv() => Event::Message(message),
+                _ = pings.tick() => Event::Tick,
+            };
+            if let Some(end) = Box::pin(connection.handle(event)).await {
+                break end;
+            }
+        };
+        drop(stream);
+        Box::pin(connection.close(end)).await;
+    }
+}
+
+impl Connection {
+    /// Boxes that waited for this device go out again on every (re)connection; the device
+    /// answers each once, and a box it already answered is no longer pending.
+    async fn send_pending_secrets(&mut self) -> Result<(), actix_ws::Closed> {
+        match secrets::pending_frames(&self.state.store, &self.device_id).await {
+            Ok(frames) => {
+                for frame in &frames {
+                    send_frame(&mut self.session, frame).await?;
                 }
             }
+            Err(error) => {
+                tracing::warn!(device_id = %self.device_id, %error, "pending secrets not read")
+            }
         }
-        Err(error) => {
-            tracing::warn!(device_id = %device.device_id, %error, "pending secrets not read")
+        Ok(())
+    }
+
+    /// Handles one event; says why the stream ends when it does.
+    async fn handle(&mut self, event: Event) -> Option<End> {
+        match event {
+            Event::Frame(frame) => self.forward(frame).await,
+            Event::Message(message) => self.receive(message).await,
+            Event::Tick => self.tick().await,
         }
     }
-    let mut pings =
-        tokio::time::interval_at(tokio::time::Instant::now() + settings.ping, settings.ping);
-    pings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let end = loop {
-        tokio::select! {
-            frame = stream.frames.recv() => {
-                let Some(frame) = frame else { break End::Broken };
-                if send_frame(&mut session, &frame).await.is_err() {
-                    break End::Broken;
-                }
-                if frame == ServerFrame::DeviceRevoked {
-                    break End::Revoked;
-                }
+
+    async fn forward(&mut self, frame: ServerFrame) -> Option<End> {
+        if send_frame(&mut self.session, &frame).await.is_err() {
+            return Some(End::Broken);
+        }
+        (frame == ServerFrame::DeviceRevoked).then_some(End::Revoked)
+    }
+
+    async fn receive(&mut self, message: Option<Result<Message, ProtocolError>>) -> Option<End> {
+        match message {
+            Some(Ok(Message::Ping(bytes))) => {
+                self.last_heard = Instant::now();
+                self.session.pong(&bytes).await.err().map(|_| End::Broken)
             }
-            message = messages.recv() => match message {
-                Some(Ok(Message::Ping(bytes))) => {
-                    last_heard = Instant::now();
-                    if session.pong(&bytes).await.is_err() {
-                        break End::Broken;
-                    }
-                }
-                Some(Ok(Message::Close(_))) | None => break End::ClientClosed,
-                Some(Ok(_)) => last_heard = Instant::now(),
-                Some(Err(_)) => break End::Broken,
-            },
-            _ = pings.tick() => {
-                if last_heard.elapsed() >= settings.idle {
-                    break End::Silent;
-                }
-                if last_check.elapsed() >= REVOCATION_RECHECK {
-                    last_check = Instant::now();
-                    if devices::is_revoked(&state.store, &device.device_id).await.unwrap_or(false) {
-                        let _ = send_frame(&mut session, &ServerFrame::DeviceRevoked).await;
-                        break End::Revoked;
-                    }
-                }
-                if send_frame(&mut session, &ServerFrame::Ping).await.is_err()
-                    || session.ping(b"tether").await.is_err()
-                {
-                    break End::Broken;
-                }
+            Some(Ok(Message::Close(_))) | None => Some(End::ClientClosed),
+            Some(Ok(_)) => {
+                self.last_heard = Instant::now();
+                None
+            }
+            Some(Err(_)) => Some(End::Broken),
+        }
+    }
+
+    /// Ends a silent stream, rechecks the revocation now and then, and pings.
+    async fn tick(&mut self) -> Option<End> {
+        if self.last_heard.elapsed() >= self.settings.idle {
+            return Some(End::Silent);
+        }
+        if self.last_check.elapsed() >= REVOCATION_RECHECK {
+            self.last_check = Instant::now();
+            if devices::is_revoked(&self.state.store, &self.device_id)
+                .await
+                .unwrap_or(false)
+            {
+                let _ = send_frame(&mut self.session, &ServerFrame::DeviceRevoked).await;
+                return Some(End::Revoked);
             }
         }
-    };
-    drop(stream);
-    let (reason, close) = match end {
-        End::Revoked => ("revoked", Some((CloseCode::Policy, "revoked"))),
-        End::Silent => ("silent", Some((CloseCode::Away, "silent too long"))),
-        End::ClientClosed => ("closed by the device", Some((CloseCode::Normal, "bye"))),
-        End::Broken => ("broken", None),
-    };
-    if let Some((code, description)) = close {
-        let _ = session
-            .close(Some(CloseReason {
-                code,
-                description: Some(description.to_owned()),
-            }))
-            .await;
+        if send_frame(&mut self.session, &ServerFrame::Ping)
+            .await
+            .is_err()
+            || self.session.ping(b"tether").await.is_err()
+        {
+            return Some(End::Broken);
+        }
+        None
     }
-    tracing::info!(device_id = %device.device_id, reason, "event stream closed");
+
+    async fn close(self, end: End) {
+        let (reason, close) = match end {
+            End::Revoked => ("revoked", Some((CloseCode::Policy, "revoked"))),
+            End::Silent => ("silent", Some((CloseCode::Away, "silent too long"))),
+            End::ClientClosed => ("closed by the device", Some((CloseCode::Normal, "bye"))),
+            End::Broken => ("broken", None),
+        };
+        if let Some((code, description)) = close {
+            let _ = self
+                .session
+                .close(Some(CloseReason {
+                    code,
+                    description: Some(description.to_owned()),
+                }))
+                .await;
+        }
+        tracing::info!(device_id = %self.device_id, reason, "event stream closed");
+    }
 }
 
 async fn send_frame(session: &mut Session, frame: &ServerFrame) -> Result<(), actix_ws::Closed> {
