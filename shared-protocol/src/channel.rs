@@ -282,13 +282,7 @@ impl fmt::Debug for ChannelKeys {
 /// 0x00, the device id, 0x00, the kid text. The same layout as [`crate::seal::info`] under
 /// its own label, so a box and a channel never share an HPKE context.
 pub fn channel_info(device_id: &DeviceId, kid: &Kid) -> Vec<u8> {
-    let mut info = Vec::with_capacity(INFO_LABEL.len() + 2 + device_id.as_str().len() + 22);
-    info.extend_from_slice(INFO_LABEL.as_bytes());
-    info.push(0);
-    info.extend_from_slice(device_id.as_str().as_bytes());
-    info.push(0);
-    info.extend_from_slice(kid.as_str().as_bytes());
-    info
+    crate::seal::labelled_info(INFO_LABEL, device_id, kid)
 }
 
 /// Starts a channel to `recipient` on `device_id`, on the browser's side: returns the `enc`

@@ -523,8 +523,14 @@ pub fn check_aad(aad: &Aad, expected: &AadExpectation<'_>, now: i64) -> Result<(
 /// The HPKE `info` for a box sent to `device_id` for the key `kid`: `tether/seal/v1`, 0x00,
 /// the device id, 0x00, the kid text.
 pub fn info(device_id: &DeviceId, kid: &Kid) -> Vec<u8> {
-    let mut info = Vec::with_capacity(INFO_LABEL.len() + 2 + device_id.as_str().len() + 22);
-    info.extend_from_slice(INFO_LABEL.as_bytes());
+    labelled_info(INFO_LABEL, device_id, kid)
+}
+
+/// `label`, 0x00, the device id, 0x00, the kid text: the HPKE `info` layout of boxes and
+/// channels, each under its own label.
+pub(crate) fn labelled_info(label: &str, device_id: &DeviceId, kid: &Kid) -> Vec<u8> {
+    let mut info = Vec::with_capacity(label.len() + 2 + device_id.as_str().len() + 22);
+    info.extend_from_slice(label.as_bytes());
     info.push(0);
     info.extend_from_slice(device_id.as_str().as_bytes());
     info.push(0);

@@ -5,15 +5,11 @@
 //! job ends `blocked` with the reason.
 
 use std::path::Path;
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tether_protocol::jobs::JobState;
 
-use super::{
-    agent_command, agent_ok, collect, output_lines, pair, spawn_server, wait_until, Daemon, Web,
-};
+use super::{agent_command, agent_ok, output_lines, pair, spawn_server, wait_until, Daemon, Web};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn confined_jobs_leave_the_host_untouched_bwrap() {
@@ -31,16 +27,7 @@ fn start_daemon(home: &Path, env: &[(&str, &str)]) -> Daemon {
     for (name, value) in env {
         command.env(name, value);
     }
-    let mut child = command
-        .args(["run"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = Arc::new(Mutex::new(String::new()));
-    tokio::spawn(collect(child.stderr.take().unwrap(), stderr.clone()));
-    tokio::spawn(collect(child.stdout.take().unwrap(), stderr.clone()));
-    Daemon { child, stderr }
+    Daemon::spawn(command)
 }
 
 fn host_processes_with(marker: &str) -> Vec<String> {

@@ -545,7 +545,12 @@ struct Daemon {
 
 impl Daemon {
     fn start(home: &Path) -> Daemon {
-        let mut child = agent_command(home)
+        Daemon::spawn(agent_command(home))
+    }
+
+    /// `command run`, its stdout and stderr collected.
+    fn spawn(mut command: Command) -> Daemon {
+        let mut child = command
             .args(["run"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -585,17 +590,9 @@ impl Daemon {
 
 /// `tether-agent run` under the sandbox `backend`, its output collected.
 fn start_daemon(home: &Path, backend: &str) -> Daemon {
-    let mut child = agent_command(home)
-        .env("TETHER_SANDBOX", backend)
-        .args(["run"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = Arc::new(Mutex::new(String::new()));
-    tokio::spawn(collect(child.stderr.take().unwrap(), stderr.clone()));
-    tokio::spawn(collect(child.stdout.take().unwrap(), stderr.clone()));
-    Daemon { child, stderr }
+    let mut command = agent_command(home);
+    command.env("TETHER_SANDBOX", backend);
+    Daemon::spawn(command)
 }
 
 /// Whether the sandbox `backend` works here; when it does not, says so (and fails under
