@@ -114,7 +114,8 @@ async fn main() -> Result<(), agent_client_protocol::Error> {
         cwd: Mutex::new(PathBuf::from(".")),
         cancelled: watch::channel(false).0,
     });
-    let transport = tether_agent::acp::transport::lines(tokio::io::stdin(), tokio::io::stdout());
+    let transport =
+        tether_agent::engines::acp::transport::lines(tokio::io::stdin(), tokio::io::stdout());
     Agent
         .v1()
         .name("scripted-acp-agent")

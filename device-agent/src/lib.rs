@@ -4,45 +4,40 @@
 //! jobs under a fenced lease, runs them through locally configured recipes or ACP coding
 //! agents in shared folders and reports their output and outcome.
 //!
+//! The crate is made of wings, each depending only on the ones listed before it:
+//!
+//! - [`local`]: what this computer keeps on its own disk (the data dir, shared folders,
+//!   recipes and engines, the vault, the seal key, the run journal, local decisions);
+//! - [`policy`]: what a run may do (the hard floor, the guard, the run's policy and the gate
+//!   in front of it, trusted folders, `explain`);
+//! - [`sandbox`]: how every program a run starts is confined;
+//! - [`remote`]: talking to the Tether server (the HTTP client, the event stream, pairing,
+//!   the handlers of the frames that are answered outside a run);
+//! - [`run`]: one run's parts (its stop signal, what it is granted, its lease, output,
+//!   evidence, questions to the owner) and the dispatch to an engine;
+//! - [`engines`]: the recipe engine and the ACP engine, each a [`run::Engine`];
+//! - [`daemon`]: `tether-agent run`, the loop that ties the server to the runs;
+//! - [`cli`]: the command line.
+//!
 //! **Architecture Invariant:** the server names only a folder *label* and an engine *name*;
 //! the path and the argv always come from this computer's own configuration.
 //!
-//! **Architecture Invariant:** only [`client`] knows HTTP (it also builds the event stream's
-//! WebSocket request, which [`events`] drives); only [`state`] and [`journal`] write to the
-//! data directory (plus the daemon's lock file).
+//! **Architecture Invariant:** only [`remote::client`] talks to the Tether server (it also
+//! builds the event stream's WebSocket request, which [`remote::events`] drives). The one
+//! other HTTP client is [`run::secret_http`], which sends only the owner's own requests that
+//! use saved secrets by reference, to the sites those secrets admit.
+//!
+//! **Architecture Invariant:** only [`local`] writes to the data directory, every file through [`local::state`]'s atomic
+//! writes (plus the lock files of the daemon and of the vault).
 
-pub mod acp;
-pub mod backoff;
 pub mod cli;
-pub mod client;
 pub mod daemon;
-pub mod decisions;
 pub mod engines;
-pub mod environment;
-pub mod events;
-pub mod evidence;
-pub mod explain;
-pub mod file_answers;
-pub mod folders;
-pub mod gate;
-pub mod guard;
-pub mod hard_floor;
-pub mod journal;
-pub mod lease;
-pub mod pairing;
+pub mod local;
 pub mod policy;
-pub mod process_group;
-pub mod progress;
-pub mod recipes;
-pub mod reconcile;
-pub mod runner;
+pub mod remote;
+pub mod run;
 pub mod sandbox;
-pub mod seal_key;
-pub mod secret_http;
-pub mod state;
-pub mod status;
-pub mod trust;
-pub mod vault;
 
 /// The version this agent reports to the server.
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");

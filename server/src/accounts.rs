@@ -7,9 +7,10 @@ use tether_protocol::auth::{CreatedToken, LoginParams, Me, NewTokenParams, Signu
 use tether_protocol::routes::USER_TOKEN_PREFIX;
 use tether_protocol::{AccountId, Code, TokenId, UserId};
 
+use crate::clock::{secs, Millis};
 use crate::credentials;
 use crate::error::ApiError;
-use crate::store::{now_millis, on_read, on_tx, secs, stored_id, Store, Tx};
+use crate::store::{on_read, on_tx, stored_id, Store, Tx};
 
 /// How long a browser session lasts.
 pub const SESSION_SECS: u64 = 30 * 24 * 3600;
@@ -31,8 +32,9 @@ pub struct Resolved {
     pub csrf_token: Option<String>,
 }
 
-/// Signup input after validation.
-struct NewUser {
+/// Signup input after validation: a normalised email, a password of acceptable length and
+/// a display name. (No `Debug`: it holds the password.)
+pub struct NewUser {
     email: String,
     password: String,
     name: String,
@@ -49,14 +51,45 @@ impl TryFrom<SignupParams> for NewUser {
     }
 }
 
+/// A sign-in attempt: the email as stored (trimmed, lower case) and the password as typed.
+/// Neither is refused here: a wrong one of either is the same 401. (No `Debug`: it holds the
+/// password.)
+pub struct LoginAttempt {
+    email: String,
+    password: String,
+}
+
+impl From<LoginParams> for LoginAttempt {
+    fn from(params: LoginParams) -> LoginAttempt {
+        LoginAttempt {
+            email: params.email.trim().to_lowercase(),
+            password: params.password,
+        }
+    }
+}
+
+/// A checked [`NewTokenParams`]: the token's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewApiToken {
+    name: String,
+}
+
+impl TryFrom<NewTokenParams> for NewApiToken {
+    type Error = ApiError;
+    fn try_from(params: NewTokenParams) -> Result<NewApiToken, ApiError> {
+        Ok(NewApiToken {
+            name: parse_name("name", &params.name, 100)?,
+        })
+    }
+}
+
 /// Creates a user, their account and a session.
 ///
 /// # Errors
-/// 422 `invalid_field` for bad input, 409 `email_taken`, or a database error.
-pub async fn signup(store: &Store, params: SignupParams) -> Result<(Me, NewSession), ApiError> {
-    let new_user = NewUser::try_from(params)?;
+/// 409 `email_taken`, or a database error.
+pub async fn signup(store: &Store, new_user: NewUser) -> Result<(Me, NewSession), ApiError> {
     let password_hash = hash_password_blocking(new_user.password.clone()).await?;
-    let now = now_millis();
+    let now = store.now();
     let mut tx = store.begin().await?;
     if user_by_email(&mut tx, &new_user.email).await?.is_some() {
         return Err(ApiError::new(
@@ -90,7 +123,7 @@ pub async fn signup(store: &Store, params: SignupParams) -> Result<(Me, NewSessi
     .execute(conn)
     .await
     .map(|done| done.rows_affected()))?;
-    let session = open_session(&mut tx, &user_id, &account_id).await?;
+    let session = open_session(&mut tx, &user_id, &account_id, now).await?;
     tx.commit().await?;
     let me = Me {
         user: User {
@@ -113,8 +146,8 @@ pub async fn signup(store: &Store, params: SignupParams) -> Result<(Me, NewSessi
 /// # Errors
 /// 401 `invalid_credentials` for an unknown email or a wrong password (the same answer and
 /// about the same time for both), or a database error.
-pub async fn login(store: &Store, params: LoginParams) -> Result<(Me, NewSession), ApiError> {
-    let email = params.email.trim().to_lowercase();
+pub async fn login(store: &Store, attempt: LoginAttempt) -> Result<(Me, NewSession), ApiError> {
+    let LoginAttempt { email, password } = attempt;
     let row = on_read!(store, |pool| sqlx::query_as::<_, UserRow>(USER_BY_EMAIL)
         .bind(&email)
         .fetch_optional(pool)
@@ -124,7 +157,6 @@ pub async fn login(store: &Store, params: LoginParams) -> Result<(Me, NewSession
         .map_or(credentials::DECOY_PASSWORD_HASH.to_owned(), |row| {
             row.password_hash.clone()
         });
-    let password = params.password;
     let verified = with_password_slot(move || {
         password.chars().count() <= MAX_PASSWORD_CHARS
             && credentials::verify_password(&password, &stored_hash)
@@ -141,7 +173,7 @@ pub async fn login(store: &Store, params: LoginParams) -> Result<(Me, NewSession
     };
     let me = row.into_me()?;
     let mut tx = store.begin().await?;
-    let session = open_session(&mut tx, &me.user.id, &me.account.id).await?;
+    let session = open_session(&mut tx, &me.user.id, &me.account.id, store.now()).await?;
     tx.commit().await?;
     Ok((me, session))
 }
@@ -166,13 +198,13 @@ pub async fn logout(store: &Store, session_token: &str) -> Result<(), ApiError> 
 /// Makes an API token (`tut_…`) for the user; the plaintext is returned this once.
 ///
 /// # Errors
-/// 422 for a bad name, or a database error.
+/// A database error.
 pub async fn create_api_token(
     store: &Store,
     me: &Me,
-    params: NewTokenParams,
+    new: NewApiToken,
 ) -> Result<CreatedToken, ApiError> {
-    let name = parse_name("name", &params.name, 100)?;
+    let NewApiToken { name } = new;
     let id = TokenId::generate();
     let token = credentials::random_token(USER_TOKEN_PREFIX);
     let mut tx = store.begin().await?;
@@ -185,7 +217,7 @@ pub async fn create_api_token(
     .bind(me.user.id.as_str())
     .bind(&name)
     .bind(credentials::hash_token(&token))
-    .bind(now_millis())
+    .bind(store.now())
     .execute(conn)
     .await
     .map(|done| done.rows_affected()))?;
@@ -206,7 +238,7 @@ pub async fn by_session(store: &Store, session_token: &str) -> Result<Option<Res
     );
     let row = on_read!(store, |pool| sqlx::query_as::<_, CallerRow>(&sql)
         .bind(&token_hash)
-        .bind(now_millis())
+        .bind(store.now())
         .fetch_optional(pool)
         .await)?;
     row.filter(|row| credentials::hashes_match(&row.token_hash, &token_hash))
@@ -414,12 +446,12 @@ async fn open_session(
     tx: &mut Tx,
     user_id: &UserId,
     account_id: &AccountId,
+    now: Millis,
 ) -> Result<NewSession, ApiError> {
     let session = NewSession {
         token: credentials::random_token(""),
         csrf_token: credentials::random_token(""),
     };
-    let now = now_millis();
     on_tx!(tx, |conn| {
         sqlx::query(
         "INSERT INTO sessions (token_hash, account_id, user_id, csrf_token, created_at, expires_at) \

@@ -1,5 +1,6 @@
-//! Who is calling: the web [`Caller`] (session cookie or API token) and the [`DeviceCaller`]
-//! (device token). Handlers take one of these, so they cannot skip authentication.
+//! Who is calling: the web [`Caller`] (session cookie or API token) and a paired device
+//! (device token), extracted as the domain's [`DeviceIdentity`]. Handlers take one of
+//! these, so they cannot skip authentication.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,10 +12,11 @@ use tether_protocol::auth::{Account, User};
 use tether_protocol::routes::{
     CSRF_HEADER, DEVICE_TOKEN_PREFIX, PROTOCOL_HEADER, USER_TOKEN_PREFIX,
 };
-use tether_protocol::{AccountId, Code, DeviceId, PROTOCOL_VERSION};
+use tether_protocol::{Code, PROTOCOL_VERSION};
 
+use crate::devices::{self, DeviceIdentity};
 use crate::error::ApiError;
-use crate::{accounts, devices, AppState};
+use crate::{accounts, AppState};
 
 /// The session cookie's name.
 pub const SESSION_COOKIE: &str = "tether_session";
@@ -86,17 +88,10 @@ impl FromRequest for Caller {
     }
 }
 
-/// A paired device, from `Authorization: Bearer tdt_…`.
-#[derive(Debug, Clone)]
-pub struct DeviceCaller {
-    pub device_id: DeviceId,
-    pub account_id: AccountId,
-    pub name: String,
-}
-
-impl FromRequest for DeviceCaller {
+/// A paired device, from `Authorization: Bearer tdt_…` (and `x-tether-protocol`, if sent).
+impl FromRequest for DeviceIdentity {
     type Error = ApiError;
-    type Future = Pin<Box<dyn Future<Output = Result<DeviceCaller, ApiError>>>>;
+    type Future = Pin<Box<dyn Future<Output = Result<DeviceIdentity, ApiError>>>>;
 
     fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
         let req = req.clone();
@@ -209,7 +204,7 @@ fn needs_csrf_header(req: &HttpRequest) -> bool {
     unsafe_method && req.path().starts_with("/api/")
 }
 
-async fn device_from_request(req: &HttpRequest) -> Result<DeviceCaller, ApiError> {
+async fn device_from_request(req: &HttpRequest) -> Result<DeviceIdentity, ApiError> {
     check_protocol(req)?;
     let state = state(req)?;
     let token = bearer_token(req).ok_or_else(unauthorized)??;

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
+use crate::proxies::TrustedProxies;
 use crate::rate_limits::RateLimitConfig;
 
 /// Everything the server needs to start. Not `Debug`: the database URL may hold a password.
@@ -52,6 +53,9 @@ pub struct Config {
     pub rate_limits: RateLimitConfig,
     /// Largest evidence file accepted (protocol: 100 MB); tests shrink it.
     pub evidence_max_bytes: u64,
+    /// Peers whose `X-Forwarded-For` / `Forwarded` headers name the client
+    /// (`TETHER_TRUSTED_PROXIES`); empty believes none (see `routes::client`).
+    pub trusted_proxies: TrustedProxies,
 }
 
 impl Config {
@@ -78,6 +82,7 @@ impl Config {
             events_idle_secs: 60,
             rate_limits: RateLimitConfig::defaults(),
             evidence_max_bytes: tether_protocol::jobs::MAX_EVIDENCE_BYTES,
+            trusted_proxies: TrustedProxies::default(),
         }
     }
 
@@ -162,6 +167,10 @@ struct Cli {
     /// `off`, or changes such as `heartbeat=120/min,files=30/min` (units s, min, h).
     #[arg(long, env = "TETHER_RATE_LIMITS", default_value = "on", value_parser = RateLimitConfig::parse)]
     rate_limits: RateLimitConfig,
+    /// Proxies whose X-Forwarded-For / Forwarded is believed: addresses or CIDRs,
+    /// comma-separated (e.g. `10.0.0.0/8,127.0.0.1`). Empty: none, the peer is the client.
+    #[arg(long, env = "TETHER_TRUSTED_PROXIES", default_value = "", value_parser = TrustedProxies::parse)]
+    trusted_proxies: TrustedProxies,
 }
 
 impl Cli {
@@ -182,6 +191,7 @@ impl Cli {
         config.presence_flush_ms = self.presence_flush_ms.clamp(10, 60_000);
         config.relay_timeout_secs = self.relay_timeout_secs.max(1);
         config.rate_limits = self.rate_limits;
+        config.trusted_proxies = self.trusted_proxies;
         config.evidence_max_bytes = self
             .evidence_max_bytes
             .min(tether_protocol::jobs::MAX_EVIDENCE_BYTES);

@@ -10,6 +10,7 @@ use base64::Engine;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+use tether_protocol::LeaseToken;
 
 use crate::error::ApiError;
 
@@ -58,6 +59,14 @@ pub const DECOY_PASSWORD_HASH: &str =
 
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A fresh lease token (43 base64url characters, always a well-formed [`LeaseToken`]).
+///
+/// # Errors
+/// `internal` if the token's shape rule ever stopped admitting what this makes.
+pub fn new_lease_token() -> Result<LeaseToken, ApiError> {
+    LeaseToken::parse(&random_token("")).map_err(|error| ApiError::internal(&error))
 }
 
 /// SHA-256 of `bytes` in base64url without padding (seal key ids and fingerprints).

@@ -5,7 +5,8 @@
 //! answers to itself (`acceptWebApprovals` off in its last report). The device reads its
 //! decision ([`for_device`]) and closes it when the owner answered on the computer, when it
 //! stopped waiting, or when the run no longer needs it ([`close`]). A run's end settles what
-//! is still pending ([`settle_open`]); the sweeper expires overdue ones ([`expire_overdue`]).
+//! is still pending (`job_rows::settle_open`, in the transaction that ends it); the sweeper
+//! expires overdue ones ([`expire_overdue`]).
 //!
 //! Pages call [`list`], [`for_job`] and [`pending_summary`].
 //!
@@ -30,15 +31,15 @@ use tether_protocol::decisions::{
     DecisionChange, DecisionState, DeviceDecision, Scope, KINDS, MAX_ACTION_BYTES,
     MAX_EXPIRES_IN_SECS, MAX_QUESTION_CHARS,
 };
-use tether_protocol::{AccountId, Code, DecisionId, DeviceId, JobId};
+use tether_protocol::{AccountId, Code, DecisionId, DeviceId, JobId, LeaseToken};
 
 use crate::accounts::parse_name;
-use crate::auth::DeviceCaller;
+use crate::clock::{secs, to_time, Millis};
+use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
-use crate::jobs::{append_events, JobRow, JOB_COLUMNS};
-use crate::leases;
+use crate::job_rows::{self, append_events, JobRow};
 use crate::ledger::{self, LedgerKind};
-use crate::store::{now_millis, on_read, on_tx, secs, stored_id, to_time, Millis, Store, Tx};
+use crate::store::{on_read, on_tx, stored_id, Store, Tx};
 
 /// Most decisions one list answer holds (newest first).
 pub const LIST_LIMIT: i64 = 200;
@@ -171,6 +172,37 @@ impl TryFrom<AskRequest> for NewDecision {
     }
 }
 
+/// A checked [`AnswerRequest`]: deny only ever answers once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WebAnswer {
+    answer: Answer,
+    scope: Scope,
+}
+
+impl TryFrom<AnswerRequest> for WebAnswer {
+    type Error = ApiError;
+
+    fn try_from(request: AnswerRequest) -> Result<WebAnswer, ApiError> {
+        check_scope(request.answer, request.scope)?;
+        Ok(WebAnswer {
+            answer: request.answer,
+            scope: request.scope,
+        })
+    }
+}
+
+/// A checked [`CloseRequest`]: what the device's close would write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceClose(Target);
+
+impl TryFrom<CloseRequest> for DeviceClose {
+    type Error = ApiError;
+
+    fn try_from(request: CloseRequest) -> Result<DeviceClose, ApiError> {
+        close_target(&request).map(DeviceClose)
+    }
+}
+
 /// Records a question of a run the device holds the lease of. The job goes `running` →
 /// `waiting`, and the lease is extended like by progress.
 ///
@@ -179,15 +211,15 @@ impl TryFrom<AskRequest> for NewDecision {
 /// `invalid_state` when the owner asked to stop the run or it has too many open questions.
 pub async fn ask(
     store: &Store,
-    device: &DeviceCaller,
+    device: &DeviceIdentity,
     job_id: &JobId,
-    lease_token: &str,
+    lease: &LeaseToken,
     new: NewDecision,
     lease_secs: u64,
 ) -> Result<Asked, ApiError> {
-    let now = now_millis();
+    let now = store.now();
     let mut tx = store.begin().await?;
-    let job = leases::fenced_job(&mut tx, device, job_id, lease_token, now).await?;
+    let job = job_rows::fenced(&mut tx, &device.device_id, job_id, lease, now).await?;
     if job.cancel_requested != 0 {
         return Err(ApiError::new(
             Code::InvalidState,
@@ -219,22 +251,14 @@ pub async fn ask(
         .execute(conn)
         .await
         .map(|done| done.rows_affected()))?;
-    on_tx!(&mut tx, |conn| sqlx::query(
-        "UPDATE jobs SET state = 'waiting', lease_expires_at = $1 WHERE id = $2"
-    )
-    .bind(now + secs(lease_secs))
-    .bind(&job.id)
-    .execute(conn)
-    .await
-    .map(|done| done.rows_affected()))?;
+    job_rows::start_waiting(&mut tx, &job, now + secs(lease_secs)).await?;
     let text = format!("Waiting for an answer ({} question).", new.kind);
     append_events(&mut tx, &job, now, "system", &[text]).await?;
     let detail = json!({ "decisionId": decision_id, "jobId": job.id, "deviceId": job.device_id,
                          "kind": new.kind });
-    let account_id: AccountId = stored_id(job.account_id.clone())?;
     ledger::record(
         &mut tx,
-        &account_id,
+        &job.account_id()?,
         now,
         LedgerKind::DecisionAsked,
         decision_id.as_str(),
@@ -252,7 +276,7 @@ pub async fn ask(
 /// 404 for a decision of another device (or none).
 pub async fn for_device(
     store: &Store,
-    device: &DeviceCaller,
+    device: &DeviceIdentity,
     decision_id: &DecisionId,
 ) -> Result<DeviceDecision, ApiError> {
     let sql = format!("{DECISION_SELECT} WHERE d.id = $1 AND d.device_id = $2");
@@ -262,7 +286,7 @@ pub async fn for_device(
         .fetch_optional(pool)
         .await)?;
     row.ok_or_else(|| ApiError::not_found("decision"))?
-        .into_device_decision(now_millis())
+        .into_device_decision(store.now())
 }
 
 /// The device closes its decision: the owner answered on the computer, the device stopped
@@ -270,16 +294,16 @@ pub async fn for_device(
 /// closes as expired.
 ///
 /// # Errors
-/// 404 for a decision of another device (or none), 422 for an answer that does not fit the
-/// reason (or deny for the session), 409 `already_answered` when it is not pending.
+/// 404 for a decision of another device (or none), 409 `already_answered` when it is not
+/// pending.
 pub async fn close(
     store: &Store,
-    device: &DeviceCaller,
+    device: &DeviceIdentity,
     decision_id: &DecisionId,
-    request: CloseRequest,
+    close: DeviceClose,
 ) -> Result<Closed, ApiError> {
-    let target = close_target(&request)?;
-    let now = now_millis();
+    let DeviceClose(target) = close;
+    let now = store.now();
     let mut tx = store.begin().await?;
     let sql = format!("{DECISION_SELECT} WHERE d.id = $1 AND d.device_id = $2");
     let row = on_tx!(&mut tx, |conn| sqlx::query_as::<_, DecisionRow>(&sql)
@@ -309,17 +333,16 @@ pub async fn close(
 /// The owner answers a pending decision on the web. The first valid answer wins.
 ///
 /// # Errors
-/// 404 for a decision not of this account (or none), 422 `invalid_field` for deny with
-/// scope session, 409 `already_answered` when it is not pending (also once expired), 409
-/// `invalid_state` when the computer keeps answers to itself.
+/// 404 for a decision not of this account (or none), 409 `already_answered` when it is not
+/// pending (also once expired), 409 `invalid_state` when the computer keeps answers to
+/// itself.
 pub async fn answer(
     store: &Store,
     account_id: &AccountId,
     decision_id: &DecisionId,
-    request: AnswerRequest,
+    request: WebAnswer,
 ) -> Result<Answered, ApiError> {
-    check_scope(request.answer, request.scope)?;
-    let now = now_millis();
+    let now = store.now();
     let mut tx = store.begin().await?;
     let sql = format!("{DECISION_SELECT} WHERE d.id = $1 AND d.account_id = $2");
     let row = on_tx!(&mut tx, |conn| sqlx::query_as::<_, DecisionRow>(&sql)
@@ -364,7 +387,7 @@ pub async fn list(
     account_id: &AccountId,
     state: Option<DecisionState>,
 ) -> Result<Vec<Decision>, ApiError> {
-    let now = now_millis();
+    let now = store.now();
     let sql = format!(
         "{DECISION_SELECT} WHERE d.account_id = $1 AND ($2 = '' OR \
          (CASE WHEN d.state = 'pending' AND d.expires_at <= $3 THEN 'expired' ELSE d.state END) \
@@ -396,7 +419,7 @@ pub async fn get(
         .fetch_optional(pool)
         .await)?;
     row.ok_or_else(|| ApiError::not_found("decision"))?
-        .into_decision(now_millis())
+        .into_decision(store.now())
 }
 
 /// The decisions of one job of the account, oldest first (the job page's order).
@@ -417,7 +440,7 @@ pub async fn for_job(
         .bind(job_id.as_str())
         .fetch_all(pool)
         .await)?;
-    let now = now_millis();
+    let now = store.now();
     rows.into_iter().map(|row| row.into_decision(now)).collect()
 }
 
@@ -434,7 +457,7 @@ pub async fn pending_summary(
          WHERE account_id = $1 AND state = 'pending' AND expires_at > $2"
     )
     .bind(account_id.as_str())
-    .bind(now_millis())
+    .bind(store.now())
     .fetch_one(pool)
     .await)?;
     Ok(PendingSummary {
@@ -451,43 +474,10 @@ pub async fn pending_count(store: &Store) -> Result<i64, ApiError> {
     let count = on_read!(store, |pool| sqlx::query_scalar::<_, i64>(
         "SELECT COUNT(*) FROM decisions WHERE state = 'pending' AND expires_at > $1"
     )
-    .bind(now_millis())
+    .bind(store.now())
     .fetch_one(pool)
     .await)?;
     Ok(count)
-}
-
-/// Settles every pending decision of `job` as `expired` (its lease ran out) or `withdrawn`
-/// (it ended otherwise, was cancelled, or goes on as a new attempt), and puts a waiting job
-/// back to running. The caller holds the job's row lock. Returns how many it settled.
-///
-/// # Errors
-/// A database error.
-pub(crate) async fn settle_open(
-    tx: &mut Tx,
-    job: &JobRow,
-    how: Settlement,
-    now: Millis,
-) -> Result<u64, ApiError> {
-    let state = match how {
-        Settlement::Expired => DecisionState::Expired,
-        _ => DecisionState::Withdrawn,
-    };
-    let settled = on_tx!(tx, |conn| sqlx::query(
-        "UPDATE decisions SET state = $1, answered_at = $2 \
-         WHERE account_id = $3 AND job_id = $4 AND state = 'pending'"
-    )
-    .bind(state.as_str())
-    .bind(now)
-    .bind(&job.account_id)
-    .bind(&job.id)
-    .execute(conn)
-    .await
-    .map(|done| done.rows_affected()))?;
-    if settled > 0 {
-        resume_if_idle(tx, job, now).await?;
-    }
-    Ok(settled)
 }
 
 /// Expires every pending decision past its expiry (at most [`EXPIRE_BATCH`]), putting jobs
@@ -670,7 +660,7 @@ async fn settle(
         )
         .await?;
     }
-    resume_if_idle(tx, job, now).await?;
+    job_rows::resume_if_idle(tx, job, now).await?;
     let waited = u64::try_from(now - row.created_at).unwrap_or(0);
     Ok(Settled {
         account_id,
@@ -682,32 +672,10 @@ async fn settle(
 
 /// The decision's job, row-locked on PostgreSQL (before any decision row of it changes).
 async fn lock_job(tx: &mut Tx, row: &DecisionRow) -> Result<JobRow, ApiError> {
-    let sql = format!(
-        "SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND account_id = $2{}",
-        tx.lock_clause()
-    );
-    let job = on_tx!(tx, |conn| sqlx::query_as::<_, JobRow>(&sql)
-        .bind(&row.job_id)
-        .bind(&row.account_id)
-        .fetch_optional(conn)
-        .await)?;
+    let account_id: AccountId = stored_id(row.account_id.clone())?;
+    let job_id: JobId = stored_id(row.job_id.clone())?;
+    let job = job_rows::lock_for_account(tx, &account_id, &job_id).await?;
     job.ok_or_else(|| ApiError::internal(&format_args!("decision {} has no job", row.id)))
-}
-
-/// A waiting job with nothing pending any more is running again.
-async fn resume_if_idle(tx: &mut Tx, job: &JobRow, now: Millis) -> Result<(), ApiError> {
-    on_tx!(tx, |conn| sqlx::query(
-        "UPDATE jobs SET state = 'running' WHERE id = $1 AND state = 'waiting' \
-         AND NOT EXISTS (SELECT 1 FROM decisions WHERE account_id = $2 AND job_id = $1 \
-         AND state = 'pending' AND expires_at > $3)"
-    )
-    .bind(&job.id)
-    .bind(&job.account_id)
-    .bind(now)
-    .execute(conn)
-    .await
-    .map(|done| done.rows_affected()))?;
-    Ok(())
 }
 
 async fn count_pending(tx: &mut Tx, job: &JobRow, now: Millis) -> Result<i64, ApiError> {

@@ -1,7 +1,8 @@
-//! Paired computers: listing, renaming, revoking, and authenticating their tokens.
+//! Paired computers: who a device is ([`DeviceIdentity`]), listing, renaming, revoking, and
+//! authenticating their tokens.
 //!
 //! Pages call [`list`], [`get`], [`rename`] and [`revoke`]; the device routes call
-//! [`authenticate`] (through the `DeviceCaller` extractor), [`describe_self`] and
+//! [`authenticate`] (through the extractor in `auth`), [`describe_self`] and
 //! [`remove_self`]; the admin routes call [`admin_list`] and [`admin_revoke`].
 //!
 //! **Invariant:** a device of another account is `not_found`, never `forbidden`.
@@ -12,12 +13,33 @@ use tether_protocol::devices::{AdminDevice, Device, DeviceSelf, RenameParams};
 use tether_protocol::{AccountId, Code, DeviceId};
 
 use crate::accounts::parse_name;
-use crate::auth::DeviceCaller;
+use crate::clock::{secs, to_time, Millis};
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::ledger::{self, LedgerKind};
-use crate::store::{now_millis, on_read, on_tx, secs, stored_id, to_time, Millis, Store, Tx};
-use crate::{credentials, jobs};
+use crate::store::{on_read, on_tx, stored_id, Store, Tx};
+use crate::{credentials, job_rows};
+
+/// A paired device that proved who it is (its token resolved, not revoked). Every domain
+/// function a device calls takes one, so none can act for a device it has not authenticated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceIdentity {
+    pub device_id: DeviceId,
+    pub account_id: AccountId,
+    pub name: String,
+}
+
+/// A checked new name for a device: trimmed, 1 to 100 characters, no control characters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceName(String);
+
+impl TryFrom<RenameParams> for DeviceName {
+    type Error = ApiError;
+
+    fn try_from(params: RenameParams) -> Result<DeviceName, ApiError> {
+        parse_name("name", &params.name, 100).map(DeviceName)
+    }
+}
 
 /// The devices of `account_id`, oldest first, revoked ones included.
 ///
@@ -35,7 +57,7 @@ pub async fn list(
         .bind(account_id.as_str())
         .fetch_all(pool)
         .await)?;
-    let now = now_millis();
+    let now = store.now();
     rows.into_iter()
         .map(|row| row.into_device(now, config))
         .collect()
@@ -58,26 +80,25 @@ pub async fn get(
         .fetch_optional(pool)
         .await)?;
     row.ok_or_else(|| ApiError::not_found("device"))?
-        .into_device(now_millis(), config)
+        .into_device(store.now(), config)
 }
 
 /// Renames a device; heartbeats keep the saved name.
 ///
 /// # Errors
-/// 422 for a bad name, 404 for a device not of this account.
+/// 404 for a device not of this account.
 pub async fn rename(
     store: &Store,
     account_id: &AccountId,
     device_id: &DeviceId,
-    params: RenameParams,
+    name: DeviceName,
     config: &Config,
 ) -> Result<Device, ApiError> {
-    let name = parse_name("name", &params.name, 100)?;
     let mut tx = store.begin().await?;
     let updated = on_tx!(&mut tx, |conn| sqlx::query(
         "UPDATE devices SET name = $1 WHERE id = $2 AND account_id = $3"
     )
-    .bind(&name)
+    .bind(&name.0)
     .bind(device_id.as_str())
     .bind(account_id.as_str())
     .execute(conn)
@@ -120,7 +141,7 @@ pub async fn admin_list(store: &Store, config: &Config) -> Result<Vec<AdminDevic
     let rows = on_read!(store, |pool| sqlx::query_as::<_, DeviceRow>(&sql)
         .fetch_all(pool)
         .await)?;
-    let now = now_millis();
+    let now = store.now();
     rows.into_iter()
         .map(|row| {
             let account_id = stored_id(row.account_id.clone())?;
@@ -157,7 +178,7 @@ pub async fn is_revoked(store: &Store, device_id: &DeviceId) -> Result<bool, Api
 }
 
 /// `GET /api/devices/self`.
-pub fn describe_self(device: &DeviceCaller) -> DeviceSelf {
+pub fn describe_self(device: &DeviceIdentity) -> DeviceSelf {
     DeviceSelf {
         device_id: device.device_id.clone(),
         name: device.name.clone(),
@@ -169,7 +190,7 @@ pub fn describe_self(device: &DeviceCaller) -> DeviceSelf {
 ///
 /// # Errors
 /// A database error.
-pub async fn remove_self(store: &Store, device: &DeviceCaller) -> Result<(), ApiError> {
+pub async fn remove_self(store: &Store, device: &DeviceIdentity) -> Result<(), ApiError> {
     end_device(
         store,
         Some(&device.account_id),
@@ -184,7 +205,7 @@ pub async fn remove_self(store: &Store, device: &DeviceCaller) -> Result<(), Api
 ///
 /// # Errors
 /// 401 `unauthorized` for an unknown token, 401 `revoked` for a revoked device's.
-pub async fn authenticate(store: &Store, token: &str) -> Result<DeviceCaller, ApiError> {
+pub async fn authenticate(store: &Store, token: &str) -> Result<DeviceIdentity, ApiError> {
     let token_hash = credentials::hash_token(token);
     let row = on_read!(store, |pool| {
         sqlx::query_as::<_, TokenRow>(
@@ -203,7 +224,7 @@ pub async fn authenticate(store: &Store, token: &str) -> Result<DeviceCaller, Ap
             "This device was revoked; forget its token and pair again.",
         ));
     }
-    Ok(DeviceCaller {
+    Ok(DeviceIdentity {
         device_id: stored_id(row.id)?,
         account_id: stored_id(row.account_id)?,
         name: row.name,
@@ -218,7 +239,7 @@ pub async fn authenticate(store: &Store, token: &str) -> Result<DeviceCaller, Ap
 /// A database error.
 pub(crate) async fn record_report(
     tx: &mut Tx,
-    device: &DeviceCaller,
+    device: &DeviceIdentity,
     capabilities: &Capabilities,
     capabilities_json: &str,
     now: Millis,
@@ -287,7 +308,7 @@ async fn end_device(
     device_id: &DeviceId,
     kind: LedgerKind,
 ) -> Result<AccountId, ApiError> {
-    let now = now_millis();
+    let now = store.now();
     let mut tx = store.begin().await?;
     let row = on_tx!(&mut tx, |conn| sqlx::query_as::<_, (String, Option<i64>)>(
         "SELECT account_id, revoked_at FROM devices WHERE id = $1"
@@ -313,7 +334,7 @@ async fn end_device(
     .execute(conn)
     .await
     .map(|done| done.rows_affected()))?;
-    let n_ended = jobs::end_for_revoked_device(&mut tx, device_id, now).await?;
+    let n_ended = job_rows::end_for_revoked_device(&mut tx, device_id, now).await?;
     // Boxes still waiting for it are deleted: nobody can open them any more.
     on_tx!(&mut tx, |conn| sqlx::query(
         "UPDATE secret_deliveries SET sealed_json = NULL, state = 'refused', \

@@ -17,15 +17,16 @@ use base64::alphabet::URL_SAFE;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use base64::Engine;
 use serde_json::json;
+use tether_protocol::credential_files::{credential_kind, CredentialKind};
 use tether_protocol::jobs::{Evidence, EvidenceKind, EvidenceMeta, MAX_EVIDENCE_FILES};
 use tether_protocol::routes::EVIDENCE_HEADER;
-use tether_protocol::{AccountId, Code, JobId};
+use tether_protocol::{AccountId, Code, JobId, LeaseToken};
 
-use crate::auth::DeviceCaller;
+use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
-use crate::leases::fenced_job;
+use crate::job_rows;
 use crate::ledger::{self, LedgerKind};
-use crate::store::{now_millis, on_read, on_tx, stored_id, Store, Tx};
+use crate::store::{on_read, on_tx, Store, Tx};
 
 /// Longest `x-tether-evidence` header, in bytes (before decoding).
 pub const MAX_META_BYTES: usize = 8 * 1024;
@@ -383,13 +384,14 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 /// with other content or a job holding [`MAX_EVIDENCE_FILES`] already.
 pub async fn precheck(
     store: &Store,
-    device: &DeviceCaller,
+    device: &DeviceIdentity,
     job_id: &JobId,
-    lease_token: &str,
+    lease: &LeaseToken,
     upload: &Upload,
 ) -> Result<Option<Evidence>, ApiError> {
+    let now = store.now();
     let mut tx = store.begin().await?;
-    let job = fenced_job(&mut tx, device, job_id, lease_token, now_millis()).await?;
+    let job = job_rows::fenced(&mut tx, &device.device_id, job_id, lease, now).await?;
     let existing = stored(&mut tx, &job.id, &upload.id).await?;
     let count = count(&mut tx, &job.id).await?;
     drop(tx);
@@ -407,15 +409,15 @@ pub async fn precheck(
 /// As [`precheck`]: the lease or the limit may have changed while the bytes came in.
 pub async fn record(
     store: &Store,
-    device: &DeviceCaller,
+    device: &DeviceIdentity,
     job_id: &JobId,
-    lease_token: &str,
+    lease: &LeaseToken,
     upload: Upload,
     mime: Option<&str>,
 ) -> Result<(Evidence, bool), ApiError> {
-    let now = now_millis();
+    let now = store.now();
     let mut tx = store.begin().await?;
-    let job = fenced_job(&mut tx, device, job_id, lease_token, now).await?;
+    let job = job_rows::fenced(&mut tx, &device.device_id, job_id, lease, now).await?;
     if let Some(row) = stored(&mut tx, &job.id, &upload.id).await? {
         return same_upload(row, &upload).map(|evidence| (evidence, false));
     }
@@ -442,7 +444,7 @@ pub async fn record(
         .execute(conn)
         .await
         .map(|done| done.rows_affected()))?;
-    let account_id: AccountId = stored_id(job.account_id.clone())?;
+    let account_id: AccountId = job.account_id()?;
     let detail = json!({ "jobId": job.id, "evidenceId": upload.id, "kind": upload.kind.as_str(),
                          "name": upload.name, "size": upload.size, "sha256": upload.sha256,
                          "local": upload.local, "attempt": job.attempt });
@@ -653,47 +655,16 @@ fn check_name(name: &str) -> Result<(), ApiError> {
     }
 }
 
-/// Why a file with this name is never evidence: environment files, keys, credential stores.
+/// Why a file with this name is never evidence: environment files, keys, credential files
+/// and folders. The list is the one the agent keeps out of runs and the live file view
+/// (`tether_protocol::credential_files`), so the two cannot disagree.
 pub fn credential_name(name: &str) -> Option<&'static str> {
-    let lower = name.to_ascii_lowercase();
-    if lower == ".env" || lower.starts_with(".env.") || lower.ends_with(".env") {
-        return Some("environment files hold secrets and are never evidence.");
-    }
-    const FILES: &[&str] = &[
-        ".netrc",
-        "_netrc",
-        ".npmrc",
-        ".pypirc",
-        ".pgpass",
-        ".git-credentials",
-        ".htpasswd",
-        "credentials",
-        "credentials.json",
-        "secrets.json",
-        "secrets.yml",
-        "secrets.yaml",
-        "secrets.toml",
-        "service-account.json",
-        "seal-key.json",
-        "device-token",
-        "local.key",
-    ];
-    const KEY_PREFIXES: &[&str] = &["id_rsa", "id_dsa", "id_ecdsa", "id_ed25519"];
-    const KEY_SUFFIXES: &[&str] = &[
-        ".pem",
-        ".key",
-        ".p12",
-        ".pfx",
-        ".jks",
-        ".keystore",
-        ".kdbx",
-        ".ppk",
-        ".tfstate",
-    ];
-    let credential = FILES.contains(&lower.as_str())
-        || KEY_PREFIXES.iter().any(|prefix| lower.starts_with(prefix))
-        || KEY_SUFFIXES.iter().any(|suffix| lower.ends_with(suffix));
-    credential.then_some("keys and credential files are never evidence.")
+    credential_kind(name).map(|kind| match kind {
+        CredentialKind::Environment => "environment files hold secrets and are never evidence.",
+        CredentialKind::CredentialFolder | CredentialKind::CredentialFile | CredentialKind::Key => {
+            "keys and credential files are never evidence."
+        }
+    })
 }
 
 /// `type/subtype` with the characters RFC 6838 allows, at most 100 bytes, no parameters.
@@ -874,6 +845,9 @@ mod tests {
             "id_rsa",
             "server.PEM",
             "credentials.json",
+            "known_hosts",
+            "authorized_keys",
+            "release.asc",
         ] {
             assert_eq!(
                 code(meta(json!({ "name": credential }))),

@@ -14,7 +14,7 @@ use tether_protocol::files::{FileAnswer, FileContent, FileOp, Tree, MAX_FILE_BYT
 use tether_protocol::{AccountId, Code, DeviceId, JobId};
 
 use crate::error::ApiError;
-use crate::jobs;
+use crate::job_rows;
 use crate::relay::Hub;
 use crate::store::Store;
 
@@ -112,7 +112,7 @@ async fn ask(
     path: &FolderPath,
     timeout: Duration,
 ) -> Result<FileAnswer, ApiError> {
-    let device_id = jobs::device_of(store, account_id, job_id).await?;
+    let device_id = job_rows::device_of(store, account_id, job_id).await?;
     let answer = hub
         .request_file(&device_id, job_id, op, path.as_str().to_owned(), timeout)
         .await?;
@@ -122,45 +122,57 @@ async fn ask(
     }
 }
 
+/// A checked [`FileAnswer`]: exactly one of tree, file and error, within the sizes the web
+/// is shown.
+#[derive(Debug, Clone)]
+pub struct RelayedAnswer(FileAnswer);
+
+impl TryFrom<FileAnswer> for RelayedAnswer {
+    type Error = ApiError;
+
+    fn try_from(answer: FileAnswer) -> Result<RelayedAnswer, ApiError> {
+        let parts = usize::from(answer.tree.is_some())
+            + usize::from(answer.file.is_some())
+            + usize::from(answer.error.is_some());
+        if parts != 1 {
+            return Err(ApiError::invalid_field(
+                "tree",
+                "an answer holds exactly one of tree, file and error.",
+            ));
+        }
+        if answer
+            .tree
+            .as_ref()
+            .is_some_and(|tree| tree.entries.len() > MAX_TREE_ENTRIES)
+        {
+            return Err(ApiError::invalid_field("tree", "at most 10000 entries."));
+        }
+        let text_bytes = answer
+            .file
+            .as_ref()
+            .and_then(|file| file.text.as_ref())
+            .map_or(0, String::len);
+        if u64::try_from(text_bytes).unwrap_or(u64::MAX) > MAX_FILE_BYTES {
+            return Err(ApiError::new(
+                Code::PayloadTooLarge,
+                "file.text: at most 1 MiB; send it truncated.",
+            ));
+        }
+        Ok(RelayedAnswer(answer))
+    }
+}
+
 /// The device answers a relayed file request.
 ///
 /// # Errors
-/// 404 for an unknown, answered or timed-out request or one asked of another device, 422 for
-/// an answer that is not exactly one of tree, file and error or is too large.
+/// 404 for an unknown, answered or timed-out request or one asked of another device.
 pub async fn answer(
     hub: &Hub,
     device_id: &DeviceId,
     request_id: &str,
-    answer: FileAnswer,
+    answer: RelayedAnswer,
 ) -> Result<(), ApiError> {
-    let parts = usize::from(answer.tree.is_some())
-        + usize::from(answer.file.is_some())
-        + usize::from(answer.error.is_some());
-    if parts != 1 {
-        return Err(ApiError::invalid_field(
-            "tree",
-            "an answer holds exactly one of tree, file and error.",
-        ));
-    }
-    if answer
-        .tree
-        .as_ref()
-        .is_some_and(|tree| tree.entries.len() > MAX_TREE_ENTRIES)
-    {
-        return Err(ApiError::invalid_field("tree", "at most 10000 entries."));
-    }
-    let text_bytes = answer
-        .file
-        .as_ref()
-        .and_then(|file| file.text.as_ref())
-        .map_or(0, String::len);
-    if u64::try_from(text_bytes).unwrap_or(u64::MAX) > MAX_FILE_BYTES {
-        return Err(ApiError::new(
-            Code::PayloadTooLarge,
-            "file.text: at most 1 MiB; send it truncated.",
-        ));
-    }
-    hub.answer_file(device_id, request_id, answer).await
+    hub.answer_file(device_id, request_id, answer.0).await
 }
 
 /// The device's refusal as the web's error. Only codes that make sense to a web user pass;
@@ -179,7 +191,7 @@ fn device_refusal(code: &str, message: &str) -> ApiError {
         ) => code,
         _ => Code::PathRefused,
     };
-    let message = jobs::truncate(message.trim(), 500);
+    let message = job_rows::truncate(message.trim(), 500);
     let message = if message.is_empty() {
         "The computer refused this path.".to_owned()
     } else {

@@ -7,8 +7,9 @@
 use serde_json::Value;
 use tether_protocol::AccountId;
 
+use crate::clock::Millis;
 use crate::error::ApiError;
-use crate::store::{on_tx, Millis, Tx};
+use crate::store::{on_tx, Tx};
 
 /// What a ledger entry records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,7 +8,8 @@
 //! [`devices::list`], [`devices::get`], [`devices::rename`], [`devices::revoke`],
 //! [`jobs::create`], [`jobs::list`], [`jobs::get`], [`jobs::cancel`], [`pairing::link`],
 //! [`pairing::pending_by_user_code`], [`accounts::signup`], [`accounts::login`],
-//! [`accounts::logout`], [`sweeper::try_expire_leases`], [`relay::Hub`].
+//! [`accounts::logout`], [`sweeper::try_expire_leases`], [`relay::Hub`], and
+//! [`clock::ManualClock`] with [`Application::build_with_clock`] for tests that move time.
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
@@ -21,6 +22,7 @@ use tracing::Instrument;
 pub mod accounts;
 pub mod auth;
 pub mod blobs;
+pub mod clock;
 pub mod config;
 pub mod credentials;
 pub mod decisions;
@@ -28,13 +30,16 @@ pub mod devices;
 pub mod error;
 pub mod evidence;
 pub mod files;
+pub mod job_rows;
 pub mod jobs;
 pub mod leases;
 pub mod ledger;
 pub mod metrics;
+pub mod notices;
 pub mod pages;
 pub mod pairing;
 pub mod presence;
+pub mod proxies;
 pub mod rate_limits;
 pub mod relay;
 pub mod routes;
@@ -43,6 +48,7 @@ pub mod store;
 pub mod sweeper;
 pub mod telemetry;
 
+pub use clock::Clock;
 pub use config::Config;
 pub use error::ApiError;
 pub use store::Store;
@@ -75,13 +81,23 @@ pub struct Application {
 
 impl Application {
     /// Binds `config.listen` (port 0 picks a free port), connects the store and applies its
-    /// migrations, and reaches Redis when one is configured. Starts no task.
+    /// migrations, and reaches Redis when one is configured. Starts no task. Times come from
+    /// the system clock.
     ///
     /// # Errors
     /// When the address cannot be bound, the database cannot be prepared or Redis does not
     /// answer.
     pub async fn build(config: Config) -> anyhow::Result<Application> {
-        let store = Store::connect(&config).await?;
+        Application::build_with_clock(config, Clock::system()).await
+    }
+
+    /// Like [`Application::build`], reading every "now" from `clock` (tests pass a
+    /// [`clock::ManualClock`] and advance it instead of sleeping).
+    ///
+    /// # Errors
+    /// As [`Application::build`].
+    pub async fn build_with_clock(config: Config, clock: Clock) -> anyhow::Result<Application> {
+        let store = Store::connect(&config, clock).await?;
         blobs::Blobs::new(&config.data_dir).remove_stale_temporaries();
         let hub = Hub::connect(config.redis_url.as_deref()).await?;
         let limits = RateLimits::new(config.rate_limits.clone());

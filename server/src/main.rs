@@ -23,7 +23,7 @@ fn main() -> anyhow::Result<()> {
 async fn serve() -> anyhow::Result<()> {
     let (config, migrate_only) = Config::from_args();
     if migrate_only {
-        tether_server::Store::connect(&config).await?;
+        tether_server::Store::connect(&config, tether_server::Clock::system()).await?;
         tracing::info!("migrations applied");
         return Ok(());
     }

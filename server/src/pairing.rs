@@ -15,24 +15,26 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use tether_protocol::capabilities::SealKey;
 use tether_protocol::pairing::{
-    format_user_code, normalize_user_code, LinkedDevice, PairParams, PairResponse, RegisterParams,
+    format_user_code, normalize_user_code, LinkedDevice, PairParams, PairResponse,
     RegisterResponse, SLOW_DOWN_STEP_SECS, USER_CODE_ALPHABET,
 };
 use tether_protocol::routes::DEVICE_TOKEN_PREFIX;
 use tether_protocol::{AccountId, Code, DeviceId};
 
 use crate::accounts::parse_name;
+use crate::clock::{secs, Millis};
 use crate::config::Config;
 use crate::credentials::{self, sha256_b64url};
 use crate::error::ApiError;
 use crate::ledger::{self, LedgerKind};
-use crate::store::{now_millis, on_read, on_tx, secs, stored_id, Millis, Store, Tx};
+use crate::store::{on_read, on_tx, stored_id, Store, Tx};
 
 /// Wrong codes an account may try within [`LINK_WINDOW_SECS`] before linking answers 429.
 pub const MAX_LINK_FAILURES: i64 = 5;
 pub const LINK_WINDOW_SECS: u64 = 15 * 60;
 
 /// A pairing request after validation.
+#[derive(Debug, Clone)]
 pub struct NewPairing {
     name: String,
     platform: String,
@@ -58,16 +60,15 @@ impl TryFrom<PairParams> for NewPairing {
 /// (`{base_url}/link`).
 ///
 /// # Errors
-/// 422 for bad fields, or a database error.
+/// A database error.
 pub async fn start(
     store: &Store,
-    params: PairParams,
+    pairing: NewPairing,
     base_url: &str,
     config: &Config,
 ) -> Result<PairResponse, ApiError> {
-    let pairing = NewPairing::try_from(params)?;
     let device_code = credentials::random_token("");
-    let now = now_millis();
+    let now = store.now();
     let seal_key_json = serde_json::to_string(&pairing.seal_key)?;
     let mut tx = store.begin().await?;
     let mut user_code = random_user_code();
@@ -113,9 +114,9 @@ pub async fn start(
 /// # Errors
 /// 400 `authorization_pending`, `slow_down` (the interval then grows by 5 s),
 /// `expired_token`, or `access_denied` (unknown or already redeemed code).
-pub async fn register(store: &Store, params: RegisterParams) -> Result<RegisterResponse, ApiError> {
-    let code_hash = credentials::hash_token(&params.device_code);
-    let now = now_millis();
+pub async fn register(store: &Store, device_code: &str) -> Result<RegisterResponse, ApiError> {
+    let code_hash = credentials::hash_token(device_code);
+    let now = store.now();
     let mut tx = store.begin().await?;
     let sql = format!(
         "SELECT device_code_hash, interval_secs, last_poll_at, expires_at, account_id, device_id, \
@@ -175,7 +176,7 @@ pub async fn link(
     account_id: &AccountId,
     typed_code: &str,
 ) -> Result<LinkedDevice, ApiError> {
-    let now = now_millis();
+    let now = store.now();
     let mut tx = store.begin().await?;
     if recent_link_failures(&mut tx, account_id, now).await? >= MAX_LINK_FAILURES {
         return Err(ApiError::new(
@@ -240,7 +241,7 @@ pub async fn pending_by_user_code(store: &Store, code: &str) -> Option<(String, 
          WHERE user_code = $1 AND expires_at > $2 AND linked_at IS NULL"
     )
     .bind(&code)
-    .bind(now_millis())
+    .bind(store.now())
     .fetch_optional(pool)
     .await);
     let (name, platform, seal_key_json) = match row {

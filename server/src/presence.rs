@@ -18,8 +18,9 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+use crate::clock::Millis;
 use crate::error::ApiError;
-use crate::store::{on_tx, Millis, Store};
+use crate::store::{on_tx, Store};
 
 /// A report this replica wrote is trusted as the stored one for this long; after it, the
 /// next heartbeat writes its report again (another replica may have written a newer one).

@@ -36,7 +36,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, Notify};
 
 use crate::credentials;
 use crate::error::ApiError;
-use crate::jobs;
+use crate::job_rows;
 use crate::store::Store;
 
 /// Frames one stream may have queued before further ones are dropped (they are hints).
@@ -513,7 +513,7 @@ impl Hub {
 
     /// Wakes every device of `account_id` with queued work (a run slot of the account freed).
     pub async fn wake_queued(&self, store: &Store, account_id: &AccountId) {
-        match jobs::devices_with_queued_work(store, account_id).await {
+        match job_rows::devices_with_queued_work(store, account_id).await {
             Ok(devices) => {
                 for device_id in &devices {
                     self.notify(device_id, ServerFrame::Wake).await;
@@ -882,10 +882,10 @@ mod tests {
         // The reader runs until it waits for a frame.
         tokio::task::yield_now().await;
         assert_eq!(hub.send(&device_id, &ServerFrame::Wake).await.ok(), Some(1));
-        let (frame, stream) = tokio::time::timeout(Duration::from_secs(5), reader)
-            .await
-            .expect("the waiting reader wakes")
-            .expect("the reader finishes");
+        let Ok(Ok((frame, stream))) = tokio::time::timeout(Duration::from_secs(5), reader).await
+        else {
+            panic!("the waiting reader did not wake and finish");
+        };
         assert_eq!(frame, ServerFrame::Wake);
         assert!(hub.holds_stream(&device_id));
         drop(stream);

@@ -19,12 +19,13 @@ use tether_protocol::secrets::{
     SendSecretParams, MAX_NAME_LEN,
 };
 use tether_protocol::sites;
-use tether_protocol::{AccountId, Code, DeviceId, JobId};
+use tether_protocol::{AccountId, Code, DeliveryId, DeviceId};
 
-use crate::auth::DeviceCaller;
+use crate::clock::to_time;
+use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
 use crate::ledger::{self, LedgerKind};
-use crate::store::{now_millis, on_read, on_tx, to_time, Store};
+use crate::store::{on_read, on_tx, stored_id, Store};
 
 /// Largest sealed box accepted, as serialized JSON (a 64 KiB value seals to about 88 KiB).
 pub const MAX_SEALED_BYTES: usize = 96 * 1024;
@@ -34,42 +35,96 @@ const MAX_ERROR_LEN: usize = 500;
 /// A delivery the server accepted: send `frame` to the device.
 #[derive(Debug)]
 pub struct Accepted {
-    pub delivery_id: String,
+    pub delivery_id: DeliveryId,
     pub frame: ServerFrame,
 }
 
-/// Validates and stores a box for a device of `account_id`, recording `secret.relayed`.
+/// A checked [`SendSecretParams`]: a valid name and a sealed box of bounded size whose aad
+/// parses and names exactly the sites the body asks for. Whether it is sealed for the
+/// device's pinned key is [`send`]'s question.
+#[derive(Debug, Clone)]
+pub struct NewDelivery {
+    name: String,
+    sealed: serde_json::Value,
+    sealed_json: String,
+    /// The key the box is sealed for.
+    kid: String,
+    /// The sites, as stored (`None`: no limit).
+    allow_json: Option<String>,
+}
+
+impl TryFrom<SendSecretParams> for NewDelivery {
+    type Error = ApiError;
+
+    fn try_from(params: SendSecretParams) -> Result<NewDelivery, ApiError> {
+        if !valid_name(&params.name) {
+            return Err(ApiError::invalid_field(
+                "name",
+                &format!(
+                    "must match [A-Za-z_][A-Za-z0-9_]* and be at most {MAX_NAME_LEN} characters"
+                ),
+            ));
+        }
+        let requested = requested_sites(params.allow)?;
+        let sealed_json = serde_json::to_string(&params.sealed)?;
+        if sealed_json.len() > MAX_SEALED_BYTES {
+            return Err(ApiError::new(
+                Code::PayloadTooLarge,
+                format!("A sealed secret is at most {MAX_SEALED_BYTES} bytes."),
+            ));
+        }
+        let envelope = Envelope::from_json(&params.sealed)
+            .map_err(|error| ApiError::invalid_field("sealed", &error.to_string()))?;
+        let allow = sealed_sites(&envelope, requested)?;
+        Ok(NewDelivery {
+            name: params.name,
+            kid: envelope.kid().as_str().to_owned(),
+            allow_json: allow.as_ref().map(serde_json::to_string).transpose()?,
+            sealed: params.sealed,
+            sealed_json,
+        })
+    }
+}
+
+/// A checked [`DeliveryAnswer`]: the name the device answers for and, when it refused,
+/// its reason cut to a bounded length.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryOutcome {
+    name: String,
+    /// `None` when saved.
+    refusal: Option<String>,
+}
+
+impl From<DeliveryAnswer> for DeliveryOutcome {
+    fn from(answer: DeliveryAnswer) -> DeliveryOutcome {
+        let refusal = (!answer.saved).then(|| {
+            answer
+                .error
+                .unwrap_or_else(|| "refused".to_owned())
+                .chars()
+                .take(MAX_ERROR_LEN)
+                .collect::<String>()
+        });
+        DeliveryOutcome {
+            name: answer.name,
+            refusal,
+        }
+    }
+}
+
+/// Stores a checked box for a device of `account_id`, recording `secret.relayed`.
 ///
 /// # Errors
 /// 404 for a device not of this account; 409 `invalid_state` for a revoked device, one
-/// without a pinned key or with `sealKeyMismatch`; 422 for a bad name, a box that is not
-/// an envelope for the pinned key or whose aad does not parse, and an `allow` list that is
-/// not canonical sites or not the one sealed in the box; 413 for an oversized box.
+/// without a pinned key or with `sealKeyMismatch`; 422 for a box not sealed for the pinned
+/// key.
 pub async fn send(
     store: &Store,
     account_id: &AccountId,
     device_id: &DeviceId,
-    params: SendSecretParams,
+    delivery: NewDelivery,
 ) -> Result<Accepted, ApiError> {
-    if !valid_name(&params.name) {
-        return Err(ApiError::invalid_field(
-            "name",
-            &format!("must match [A-Za-z_][A-Za-z0-9_]* and be at most {MAX_NAME_LEN} characters"),
-        ));
-    }
-    let requested = requested_sites(params.allow)?;
-    let sealed_json = serde_json::to_string(&params.sealed)?;
-    if sealed_json.len() > MAX_SEALED_BYTES {
-        return Err(ApiError::new(
-            Code::PayloadTooLarge,
-            format!("A sealed secret is at most {MAX_SEALED_BYTES} bytes."),
-        ));
-    }
-    let envelope = Envelope::from_json(&params.sealed)
-        .map_err(|error| ApiError::invalid_field("sealed", &error.to_string()))?;
-    let allow = sealed_sites(&envelope, requested)?;
-    let allow_json = allow.as_ref().map(serde_json::to_string).transpose()?;
-    let now = now_millis();
+    let now = store.now();
     let mut tx = store.begin().await?;
     let row = on_tx!(&mut tx, |conn| sqlx::query_as::<
         _,
@@ -105,29 +160,29 @@ pub async fn send(
             "This computer has not reported its seal key yet; start its agent first.",
         ));
     };
-    if envelope.kid().as_str() != pinned.kid {
+    if delivery.kid != pinned.kid {
         return Err(ApiError::invalid_field(
             "sealed",
             "is sealed for another key than this computer's pinned seal key",
         ));
     }
-    let delivery_id = JobId::generate().to_string();
+    let delivery_id = DeliveryId::generate();
     let sql = "INSERT INTO secret_deliveries \
                (id, account_id, device_id, name, sealed_json, allow_json, state, error, \
                 created_at, answered_at) \
                VALUES ($1, $2, $3, $4, $5, $6, 'pending', NULL, $7, NULL)";
     on_tx!(&mut tx, |conn| sqlx::query(sql)
-        .bind(&delivery_id)
+        .bind(delivery_id.as_str())
         .bind(account_id.as_str())
         .bind(device_id.as_str())
-        .bind(&params.name)
-        .bind(&sealed_json)
-        .bind(&allow_json)
+        .bind(&delivery.name)
+        .bind(&delivery.sealed_json)
+        .bind(&delivery.allow_json)
         .bind(now)
         .execute(conn)
         .await
         .map(|done| done.rows_affected()))?;
-    let detail = json!({ "deviceId": device_id, "deliveryId": delivery_id, "name": params.name });
+    let detail = json!({ "deviceId": device_id, "deliveryId": delivery_id, "name": delivery.name });
     ledger::record(
         &mut tx,
         account_id,
@@ -138,12 +193,12 @@ pub async fn send(
     )
     .await?;
     tx.commit().await?;
-    tracing::info!(device_id = %device_id, delivery_id, "secret relayed");
+    tracing::info!(device_id = %device_id, delivery_id = %delivery_id, "secret relayed");
     Ok(Accepted {
         frame: ServerFrame::SecretSave {
             id: delivery_id.clone(),
-            name: params.name,
-            sealed: params.sealed,
+            name: delivery.name,
+            sealed: delivery.sealed,
         },
         delivery_id,
     })
@@ -215,6 +270,7 @@ pub async fn pending_frames(
         .into_iter()
         .filter_map(|(id, name, sealed)| {
             let sealed = serde_json::from_str(&sealed?).ok()?;
+            let id = DeliveryId::try_from(id).ok()?;
             Some(ServerFrame::SecretSave { id, name, sealed })
         })
         .collect())
@@ -227,16 +283,16 @@ pub async fn pending_frames(
 /// 404 for a delivery of another device (or none); 422 when `name` is not the delivery's.
 pub async fn answer(
     store: &Store,
-    device: &DeviceCaller,
-    delivery_id: &str,
-    answer: DeliveryAnswer,
+    device: &DeviceIdentity,
+    delivery_id: &DeliveryId,
+    answer: DeliveryOutcome,
 ) -> Result<(), ApiError> {
-    let now = now_millis();
+    let now = store.now();
     let mut tx = store.begin().await?;
     let row = on_tx!(&mut tx, |conn| sqlx::query_as::<_, (String, String)>(
         "SELECT name, state FROM secret_deliveries WHERE id = $1 AND device_id = $2"
     )
-    .bind(delivery_id)
+    .bind(delivery_id.as_str())
     .bind(device.device_id.as_str())
     .fetch_optional(conn)
     .await)?;
@@ -252,17 +308,9 @@ pub async fn answer(
     if state != "pending" {
         return Ok(());
     }
-    let (state, error) = if answer.saved {
-        ("saved", None)
-    } else {
-        let error = answer
-            .error
-            .unwrap_or_else(|| "refused".to_owned())
-            .chars()
-            .take(MAX_ERROR_LEN)
-            .collect::<String>();
-        ("refused", Some(error))
-    };
+    let saved = answer.refusal.is_none();
+    let state = if saved { "saved" } else { "refused" };
+    let error = answer.refusal;
     on_tx!(&mut tx, |conn| sqlx::query(
         "UPDATE secret_deliveries SET sealed_json = NULL, state = $1, error = $2, \
          answered_at = $3 WHERE id = $4"
@@ -270,11 +318,11 @@ pub async fn answer(
     .bind(state)
     .bind(&error)
     .bind(now)
-    .bind(delivery_id)
+    .bind(delivery_id.as_str())
     .execute(conn)
     .await
     .map(|done| done.rows_affected()))?;
-    if answer.saved {
+    if saved {
         on_tx!(&mut tx, |conn| sqlx::query(
             "INSERT INTO device_secrets (device_id, name, saved_at) VALUES ($1, $2, $3) \
              ON CONFLICT (device_id, name) DO UPDATE SET saved_at = excluded.saved_at"
@@ -287,7 +335,8 @@ pub async fn answer(
         .map(|done| done.rows_affected()))?;
     }
     tx.commit().await?;
-    tracing::info!(device_id = %device.device_id, delivery_id, state, "secret delivery answered");
+    tracing::info!(device_id = %device.device_id, delivery_id = %delivery_id, state,
+                   "secret delivery answered");
     Ok(())
 }
 
@@ -349,7 +398,7 @@ pub async fn list(
         .into_iter()
         .map(|(id, name, state, error, allow_json)| {
             Ok(Delivery {
-                id,
+                id: stored_id(id)?,
                 name,
                 state: match state.as_str() {
                     "saved" => DeliveryState::Saved,

@@ -7,23 +7,28 @@
 //!
 //! SQLite has exactly one writer: a write pool of one connection whose transactions are
 //! `BEGIN IMMEDIATE`, next to a read pool. Every mutation goes through [`Store::begin`].
+//!
+//! The store also carries the [`Clock`]: [`Store::now`] is the time every domain function
+//! writes and compares stored times with, so a test can move it.
 
 use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::Context;
-use chrono::{DateTime, Utc};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{PgPool, Postgres, Sqlite, SqlitePool, Transaction};
 
+use crate::clock::{Clock, Millis};
 use crate::config::Config;
 use crate::error::ApiError;
 
-/// Handle to the database; cheap to clone.
+/// Handle to the database and the clock its times are read from; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
     backend: Backend,
+    /// "Now" for every time this server writes or compares with a stored one.
+    clock: Clock,
 }
 
 #[derive(Clone)]
@@ -74,11 +79,11 @@ pub(crate) use {on_read, on_tx};
 
 impl Store {
     /// Connects to the configured database (creating the SQLite file and data dir when
-    /// missing) and applies that backend's migrations.
+    /// missing) and applies that backend's migrations. Times are read from `clock`.
     ///
     /// # Errors
     /// When the database cannot be reached or a migration fails.
-    pub async fn connect(config: &Config) -> anyhow::Result<Store> {
+    pub async fn connect(config: &Config, clock: Clock) -> anyhow::Result<Store> {
         let url = match &config.database_url {
             Some(url) => url.clone(),
             None => {
@@ -94,7 +99,17 @@ impl Store {
         } else {
             anyhow::bail!("the database URL must start with postgres:// or sqlite://");
         };
-        Ok(Store { backend })
+        Ok(Store { backend, clock })
+    }
+
+    /// The clock this store's times come from.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// Now, in the stored form.
+    pub fn now(&self) -> Millis {
+        self.clock.now_millis()
     }
 
     /// `"sqlite"` or `"postgres"`, for logs and tests.
@@ -213,25 +228,6 @@ async fn connect_postgres(url: &str, max_connections: u32) -> anyhow::Result<Bac
         .await
         .context("applying PostgreSQL migrations")?;
     Ok(Backend::Postgres(pool))
-}
-
-/// Unix milliseconds, the stored form of every time.
-pub type Millis = i64;
-
-pub fn now_millis() -> Millis {
-    Utc::now().timestamp_millis()
-}
-
-/// A stored time as the wire's RFC 3339 time.
-pub fn to_time(millis: Millis) -> DateTime<Utc> {
-    DateTime::from_timestamp_millis(millis).unwrap_or_default()
-}
-
-/// Seconds as milliseconds, saturating (configured seconds are never near the limit).
-pub fn secs(seconds: u64) -> Millis {
-    i64::try_from(seconds)
-        .unwrap_or(i64::MAX / 1000)
-        .saturating_mul(1000)
 }
 
 /// A stored id back into its type; a malformed one is a server fault.

@@ -1,10 +1,10 @@
 //! The sweeper: ends runs whose lease expired, expires overdue decisions, and keeps house.
 //!
 //! [`try_expire_leases`] is one step, callable from tests (as is
-//! [`crate::decisions::expire_overdue`]); [`run`] repeats both every `sweep_secs`. After an
-//! outage of the server itself (no sweep for longer than a lease),
-//! [`grant_outage_grace`] first gives every running lease one more lease period, because the
-//! devices could not reach us to extend them.
+//! [`crate::decisions::expire_overdue`]); [`run`] repeats both every `sweep_secs`, at the
+//! store's clock's time. After an outage of the server itself (no sweep for longer than a
+//! lease), [`grant_outage_grace`] first gives every running lease one more lease period,
+//! because the devices could not reach us to extend them.
 
 use std::time::Duration;
 
@@ -13,14 +13,16 @@ use tether_protocol::decisions::DecisionChange;
 use tether_protocol::jobs::Outcome;
 use tether_protocol::{AccountId, JobId};
 
+use crate::clock::{secs, to_time, Millis};
 use crate::config::Config;
 use crate::decisions::{self, Settled};
 use crate::error::ApiError;
-use crate::jobs::{self, JobRow, JOB_COLUMNS};
+use crate::job_rows::{self, EndCause};
 use crate::metrics::Metrics;
+use crate::notices;
 use crate::pairing;
-use crate::relay::{AccountEvent, Hub};
-use crate::store::{on_read, on_tx, secs, stored_id, to_time, Millis, Store};
+use crate::relay::Hub;
+use crate::store::{on_read, on_tx, stored_id, Store, Tx};
 
 /// Most runs one sweep ends; the next sweep takes the rest.
 pub const SWEEP_BATCH: i64 = 500;
@@ -45,16 +47,7 @@ pub async fn try_expire_leases(
 ) -> Result<SweepOutcome, ApiError> {
     let now = now.timestamp_millis();
     let mut tx = store.begin().await?;
-    let sql = format!(
-        "SELECT {JOB_COLUMNS} FROM jobs WHERE state IN ('running', 'waiting') \
-         AND lease_expires_at <= $1 ORDER BY lease_expires_at LIMIT $2{}",
-        tx.skip_locked_clause()
-    );
-    let expired = on_tx!(&mut tx, |conn| sqlx::query_as::<_, JobRow>(&sql)
-        .bind(now)
-        .bind(SWEEP_BATCH)
-        .fetch_all(conn)
-        .await)?;
+    let expired = job_rows::expired_leases(&mut tx, now, SWEEP_BATCH).await?;
     let mut outcome = SweepOutcome::default();
     for job in &expired {
         let expired_at = job.lease_expires_at.map(to_time).unwrap_or_default();
@@ -62,16 +55,16 @@ pub async fn try_expire_leases(
             "The lease expired at {} without word from the device; partial output is kept.",
             expired_at.to_rfc3339()
         );
-        jobs::finish(
+        job_rows::finish(
             &mut tx,
             job,
-            &jobs::outcome(Outcome::Interrupted, &summary),
-            jobs::EndCause::LeaseExpired,
+            &job_rows::outcome(Outcome::Interrupted, &summary),
+            EndCause::LeaseExpired,
             now,
         )
         .await?;
         outcome.interrupted.push(stored_id(job.id.clone())?);
-        let account_id: AccountId = stored_id(job.account_id.clone())?;
+        let account_id = job.account_id()?;
         if !outcome.accounts.contains(&account_id) {
             outcome.accounts.push(account_id);
         }
@@ -104,14 +97,7 @@ pub async fn grant_outage_grace(
         return Ok(0);
     }
     let mut tx = store.begin().await?;
-    let extended = on_tx!(&mut tx, |conn| sqlx::query(
-        "UPDATE jobs SET lease_expires_at = $1 \
-         WHERE state IN ('running', 'waiting') AND lease_expires_at < $1"
-    )
-    .bind(now + lease)
-    .execute(conn)
-    .await
-    .map(|done| done.rows_affected()))?;
+    let extended = job_rows::extend_running_leases(&mut tx, now + lease).await?;
     tx.commit().await?;
     tracing::warn!(
         extended,
@@ -143,37 +129,40 @@ pub async fn record_server_heartbeat(store: &Store, now: DateTime<Utc>) -> Resul
 /// # Errors
 /// Never returns on its own; the result type lets `run_until_stopped` select over it.
 pub async fn run(store: Store, config: Config, hub: Hub, metrics: Metrics) -> anyhow::Result<()> {
-    if let Err(error) = grant_outage_grace(&store, Utc::now(), &config).await {
+    if let Err(error) = grant_outage_grace(&store, store.clock().now(), &config).await {
         tracing::error!(%error, "outage grace failed");
     }
     let mut ticker = tokio::time::interval(Duration::from_secs(config.sweep_secs.max(1)));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        match sweep_once(&store, Utc::now()).await {
+        match sweep_once(&store, store.clock().now()).await {
             Ok((swept, expired_decisions)) => {
-                metrics.record_lease_expiries(swept.interrupted.len());
-                // Each interrupted run freed a slot of its account's concurrent-run limit,
-                // and expired what it had asked.
-                for account_id in &swept.accounts {
-                    hub.wake_queued(&store, account_id).await;
-                    let event = AccountEvent::Decisions {
-                        change: DecisionChange::Expired,
-                        decision_id: None,
-                    };
-                    hub.publish_account(account_id, event).await;
-                }
-                for settled in expired_decisions {
-                    metrics.record_decision_wait(settled.how.as_str(), settled.waited);
-                    let event = AccountEvent::Decisions {
-                        change: settled.how.change(),
-                        decision_id: Some(settled.decision_id),
-                    };
-                    hub.publish_account(&settled.account_id, event).await;
-                }
+                announce(&store, &hub, &metrics, swept, expired_decisions).await;
             }
             Err(error) => tracing::error!(%error, "sweep failed"),
         }
+    }
+}
+
+/// After a sweep commits: wakes the devices its ended runs made room for, and tells the
+/// accounts what it expired.
+async fn announce(
+    store: &Store,
+    hub: &Hub,
+    metrics: &Metrics,
+    swept: SweepOutcome,
+    expired_decisions: Vec<Settled>,
+) {
+    metrics.record_lease_expiries(swept.interrupted.len());
+    // Each interrupted run freed a slot of its account's concurrent-run limit, and expired
+    // what it had asked.
+    for account_id in &swept.accounts {
+        hub.wake_queued(store, account_id).await;
+        notices::decisions_changed(hub, account_id, DecisionChange::Expired, None).await;
+    }
+    for settled in expired_decisions {
+        notices::decision_settled(hub, metrics, settled).await;
     }
 }
 
@@ -192,7 +181,7 @@ async fn sweep_once(
     Ok((swept, expired_decisions))
 }
 
-async fn delete_expired_sessions(tx: &mut crate::store::Tx, now: Millis) -> Result<(), ApiError> {
+async fn delete_expired_sessions(tx: &mut Tx, now: Millis) -> Result<(), ApiError> {
     on_tx!(tx, |conn| sqlx::query(
         "DELETE FROM sessions WHERE expires_at < $1"
     )

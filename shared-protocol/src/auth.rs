@@ -1,11 +1,12 @@
 //! Accounts, sign-in and API tokens.
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::ids::{AccountId, TokenId, UserId};
 
 /// `POST /api/auth/signup`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SignupParams {
     pub email: String,
@@ -14,7 +15,7 @@ pub struct SignupParams {
 }
 
 /// `POST /api/auth/login`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LoginParams {
     pub email: String,
@@ -22,7 +23,7 @@ pub struct LoginParams {
 }
 
 /// A person who signs in.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct User {
     pub id: UserId,
@@ -33,7 +34,7 @@ pub struct User {
 }
 
 /// The tenant a user belongs to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Account {
     pub id: AccountId,
@@ -41,7 +42,7 @@ pub struct Account {
 }
 
 /// Answer of signup and `GET /api/me`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Me {
     pub user: User,
@@ -49,21 +50,21 @@ pub struct Me {
 }
 
 /// Answer of login.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LoginResponse {
     pub user: User,
 }
 
 /// `POST /api/tokens`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NewTokenParams {
     pub name: String,
 }
 
 /// A freshly made API token; `token` is shown this once and stored only as a hash.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreatedToken {
     pub id: TokenId,

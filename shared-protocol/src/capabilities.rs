@@ -1,12 +1,13 @@
 //! What a device says it can do, sent with every heartbeat.
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// The device's public seal key, pinned by the server at first report.
 ///
 /// `kid` is base64url(first 16 bytes of SHA-256(SPKI DER)); `fingerprint` is
 /// `SHA256:` + base64url(SHA-256(SPKI DER)); `spki` is base64url(SPKI DER).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SealKey {
     pub kid: String,
@@ -19,7 +20,7 @@ pub struct SealKey {
 pub const SEAL_KEY_ALG: &str = "ECDH-P256";
 
 /// What kind of engine runs a job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EngineKind {
     /// A command the device owner configured locally.
@@ -29,7 +30,7 @@ pub enum EngineKind {
 }
 
 /// An engine the device publishes by name.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Engine {
     pub name: String,
@@ -37,7 +38,7 @@ pub struct Engine {
 }
 
 /// How strongly the device confines what it runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SandboxStrength {
     Strong,
@@ -46,7 +47,7 @@ pub enum SandboxStrength {
 }
 
 /// The confinement the device reports, truthfully.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxReport {
     pub backend: String,
@@ -60,7 +61,7 @@ pub struct SandboxReport {
 }
 
 /// The capability report of a device.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Capabilities {
     pub protocol: u32,

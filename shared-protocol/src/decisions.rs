@@ -2,11 +2,12 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::ids::{DecisionId, DeviceId, JobId};
 
 /// Where a decision is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DecisionState {
     Pending,
@@ -16,7 +17,7 @@ pub enum DecisionState {
 }
 
 /// The answer to a decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Answer {
     Allow,
@@ -24,7 +25,7 @@ pub enum Answer {
 }
 
 /// How far an allow reaches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Scope {
     Once,
@@ -86,7 +87,7 @@ impl Scope {
 }
 
 /// Where an answer came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AnsweredBy {
     /// The owner answered on the web (or the phone).
@@ -120,7 +121,7 @@ pub const MAX_ACTION_BYTES: usize = 16 * 1024;
 pub const MAX_EXPIRES_IN_SECS: u32 = 86_400;
 
 /// A decision as the web sees it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Decision {
     pub id: DecisionId,
@@ -153,7 +154,7 @@ pub struct Decision {
 }
 
 /// `POST /api/devices/self/jobs/{id}/ask`: a run asks its owner before an action.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AskRequest {
     /// What is asked about: one of [`KINDS`].
@@ -169,14 +170,14 @@ pub struct AskRequest {
 }
 
 /// The answer to [`AskRequest`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AskResponse {
     pub decision_id: DecisionId,
 }
 
 /// `GET /api/devices/self/decisions/{id}`: the device reads where its decision is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeviceDecision {
     pub id: DecisionId,
@@ -187,7 +188,7 @@ pub struct DeviceDecision {
 }
 
 /// Why the device closes a decision itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CloseReason {
     /// The owner answered on the computer (`tether-agent decisions allow|deny`).
@@ -199,7 +200,7 @@ pub enum CloseReason {
 }
 
 /// `POST /api/devices/self/decisions/{id}/close`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CloseRequest {
     pub reason: CloseReason,
@@ -212,7 +213,7 @@ pub struct CloseRequest {
 }
 
 /// `POST /api/decisions/{id}/answer`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AnswerRequest {
     pub answer: Answer,
@@ -220,7 +221,7 @@ pub struct AnswerRequest {
 }
 
 /// What changed in an account's decisions, in a [`DecisionsEvent`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DecisionChange {
     Asked,
@@ -233,7 +234,7 @@ pub enum DecisionChange {
 }
 
 /// The data of a `decisions` event on `GET /api/decisions/events` (server-sent events).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DecisionsEvent {
     pub change: DecisionChange,

@@ -2,12 +2,14 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::capabilities::{Capabilities, SealKey};
 use crate::ids::{AccountId, DeviceId, JobId};
+use crate::lease::LeaseToken;
 
 /// A paired computer in `GET /api/devices`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Device {
     pub id: DeviceId,
@@ -26,7 +28,7 @@ pub struct Device {
 }
 
 /// A device in the platform admin's list: any account's.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AdminDevice {
     pub account_id: AccountId,
@@ -35,14 +37,14 @@ pub struct AdminDevice {
 }
 
 /// `PATCH /api/devices/{id}`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RenameParams {
     pub name: String,
 }
 
 /// `GET /api/devices/self`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeviceSelf {
     pub device_id: DeviceId,
@@ -51,15 +53,15 @@ pub struct DeviceSelf {
 }
 
 /// A run the device holds, reported with each heartbeat.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HeldLease {
     pub job_id: JobId,
-    pub lease_token: String,
+    pub lease_token: LeaseToken,
 }
 
 /// `POST /api/devices/self/heartbeat`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HeartbeatParams {
     pub capabilities: Capabilities,
@@ -68,7 +70,7 @@ pub struct HeartbeatParams {
 }
 
 /// A lease the heartbeat extended.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LeaseStatus {
     pub job_id: JobId,
@@ -77,7 +79,7 @@ pub struct LeaseStatus {
 }
 
 /// The pace the server wants from its agents, so a fleet is tuned from one place.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Intervals {
     pub heartbeat_secs: u64,
@@ -85,7 +87,7 @@ pub struct Intervals {
 }
 
 /// Answer of a heartbeat.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HeartbeatResponse {
     pub server_time: DateTime<Utc>,

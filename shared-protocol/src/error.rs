@@ -4,15 +4,16 @@
 //! machine-readable; the message is a human sentence that names the field when input is bad.
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// The body of every error answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
 /// The code and sentence inside an [`ErrorBody`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorDetail {
     pub code: String,
     pub message: String,

@@ -1,11 +1,12 @@
 //! Live files of a job: the web asks, the server relays, the device answers.
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::error::ErrorDetail;
 
 /// What the web asks of a job's folder.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FileOp {
     /// List one directory.
@@ -15,7 +16,7 @@ pub enum FileOp {
 }
 
 /// The kind of a directory entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EntryKind {
     File,
@@ -24,7 +25,7 @@ pub enum EntryKind {
 }
 
 /// One entry of a directory listing.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TreeEntry {
     pub name: String,
@@ -33,7 +34,7 @@ pub struct TreeEntry {
 }
 
 /// Answer of `GET /api/jobs/{id}/tree?path=`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Tree {
     pub path: String,
@@ -42,7 +43,7 @@ pub struct Tree {
 
 /// Answer of `GET /api/jobs/{id}/file?path=`. Text only, redacted on the device; a binary
 /// file is described, not sent.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FileContent {
     pub path: String,
@@ -57,7 +58,7 @@ pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
 
 /// The device's answer to a `file.request` frame
 /// (`POST /api/devices/self/file-requests/{id}`): exactly one of the three.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FileAnswer {
     #[serde(default, skip_serializing_if = "Option::is_none")]

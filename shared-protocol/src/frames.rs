@@ -4,12 +4,13 @@
 //! frame costs latency, never correctness.
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::files::FileOp;
-use crate::ids::{DecisionId, JobId};
+use crate::ids::{DecisionId, DeliveryId, JobId};
 
 /// A frame the server sends to a device.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ServerFrame {
@@ -35,7 +36,7 @@ pub enum ServerFrame {
     /// `POST /api/devices/self/secret-deliveries/{id}`.
     #[serde(rename = "secret.save", rename_all = "camelCase")]
     SecretSave {
-        id: String,
+        id: DeliveryId,
         name: String,
         sealed: serde_json::Value,
     },

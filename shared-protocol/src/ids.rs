@@ -7,6 +7,7 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// Why a string is not an id.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +38,7 @@ fn check_id(raw: &str) -> Result<(), IdError> {
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
         #[serde(try_from = "String", into = "String")]
         pub struct $name(String);
 
@@ -112,6 +113,10 @@ id_type!(
 id_type!(
     /// An API token (its id, never its secret).
     TokenId
+);
+id_type!(
+    /// One sealed secret on its way to a device (`secret_deliveries`).
+    DeliveryId
 );
 
 #[cfg(test)]

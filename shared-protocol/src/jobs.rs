@@ -2,12 +2,14 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::decisions::Decision;
 use crate::ids::{DeviceId, JobId};
+use crate::lease::LeaseToken;
 
 /// How much a run may do before it asks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// Commands and edits ask unless the folder is trusted locally.
@@ -31,7 +33,7 @@ impl Mode {
 }
 
 /// Where a job is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
     Queued,
@@ -86,7 +88,7 @@ impl JobState {
 }
 
 /// How a device may end a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     Succeeded,
@@ -110,7 +112,7 @@ impl Outcome {
 }
 
 /// `POST /api/jobs`: what the web asks a device to do. Never argv, never a device path.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NewJobParams {
     pub device_id: DeviceId,
@@ -129,7 +131,7 @@ pub struct NewJobParams {
 }
 
 /// The part of a job the device receives when it claims it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobSpec {
     pub title: String,
@@ -144,7 +146,7 @@ pub struct JobSpec {
 }
 
 /// One line of a job's timeline.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobEvent {
     pub seq: i64,
@@ -156,7 +158,7 @@ pub struct JobEvent {
 }
 
 /// How a job ended, as the device (or the sweeper) recorded it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobOutcome {
     pub outcome: Outcome,
@@ -166,7 +168,7 @@ pub struct JobOutcome {
 }
 
 /// A job as the web sees it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Job {
     pub id: JobId,
@@ -187,7 +189,7 @@ pub struct Job {
 }
 
 /// A file a run attached to its result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Evidence {
     pub id: String,
@@ -209,7 +211,7 @@ pub const MAX_EVIDENCE_BYTES: u64 = 100_000_000;
 pub const MAX_EVIDENCE_FILES: u64 = 100;
 
 /// What an evidence file is; the server checks the bytes are of a type the kind allows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EvidenceKind {
     /// A picture of a screen: PNG, JPEG, GIF or WebP.
@@ -255,7 +257,7 @@ impl EvidenceKind {
 /// `x-tether-evidence` on `POST /api/devices/self/jobs/{id}/evidence`: this JSON,
 /// base64url-encoded (padding optional). The body is the file's bytes, or nothing when
 /// `local` is set (the file stays on the computer; `size` and `sha256` describe it there).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EvidenceMeta {
     /// Chosen by the device, stable for one file of one attempt, so a retry is a repeat.
@@ -275,12 +277,12 @@ pub struct EvidenceMeta {
 }
 
 /// A claimed job, with the lease that fences every write about it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClaimedJob {
     pub id: JobId,
     pub attempt: u32,
-    pub lease_token: String,
+    pub lease_token: LeaseToken,
     pub lease_expires_at: DateTime<Utc>,
     pub spec: JobSpec,
     /// Set when this attempt carries on one lost to a restart: which carry-on it is (1 or 2).
@@ -294,7 +296,7 @@ pub const MAX_AUTO_RESUMES: u32 = 2;
 pub const RESUME_WINDOW_SECS: i64 = 24 * 3600;
 
 /// Answer of `POST /api/devices/self/claim` when a job was claimed.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClaimResponse {
     pub job: ClaimedJob,
@@ -306,7 +308,7 @@ pub const MAX_LINES_PER_PROGRESS: usize = 200;
 pub const MAX_LINE_BYTES: usize = 4096;
 
 /// `POST /api/devices/self/jobs/{id}/progress`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProgressParams {
     /// Increases by one per call of an attempt; a repeat is answered without effect.
@@ -317,7 +319,7 @@ pub struct ProgressParams {
 }
 
 /// Answer of a progress call.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProgressResponse {
     pub lease_expires_at: DateTime<Utc>,
@@ -325,7 +327,7 @@ pub struct ProgressResponse {
 }
 
 /// `POST /api/devices/self/jobs/{id}/complete`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CompleteParams {
     pub outcome: Outcome,
@@ -335,7 +337,7 @@ pub struct CompleteParams {
 }
 
 /// Answer of complete, and of cancel.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobResponse {
     pub job: Job,
@@ -343,27 +345,27 @@ pub struct JobResponse {
 
 /// `POST /api/devices/self/jobs/{id}/reattach`: a run that kept going through an outage.
 /// `leaseToken` is the lease it last held.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReattachParams {
     pub attempt: u32,
-    pub lease_token: String,
+    pub lease_token: LeaseToken,
 }
 
 /// Answer of reattach: a new lease for the same attempt.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LeaseGrant {
     pub job_id: JobId,
     pub attempt: u32,
-    pub lease_token: String,
+    pub lease_token: LeaseToken,
     pub lease_expires_at: DateTime<Utc>,
 }
 
 /// `POST /api/devices/self/jobs/{id}/resume`: a run lost to a restart of the agent.
 /// `attempt` is the attempt that was lost; the answer is a [`ClaimResponse`] for a new
 /// attempt in the same folder, with `resumed` set.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ResumeParams {
     pub attempt: u32,

@@ -6,6 +6,7 @@
 pub mod auth;
 pub mod capabilities;
 pub mod channel;
+pub mod credential_files;
 pub mod decisions;
 pub mod devices;
 pub mod error;
@@ -13,14 +14,17 @@ pub mod files;
 pub mod frames;
 pub mod ids;
 pub mod jobs;
+pub mod lease;
 pub mod pairing;
 pub mod routes;
 pub mod seal;
 pub mod secrets;
 pub mod sites;
+pub mod text;
 
 pub use error::{Code, ErrorBody, ErrorDetail};
-pub use ids::{AccountId, DecisionId, DeviceId, IdError, JobId, TokenId, UserId};
+pub use ids::{AccountId, DecisionId, DeliveryId, DeviceId, IdError, JobId, TokenId, UserId};
+pub use lease::LeaseToken;
 
 /// The protocol version this crate describes, sent by agents in [`routes::PROTOCOL_HEADER`].
 pub const PROTOCOL_VERSION: u32 = 1;

@@ -1,6 +1,7 @@
 //! Pairing a computer to an account, modelled on the OAuth device grant (RFC 8628).
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::capabilities::SealKey;
 use crate::ids::{AccountId, DeviceId};
@@ -15,7 +16,7 @@ pub const PAIRING_INTERVAL_SECS: u64 = 5;
 pub const SLOW_DOWN_STEP_SECS: u64 = 5;
 
 /// `POST /api/devices/pair`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PairParams {
     pub name: String,
@@ -27,7 +28,7 @@ pub struct PairParams {
 }
 
 /// Answer of `POST /api/devices/pair`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PairResponse {
     pub device_code: String,
@@ -39,14 +40,14 @@ pub struct PairResponse {
 }
 
 /// `POST /api/devices/register`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RegisterParams {
     pub device_code: String,
 }
 
 /// Answer of `POST /api/devices/register` once a person linked the code.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RegisterResponse {
     pub device_id: DeviceId,
@@ -55,14 +56,14 @@ pub struct RegisterResponse {
 }
 
 /// `POST /api/devices/link`: a signed-in person approves a code.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LinkParams {
     pub user_code: String,
 }
 
 /// Answer of `POST /api/devices/link`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LinkedDevice {
     pub device_id: DeviceId,

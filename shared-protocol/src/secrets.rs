@@ -3,6 +3,9 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::ids::DeliveryId;
 
 /// The longest secret name.
 pub const MAX_NAME_LEN: usize = 64;
@@ -22,7 +25,7 @@ pub fn valid_name(name: &str) -> bool {
 }
 
 /// `POST /api/devices/{id}/secrets`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SendSecretParams {
     pub name: String,
@@ -36,14 +39,14 @@ pub struct SendSecretParams {
 }
 
 /// The 202 answer of `POST /api/devices/{id}/secrets`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SendSecretResponse {
-    pub delivery_id: String,
+    pub delivery_id: DeliveryId,
 }
 
 /// `POST /api/devices/self/secret-deliveries/{id}`: only whether the device saved it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DeliveryAnswer {
     pub saved: bool,
@@ -54,7 +57,7 @@ pub struct DeliveryAnswer {
 }
 
 /// A delivery's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DeliveryState {
     Pending,
@@ -63,7 +66,7 @@ pub enum DeliveryState {
 }
 
 /// A name a device holds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SavedName {
     pub name: String,
@@ -74,10 +77,10 @@ pub struct SavedName {
 }
 
 /// One delivery, without its box.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Delivery {
-    pub id: String,
+    pub id: DeliveryId,
     pub name: String,
     pub state: DeliveryState,
     pub error: Option<String>,
@@ -87,7 +90,7 @@ pub struct Delivery {
 }
 
 /// `GET /api/devices/{id}/secrets`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretsListing {
     pub names: Vec<SavedName>,

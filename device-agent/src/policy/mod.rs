@@ -1,9 +1,21 @@
-//! The policy of a run: what it may do without asking, what it must ask its owner, and what
-//! is refused whatever anyone answers.
+//! What a run may do: the checks before anything runs, the judgement of what an engine asks
+//! for at run time, and the owner's trusted folders.
+//!
+//! - [`hard_floor`]: dangerous commands, refused before anything runs, whatever the mode;
+//! - [`guard`]: the paths a job may be given (protected paths, blocked roots, shared folders);
+//! - [`RunPolicy`] (here), with [`zones`] and [`commands`]: the judgement of one action;
+//! - [`gate`]: acting on a judgement, asking the owner through [`asking::Ask`] for "ask";
+//! - [`trust`]: trusted folders; [`explain`]: a dry run of the judgement.
+//!
+//! **Architecture Invariant:** policy depends on the local configuration only, never on how
+//! a run is carried out or how the server is reached: asking goes through the [`asking::Ask`]
+//! trait, which the run wing implements.
+//!
+//! ## The judgement
 //!
 //! [`RunPolicy::judge`] is pure apart from reading the file system to resolve paths: it
 //! takes an [`Action`] and returns a [`Judgement`] naming the rule that decided. The
-//! [`crate::gate::Gate`] acts on it (asking when the verdict is [`Verdict::Ask`]), and
+//! [`gate::Gate`] acts on it (asking when the verdict is [`Verdict::Ask`]), and
 //! `tether-agent explain` prints it, so a dry run and the real check are one computation.
 //!
 //! The order is fixed:
@@ -21,7 +33,13 @@
 //! the owner's local configuration (`tether-agent trust add`); an answer from the web can at
 //! most add a rule that lives as long as the run.
 
+pub mod asking;
 pub mod commands;
+pub mod explain;
+pub mod gate;
+pub mod guard;
+pub mod hard_floor;
+pub mod trust;
 pub mod zones;
 
 use std::fmt::Write as _;
@@ -34,8 +52,7 @@ use tether_protocol::capabilities::SandboxStrength;
 use tether_protocol::decisions::Answer;
 use tether_protocol::jobs::Mode;
 
-use crate::guard::{Guard, Refusal};
-use crate::hard_floor;
+use crate::policy::guard::{Guard, Refusal};
 use zones::Zone;
 
 /// What a run wants to do.
@@ -300,22 +317,6 @@ pub struct RunSettings {
     pub guard: Guard,
     /// This computer's temporary folders ([`zones::temporary_folders`]).
     pub temporary: Vec<PathBuf>,
-}
-
-impl RunSettings {
-    /// The settings of a job run on this computer: the installed guard and sandbox, the
-    /// computer's temporary folders.
-    pub fn for_job(mode: Mode, folder: &Path, network: bool, trusted: &[PathBuf]) -> RunSettings {
-        RunSettings {
-            mode,
-            folder: folder.to_path_buf(),
-            trusted: trusted.to_vec(),
-            network,
-            sandbox: crate::sandbox::report().strength,
-            guard: crate::sandbox::guard(),
-            temporary: zones::temporary_folders(),
-        }
-    }
 }
 
 /// The policy of one run.

@@ -7,7 +7,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use crate::guard::Guard;
+use crate::policy::guard::Guard;
 
 /// Folders where changing is refused in every mode: the system's own files.
 const SYSTEM_FOLDERS: &[&str] = &[

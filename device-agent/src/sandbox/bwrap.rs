@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Map};
 use tether_protocol::capabilities::{SandboxReport, SandboxStrength};
 
-use super::{Backend, Input, LaunchSpec, Layer, Policy, Sandbox, SYSTEM_READ};
+use crate::sandbox::backend::{Backend, Policy, Probed};
+use crate::sandbox::host::{self, SYSTEM_READ};
+use crate::sandbox::launch::{self, Input, LaunchSpec, Layer};
 
 /// Where bubblewrap is looked for unless `TETHER_BWRAP` names another binary.
 pub const DEFAULT_PATH: &str = "/usr/bin/bwrap";
@@ -93,7 +95,7 @@ pub fn args(mounts: &Mounts<'_>) -> Vec<OsString> {
         .map(|(_, value)| value.as_str());
     let mut binds: Vec<(PathBuf, bool)> = Vec::new();
     binds.extend(
-        super::toolchains(mounts.home, path_var)
+        host::toolchains(mounts.home, path_var)
             .into_iter()
             .map(|p| (p, false)),
     );
@@ -131,7 +133,7 @@ pub fn args(mounts: &Mounts<'_>) -> Vec<OsString> {
 /// empty folder or file, as `git init` makes them) so they can be mounted read-only: bubblewrap
 /// cannot mount over a path that does not exist. Returns the paths to protect.
 pub fn prepare_git(work_folder: &Path) -> Vec<PathBuf> {
-    let paths = crate::guard::git_protected(work_folder);
+    let paths = crate::policy::guard::git_protected(work_folder);
     for path in &paths {
         if fs::symlink_metadata(path).is_ok() {
             continue;
@@ -150,7 +152,7 @@ pub fn prepare_git(work_folder: &Path) -> Vec<PathBuf> {
 
 /// Probes bubblewrap by starting the launcher inside it, with the same flags as a real run.
 /// A run without a fresh `/proc` is the one fallback, and it lowers the strength.
-pub fn probe(bwrap: &Path, launcher: &Path) -> Result<Sandbox, String> {
+pub fn probe(bwrap: &Path, launcher: &Path) -> Result<Probed, String> {
     if !cfg!(target_os = "linux") {
         return Err("bwrap: only on Linux".to_owned());
     }
@@ -201,7 +203,7 @@ pub fn probe(bwrap: &Path, launcher: &Path) -> Result<Sandbox, String> {
             .iter()
             .map(|arg| arg.to_string_lossy().into_owned())
             .collect();
-        match super::run_probe(launcher, Some((bwrap, args)), &spec, &work_path) {
+        match launch::run_probe(launcher, Some((bwrap, args)), &spec, &work_path) {
             Ok(result) => break result,
             Err(err) if proc && err.contains("proc") => {
                 reasons.push(format!(
@@ -251,7 +253,7 @@ pub fn probe(bwrap: &Path, launcher: &Path) -> Result<Sandbox, String> {
     ] {
         guarantees.insert(name.to_owned(), value);
     }
-    Ok(Sandbox {
+    Ok(Probed {
         backend: Backend::Bwrap {
             path: bwrap.to_path_buf(),
             proc,
@@ -262,7 +264,6 @@ pub fn probe(bwrap: &Path, launcher: &Path) -> Result<Sandbox, String> {
             guarantees,
             reasons,
         },
-        launcher: launcher.to_path_buf(),
     })
 }
 

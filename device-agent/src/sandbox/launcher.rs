@@ -20,7 +20,7 @@
 
 use std::path::Path;
 
-use super::{LaunchSpec, SANDBOX_FAILED, SANDBOX_FAILED_PREFIX};
+use crate::sandbox::launch::{LaunchSpec, SANDBOX_FAILED, SANDBOX_FAILED_PREFIX};
 
 /// Runs the launcher and exits with the program's status.
 pub fn run_main(spec_file: &Path) -> ! {
@@ -53,8 +53,8 @@ mod imp {
     use rustix::process::{Pid, Signal, WaitOptions};
     use tokio::signal::unix::{signal, SignalKind};
 
-    use super::super::{Input, LaunchSpec, Layer, ProbeResult};
     use super::read_spec;
+    use crate::sandbox::launch::{Input, LaunchSpec, Layer, ProbeResult};
 
     /// How long what the program left behind may live after it exited.
     const LEFTOVER_GRACE: Duration = Duration::from_millis(1000);
@@ -85,7 +85,7 @@ mod imp {
         let mut result = ProbeResult::default();
         match spec.layer {
             Layer::Landlock => {
-                let applied = super::super::landlock::apply(
+                let applied = crate::sandbox::landlock::apply(
                     &spec.read,
                     &spec.write,
                     &spec.devices,
@@ -101,7 +101,7 @@ mod imp {
                     );
                 }
                 drop_capabilities(&mut result);
-                super::super::seccomp::apply(!spec.network)?;
+                crate::sandbox::seccomp::apply(!spec.network)?;
                 result.seccomp = true;
             }
             Layer::Seccomp => {
@@ -109,7 +109,7 @@ mod imp {
                     .map_err(|err| format!("no_new_privs: {err}"))?;
                 result.no_new_privs = true;
                 // Bubblewrap isolates the network; seccomp adds the rest.
-                super::super::seccomp::apply(false)?;
+                crate::sandbox::seccomp::apply(false)?;
                 result.seccomp = true;
                 result.capabilities_left = has_capabilities();
             }
@@ -334,8 +334,8 @@ mod imp {
     use std::path::Path;
     use std::process::{Command, Stdio};
 
-    use super::super::{Input, Layer};
     use super::read_spec;
+    use crate::sandbox::launch::{Input, Layer};
 
     /// Elsewhere (macOS: inside `sandbox-exec`), the launcher only starts the program.
     pub fn run(spec_file: &Path) -> Result<i32, String> {

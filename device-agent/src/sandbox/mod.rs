@@ -20,58 +20,28 @@
 //! [`SandboxReport`], the same object `sandbox status` prints and the heartbeat sends; a
 //! weaker mode than probed lowers the strength and says why.
 
+pub mod backend;
 pub mod bwrap;
+pub mod host;
 #[cfg(target_os = "linux")]
 pub mod landlock;
+pub mod launch;
 pub mod launcher;
 pub mod seatbelt;
 #[cfg(target_os = "linux")]
 pub mod seccomp;
 
+pub use backend::{Backend, Policy, Probed};
+pub use launch::{Input, LaunchSpec, Layer, ProbeResult, SANDBOX_FAILED, SANDBOX_FAILED_PREFIX};
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, OnceLock};
 
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tether_protocol::capabilities::{SandboxReport, SandboxStrength};
 
-use crate::guard::{self, Guard};
-
-/// Exit code of the launcher when it could not apply the sandbox (the program never ran).
-pub const SANDBOX_FAILED: i32 = 121;
-/// The line the launcher prints (on stderr) before exiting with [`SANDBOX_FAILED`].
-pub const SANDBOX_FAILED_PREFIX: &str = "tether-sandbox: ";
-
-/// What a confined run may touch. Paths are absolute; the work folder is also the working
-/// directory.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Policy {
-    /// Read-write, and the working directory.
-    pub work_folder: PathBuf,
-    /// Extra read-write paths (the run's private temporary folder, grants).
-    pub writable: Vec<PathBuf>,
-    /// Extra read-only paths (toolchains outside the usual places, a test's probe binary).
-    pub readable: Vec<PathBuf>,
-    /// Paths hidden whatever else says (added to the guard's protected paths).
-    pub denied: Vec<PathBuf>,
-    /// Whether the run may reach the network.
-    pub network: bool,
-    /// The complete environment of the program (nothing else is inherited).
-    pub env: Vec<(String, String)>,
-}
-
-/// What the confined program reads on its stdin.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Input {
-    /// Nothing (`/dev/null`): recipes and terminals.
-    #[default]
-    Null,
-    /// A pipe the agent writes to ([`Prepared::command`]'s stdin, passed through the
-    /// launcher): an ACP agent's side of the protocol.
-    Pipe,
-}
+use crate::policy::guard::{self, Guard};
 
 /// What to start under a [`Policy`]: the program, where, and what it reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,19 +61,6 @@ impl Start {
             stdin: Input::Null,
         }
     }
-}
-
-/// Which backend a sandbox uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Backend {
-    /// Bubblewrap at this path; `proc` is false when `/proc` could not be mounted.
-    Bwrap { path: PathBuf, proc: bool },
-    /// Landlock plus seccomp, applied by the launcher to itself.
-    Landlock,
-    /// macOS `sandbox-exec`.
-    Seatbelt,
-    /// Nothing works (or nothing was chosen); `allow_unsandboxed` is the owner's switch.
-    None { allow_unsandboxed: bool },
 }
 
 /// How the owner asked to pick a backend (`TETHER_SANDBOX`, `TETHER_BWRAP`).
@@ -184,66 +141,6 @@ impl Prepared {
     }
 }
 
-/// What the launcher applies to itself before it starts the program.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Layer {
-    /// Landlock (the rules below), capabilities dropped, seccomp.
-    Landlock,
-    /// Only seccomp: bubblewrap already confines the filesystem and the network.
-    Seccomp,
-    /// Nothing: the owner allowed unconfined runs (or Seatbelt confines it).
-    Unconfined,
-}
-
-/// The launcher's instructions, written by the agent to a private file in the run's folder
-/// (so the environment never shows up in a process list). An IPC boundary, hence `Serialize`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LaunchSpec {
-    pub layer: Layer,
-    /// Whether the network is allowed (with [`Layer::Landlock`], off also means seccomp
-    /// denies every socket but Unix ones and every `connect`).
-    pub network: bool,
-    /// Read (and execute) access, Landlock only.
-    pub read: Vec<PathBuf>,
-    /// Full access but device creation, Landlock only.
-    pub write: Vec<PathBuf>,
-    /// Read-write device files (`/dev/null`, terminals), Landlock only.
-    pub devices: Vec<PathBuf>,
-    /// Only report what could be applied (as JSON on stdout), run nothing.
-    pub probe: bool,
-    pub argv: Vec<String>,
-    /// The program's working directory: the work folder or a folder inside it.
-    pub cwd: PathBuf,
-    pub env: Vec<(String, String)>,
-    /// What the program reads: nothing, or the launcher's own stdin.
-    #[serde(default)]
-    pub stdin: Input,
-    /// The agent's pid, when the launcher is its child (every backend but bubblewrap, whose
-    /// PID namespace hides it and whose `--die-with-parent` ends the run with the agent):
-    /// the launcher runs nothing if its parent is already another process, and ends the
-    /// run's tree as soon as its parent changes (the agent died and it was re-parented).
-    #[serde(default)]
-    pub agent_pid: Option<u32>,
-}
-
-/// What the launcher reports in probe mode.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ProbeResult {
-    /// The Landlock ABI of the kernel, when Landlock is available.
-    pub landlock_abi: Option<i32>,
-    /// `full`, `partial` or `none` for the applied ruleset; absent when not asked.
-    pub landlock: Option<String>,
-    pub seccomp: bool,
-    pub no_new_privs: bool,
-    /// Whether the launcher holds any capability after restricting itself.
-    pub capabilities_left: bool,
-    /// Problems, in sentences.
-    pub notes: Vec<String>,
-}
-
 static INSTALLED: OnceLock<Arc<Sandbox>> = OnceLock::new();
 static GUARD: OnceLock<Guard> = OnceLock::new();
 
@@ -258,7 +155,7 @@ pub fn guard() -> Guard {
     GUARD
         .get_or_init(|| {
             let explicit = std::env::var_os("TETHER_AGENT_HOME").map(PathBuf::from);
-            let data_dir = crate::state::DataDir::resolve(explicit)
+            let data_dir = crate::local::state::DataDir::resolve(explicit)
                 .map(|dir| dir.root().to_path_buf())
                 .unwrap_or_else(|_| PathBuf::from("tether-agent"));
             Guard::for_user(&data_dir)
@@ -314,12 +211,17 @@ impl Sandbox {
                 _ => seatbelt::probe(),
             };
             match probed {
-                Ok(sandbox) => {
-                    let mut sandbox = sandbox;
-                    sandbox.launcher = settings.launcher.clone();
+                Ok(Probed {
+                    backend,
+                    mut report,
+                }) => {
                     // Earlier candidates that failed explain why this one was picked.
-                    sandbox.report.reasons.splice(0..0, reasons);
-                    return sandbox;
+                    report.reasons.splice(0..0, reasons);
+                    return Sandbox {
+                        backend,
+                        report,
+                        launcher: settings.launcher.clone(),
+                    };
                 }
                 Err(reason) => reasons.push(reason),
             }
@@ -481,7 +383,7 @@ impl Sandbox {
         };
         let spec_path = run_dir_path.join(".tether-launch.json");
         let bytes = serde_json::to_vec(&spec).map_err(|err| Refused(err.to_string()))?;
-        crate::state::write_atomic(&spec_path, &bytes)
+        crate::local::state::write_atomic(&spec_path, &bytes)
             .map_err(|err| Refused(format!("cannot write the launch spec: {err}")))?;
         command
             .args(["sandbox-exec", "--spec-file"])
@@ -534,79 +436,6 @@ fn set_env(env: &mut Vec<(String, String)>, name: &str, value: &str) {
     env.push((name.to_owned(), value.to_owned()));
 }
 
-/// System folders a confined program may read (and run programs from).
-pub const SYSTEM_READ: &[&str] = &[
-    "/usr",
-    "/bin",
-    "/sbin",
-    "/lib",
-    "/lib32",
-    "/lib64",
-    "/libx32",
-    "/etc",
-    "/opt",
-    "/nix/store",
-];
-
-/// Folders under the home folder that hold toolchains, given read-only.
-pub const HOME_TOOLCHAINS: &[&str] = &[
-    ".cargo",
-    ".rustup",
-    ".pyenv",
-    ".nvm",
-    ".local/bin",
-    ".local/lib",
-    ".local/share/pnpm",
-    "go",
-    ".deno",
-    ".bun",
-    ".volta",
-    ".asdf",
-    ".sdkman",
-    ".juliaup",
-    ".ghcup",
-    ".elan",
-];
-
-/// Device files a confined program may read and write.
-pub const DEVICES_RW: &[&str] = &[
-    "/dev/null",
-    "/dev/zero",
-    "/dev/full",
-    "/dev/tty",
-    "/dev/ptmx",
-    "/dev/pts",
-];
-/// Device files a confined program may read.
-pub const DEVICES_READ: &[&str] = &["/dev/random", "/dev/urandom"];
-
-/// Toolchain folders of this user that exist: the usual ones under home, plus every `PATH`
-/// entry under home.
-pub fn toolchains(home: Option<&Path>, path_var: Option<&str>) -> Vec<PathBuf> {
-    let Some(home) = home else {
-        return Vec::new();
-    };
-    let mut found: Vec<PathBuf> = HOME_TOOLCHAINS.iter().map(|dir| home.join(dir)).collect();
-    if let Some(path_var) = path_var {
-        for entry in path_var.split(':').filter(|entry| entry.starts_with('/')) {
-            let entry = PathBuf::from(entry);
-            if entry.starts_with(home) && entry != home {
-                found.push(entry);
-            }
-        }
-    }
-    found.retain(|dir| dir.is_dir());
-    found.sort();
-    found.dedup();
-    // Keep only the outermost of nested entries.
-    let all = found.clone();
-    found.retain(|dir| {
-        !all.iter()
-            .any(|other| other != dir && dir.starts_with(other))
-    });
-    found
-}
-
 /// Landlock rules of a policy: host paths, split around denied paths.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Rules {
@@ -624,9 +453,9 @@ pub fn landlock_rules(policy: &Policy, denied: &[PathBuf], home: Option<&Path>) 
         .iter()
         .find(|(name, _)| name == "PATH")
         .map(|(_, value)| value.as_str());
-    let mut read_roots: Vec<PathBuf> = SYSTEM_READ.iter().map(PathBuf::from).collect();
+    let mut read_roots: Vec<PathBuf> = host::SYSTEM_READ.iter().map(PathBuf::from).collect();
     read_roots.push(PathBuf::from("/proc"));
-    read_roots.extend(toolchains(home, path_var));
+    read_roots.extend(host::toolchains(home, path_var));
     read_roots.extend(policy.readable.iter().cloned());
     let mut write_roots = vec![policy.work_folder.clone()];
     write_roots.extend(policy.writable.iter().cloned());
@@ -644,9 +473,9 @@ pub fn landlock_rules(policy: &Policy, denied: &[PathBuf], home: Option<&Path>) 
     Rules {
         read: split(read_roots),
         write: split(write_roots),
-        devices: DEVICES_RW
+        devices: host::DEVICES_RW
             .iter()
-            .chain(DEVICES_READ)
+            .chain(host::DEVICES_READ)
             .map(PathBuf::from)
             .filter(|path| path.exists())
             .collect(),
@@ -670,7 +499,7 @@ fn split_around(root: &Path, denied: &[PathBuf], out: &mut Vec<PathBuf>) {
 }
 
 /// Probes Landlock by starting the launcher with the full restriction in probe mode.
-fn probe_landlock(launcher: &Path) -> Result<Sandbox, String> {
+fn probe_landlock(launcher: &Path) -> Result<Probed, String> {
     if !cfg!(target_os = "linux") {
         return Err("landlock: only on Linux".to_owned());
     }
@@ -678,7 +507,7 @@ fn probe_landlock(launcher: &Path) -> Result<Sandbox, String> {
     let spec = LaunchSpec {
         layer: Layer::Landlock,
         network: false,
-        read: SYSTEM_READ
+        read: host::SYSTEM_READ
             .iter()
             .map(PathBuf::from)
             .filter(|p| p.exists())
@@ -692,8 +521,8 @@ fn probe_landlock(launcher: &Path) -> Result<Sandbox, String> {
         stdin: Input::Null,
         agent_pid: None,
     };
-    let result =
-        run_probe(launcher, None, &spec, work.path()).map_err(|err| format!("landlock: {err}"))?;
+    let result = launch::run_probe(launcher, None, &spec, work.path())
+        .map_err(|err| format!("landlock: {err}"))?;
     let mut reasons = Vec::new();
     let mut strength = SandboxStrength::Reduced;
     match result.landlock.as_deref() {
@@ -761,7 +590,7 @@ fn probe_landlock(launcher: &Path) -> Result<Sandbox, String> {
     ] {
         guarantees.insert(name.to_owned(), value);
     }
-    Ok(Sandbox {
+    Ok(Probed {
         backend: Backend::Landlock,
         report: SandboxReport {
             backend: "landlock".to_owned(),
@@ -769,56 +598,7 @@ fn probe_landlock(launcher: &Path) -> Result<Sandbox, String> {
             guarantees,
             reasons,
         },
-        launcher: launcher.to_path_buf(),
     })
-}
-
-/// Runs the launcher in probe mode (under `wrapper` when given) and reads its report.
-fn run_probe(
-    launcher: &Path,
-    wrapper: Option<(&Path, Vec<String>)>,
-    spec: &LaunchSpec,
-    dir: &Path,
-) -> Result<ProbeResult, String> {
-    let spec_path = dir.join(".tether-probe.json");
-    let bytes = serde_json::to_vec(spec).map_err(|err| err.to_string())?;
-    crate::state::write_atomic(&spec_path, &bytes).map_err(|err| err.to_string())?;
-    let mut command = match &wrapper {
-        Some((program, args)) => {
-            let mut command = std::process::Command::new(program);
-            command.args(args);
-            command
-        }
-        None => std::process::Command::new(launcher),
-    };
-    let output = command
-        .args(["sandbox-exec", "--spec-file"])
-        .arg(&spec_path)
-        .current_dir(dir)
-        .env_clear()
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|err| {
-            format!(
-                "cannot start {}: {err}",
-                wrapper.as_ref().map_or(launcher, |w| w.0).display()
-            )
-        })?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    if !output.status.success() {
-        let said = stderr.trim();
-        return Err(format!(
-            "the probe failed ({}){}",
-            output.status,
-            if said.is_empty() {
-                String::new()
-            } else {
-                format!(": {said}")
-            }
-        ));
-    }
-    serde_json::from_str(stdout.trim()).map_err(|err| format!("the probe said {stdout:?}: {err}"))
 }
 
 /// The value of a guarantee, for tests and rendering.

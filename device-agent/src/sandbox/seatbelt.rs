@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Map};
 use tether_protocol::capabilities::{SandboxReport, SandboxStrength};
 
-use super::{Backend, Policy, Sandbox};
+use crate::sandbox::backend::{Backend, Policy, Probed};
+use crate::sandbox::host;
 
 /// The only `sandbox-exec` the agent runs (never one found on `PATH`).
 pub const SANDBOX_EXEC: &str = "/usr/bin/sandbox-exec";
@@ -48,7 +49,7 @@ pub fn profile(policy: &Policy, denied: &[PathBuf], home: Option<&Path>) -> Stri
         .find(|(name, _)| name == "PATH")
         .map(|(_, value)| value.as_str());
     let mut read: Vec<PathBuf> = MAC_SYSTEM_READ.iter().map(PathBuf::from).collect();
-    read.extend(super::toolchains(home, path_var));
+    read.extend(host::toolchains(home, path_var));
     read.extend(policy.readable.iter().cloned());
     out.push_str("(allow file-read*\n");
     for path in &read {
@@ -73,7 +74,7 @@ pub fn profile(policy: &Policy, denied: &[PathBuf], home: Option<&Path>) -> Stri
         out.push_str("(deny network*)\n");
     }
     out.push_str("(deny file-write*\n");
-    for path in crate::guard::git_protected(&policy.work_folder) {
+    for path in crate::policy::guard::git_protected(&policy.work_folder) {
         let _ = writeln!(out, "  (subpath {})", quote(&path));
     }
     let _ = writeln!(
@@ -112,7 +113,7 @@ fn quote(path: &Path) -> String {
 }
 
 /// Probes `sandbox-exec` with a profile that denies by default.
-pub fn probe() -> Result<Sandbox, String> {
+pub fn probe() -> Result<Probed, String> {
     if !cfg!(target_os = "macos") {
         return Err("seatbelt: only on macOS".to_owned());
     }
@@ -141,7 +142,7 @@ pub fn probe() -> Result<Sandbox, String> {
     ] {
         guarantees.insert(name.to_owned(), value);
     }
-    Ok(Sandbox {
+    Ok(Probed {
         backend: Backend::Seatbelt,
         report: SandboxReport {
             backend: "seatbelt".to_owned(),
@@ -153,7 +154,6 @@ pub fn probe() -> Result<Sandbox, String> {
                     .to_owned(),
             ],
         },
-        launcher: PathBuf::new(),
     })
 }
 

@@ -1,6 +1,7 @@
 //! The live escape-test suite: every attempt of `../shared/research/confinement.md` §3, run
 //! under `bwrap` and again under `landlock`, through the same layer jobs use
-//! (`Sandbox::prepare` + `runner::supervise`, with the real `tether-agent` as the launcher).
+//! (`Sandbox::prepare` + `engines::recipe::supervise`, with the real `tether-agent` as the
+//! launcher).
 //!
 //! Each test checks the HOST after the attempt (files, listeners, processes), never only an
 //! exit code: a write that "succeeded" into a private tmpfs left the host untouched, and a
@@ -17,10 +18,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tether_agent::guard::Guard;
-use tether_agent::runner::{supervise, Ended, RunStop, StopReason};
+use tether_agent::engines::recipe::{supervise, Ended};
+use tether_agent::policy::guard::Guard;
+use tether_agent::policy::hard_floor;
+use tether_agent::run::environment;
+use tether_agent::run::{RunStop, StopReason};
+use tether_agent::sandbox;
 use tether_agent::sandbox::{Input, Policy, Sandbox, Settings, Start};
-use tether_agent::{environment, hard_floor, sandbox};
 use tokio::sync::mpsc;
 
 const AGENT: &str = env!("CARGO_BIN_EXE_tether-agent");
@@ -202,7 +206,7 @@ impl Run {
     }
 }
 
-/// Runs `script` with bash under `sandbox`, as the runner runs a recipe.
+/// Runs `script` with bash under `sandbox`, as the recipe engine runs a recipe.
 async fn run_with(
     sandbox: &Sandbox,
     fx: &Fixture,

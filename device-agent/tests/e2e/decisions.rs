@@ -16,16 +16,16 @@ use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use tether_agent::client::{DeviceClient, ServerClient};
-use tether_agent::decisions::{Asker, DecisionHub, Timings};
-use tether_agent::events::{self, EventSink, FileRequest};
-use tether_agent::gate::{Gate, Passage};
-use tether_agent::journal::Journal;
-use tether_agent::lease::{LeasePeriod, RunLease};
+use tether_agent::local::journal::Journal;
+use tether_agent::local::seal_key::SealKeyPair;
+use tether_agent::local::state::DataDir;
+use tether_agent::policy::gate::{Gate, Passage};
 use tether_agent::policy::{zones, Action, RunPolicy, RunSettings};
-use tether_agent::runner::{RunStop, StopReason};
-use tether_agent::seal_key::SealKeyPair;
-use tether_agent::state::DataDir;
+use tether_agent::remote::client::{DeviceClient, ServerClient};
+use tether_agent::remote::events::{self, EventSink, FileRequest};
+use tether_agent::run::decisions::{Asker, DecisionHub, Timings};
+use tether_agent::run::lease::{LeasePeriod, RunLease};
+use tether_agent::run::{RunStop, StopReason};
 use tether_protocol::capabilities::{
     Capabilities, Engine, EngineKind, SandboxReport, SandboxStrength,
 };
@@ -629,7 +629,7 @@ impl Harness {
             trusted: Vec::new(),
             network: claimed.spec.network,
             sandbox: SandboxStrength::Strong,
-            guard: tether_agent::guard::Guard::for_user(self.home()),
+            guard: tether_agent::policy::guard::Guard::for_user(self.home()),
             temporary: zones::temporary_folders(),
         });
         let asker = Asker {
@@ -644,7 +644,7 @@ impl Harness {
         Run {
             job_id: claimed.id,
             stop,
-            gate: Arc::new(Gate::new(policy, Some(asker))),
+            gate: Arc::new(Gate::new(policy, Some(Box::new(asker)))),
         }
     }
 

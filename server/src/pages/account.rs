@@ -5,7 +5,7 @@ use maud::html;
 use serde::Deserialize;
 
 use super::layout::page;
-use super::{escape_query_value, safe_next};
+use super::redirects::{escape_query_value, safe_next};
 
 #[derive(Deserialize)]
 pub struct NextQuery {

@@ -8,7 +8,7 @@ use tether_protocol::jobs::Mode;
 use tether_protocol::secrets::SavedName;
 
 use super::layout::{error_page, page};
-use super::signin_redirect;
+use super::redirects::signin_redirect;
 use crate::auth::Caller;
 use crate::AppState;
 

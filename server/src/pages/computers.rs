@@ -1,13 +1,14 @@
 //! Computers: the account's paired devices and how to pair another.
 
 use actix_web::{web, HttpRequest, HttpResponse};
+use chrono::{DateTime, Utc};
 use maud::{html, Markup};
 use tether_protocol::capabilities::SandboxStrength;
 use tether_protocol::devices::Device;
 use tether_protocol::secrets::SavedName;
 
 use super::layout::{ago, error_page, page};
-use super::signin_redirect;
+use super::redirects::signin_redirect;
 use crate::auth::Caller;
 use crate::AppState;
 
@@ -24,7 +25,9 @@ pub async fn show(
         Ok(devices) => devices,
         Err(error) => return error_page(&caller, &error),
     };
-    let server_url = crate::routes::public_base(&request, state.config.public_url.as_deref());
+    let server_url =
+        crate::routes::links::public_base(&request, state.config.public_url.as_deref());
+    let now = state.store.clock().now();
     let active: Vec<&Device> = devices.iter().filter(|d| d.revoked_at.is_none()).collect();
     let mut cards = Vec::with_capacity(active.len());
     for device in &active {
@@ -32,7 +35,7 @@ pub async fn show(
             Ok(listing) => listing.names,
             Err(error) => return error_page(&caller, &error),
         };
-        cards.push(device_card(device, &names));
+        cards.push(device_card(device, &names, now));
     }
     page(
         "Computers",
@@ -49,7 +52,7 @@ pub async fn show(
     )
 }
 
-fn device_card(device: &Device, secrets: &[SavedName]) -> Markup {
+fn device_card(device: &Device, secrets: &[SavedName], now: DateTime<Utc>) -> Markup {
     let strength = device
         .capabilities
         .as_ref()
@@ -63,7 +66,7 @@ fn device_card(device: &Device, secrets: &[SavedName]) -> Markup {
             }
             div.muted {
                 "Last contact: "
-                @match device.last_seen_at { Some(at) => (ago(at)), None => "never" }
+                @match device.last_seen_at { Some(at) => (ago(at, now)), None => "never" }
             }
             div {
                 "Sandbox: "
@@ -78,7 +81,7 @@ fn device_card(device: &Device, secrets: &[SavedName]) -> Markup {
             @if device.seal_key_mismatch {
                 p.error { "This computer reported a different seal key. Pair it again before sending it secrets." }
             }
-            (secrets_section(device, secrets))
+            (secrets_section(device, secrets, now))
             div.row {
                 a href={ "/assign?device=" (device.id) } { "Assign a job" }
                 a href={ "/jobs?deviceId=" (device.id) } { "Jobs" }
@@ -98,7 +101,7 @@ fn device_card(device: &Device, secrets: &[SavedName]) -> Markup {
 }
 
 /// The names the computer holds, and a form that seals a new one in the browser.
-fn secrets_section(device: &Device, secrets: &[SavedName]) -> Markup {
+fn secrets_section(device: &Device, secrets: &[SavedName], now: DateTime<Utc>) -> Markup {
     let seal_key = device
         .seal_key
         .as_ref()
@@ -117,7 +120,7 @@ fn secrets_section(device: &Device, secrets: &[SavedName]) -> Markup {
                             @if let Some(sites) = &saved.allow {
                                 span.sites { "only to " (sites.join(", ")) } " "
                             }
-                            span.muted { "saved " (ago(saved.saved_at)) }
+                            span.muted { "saved " (ago(saved.saved_at, now)) }
                         }
                     }
                 }

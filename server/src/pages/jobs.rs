@@ -1,13 +1,14 @@
 //! The job list and the job page, which follows a running job until it ends.
 
 use actix_web::{web, HttpResponse};
+use chrono::{DateTime, Utc};
 use maud::{html, Markup};
 use serde::Deserialize;
 use tether_protocol::jobs::{Job, JobState};
 use tether_protocol::{DeviceId, JobId};
 
 use super::layout::{ago, error_page, page};
-use super::signin_redirect;
+use super::redirects::signin_redirect;
 use crate::auth::Caller;
 use crate::jobs::JobFilter;
 use crate::AppState;
@@ -43,6 +44,7 @@ pub async fn list_page(
         Ok(jobs) => jobs,
         Err(error) => return error_page(&caller, &error),
     };
+    let now = state.store.clock().now();
     page(
         "Jobs",
         Some(&caller),
@@ -52,7 +54,7 @@ pub async fn list_page(
             @for job in &jobs {
                 a.card.card-link href={ "/jobs/" (job.id) } {
                     div.row { strong { (job.title) } (state_badge(job.state)) }
-                    div.muted { (job.spec.engine) " in " (job.spec.folder) " · " (ago(job.created_at)) }
+                    div.muted { (job.spec.engine) " in " (job.spec.folder) " · " (ago(job.created_at, now)) }
                 }
             }
         },
@@ -78,12 +80,15 @@ pub async fn job_page(
         Err(_) => Err(crate::error::ApiError::not_found("job")),
     };
     match job {
-        Ok(job) => page(&job.title.clone(), Some(&caller), job_view(&job)),
+        Ok(job) => {
+            let now = state.store.clock().now();
+            page(&job.title.clone(), Some(&caller), job_view(&job, now))
+        }
         Err(error) => error_page(&caller, &error),
     }
 }
 
-fn job_view(job: &Job) -> Markup {
+fn job_view(job: &Job, now: DateTime<Utc>) -> Markup {
     let last_seq = job.events.last().map_or(0, |event| event.seq);
     html! {
         section data-job-live={ "/api/jobs/" (job.id) } data-state=(job.state.as_str()) data-last-seq=(last_seq) {
@@ -106,7 +111,7 @@ fn job_view(job: &Job) -> Markup {
             p data-field="outcome" {
                 @if let Some(outcome) = &job.outcome { (outcome.summary) }
             }
-            (decision_list(job))
+            (decision_list(job, now))
             h2 { "Output" }
             pre.output {
                 @for event in &job.events {
@@ -127,12 +132,12 @@ fn job_view(job: &Job) -> Markup {
 
 /// The questions the run asked, answerable here too while pending; the decisions stream
 /// keeps the list current (`data-job-decisions`).
-fn decision_list(job: &Job) -> Markup {
+fn decision_list(job: &Job, now: DateTime<Utc>) -> Markup {
     html! {
         section.decisions data-job-decisions={ "/api/jobs/" (job.id) } hidden[job.decisions.is_empty()] {
             h2 { "Decisions" }
             div.decision-list {
-                @for decision in &job.decisions { (super::needs_me::decision_card(decision, false)) }
+                @for decision in &job.decisions { (super::needs_me::decision_card(decision, false, now)) }
             }
         }
     }

@@ -105,9 +105,9 @@ fn navigation(caller: Option<&Caller>, pending: Option<usize>) -> Markup {
     }
 }
 
-/// "3 min ago"-style text for a past moment.
-pub fn ago(at: chrono::DateTime<chrono::Utc>) -> String {
-    let secs = (chrono::Utc::now() - at).num_seconds().max(0);
+/// "3 min ago"-style text for a past moment, seen at `now` (the store's clock).
+pub fn ago(at: chrono::DateTime<chrono::Utc>, now: chrono::DateTime<chrono::Utc>) -> String {
+    let secs = (now - at).num_seconds().max(0);
     match secs {
         0..=59 => "just now".to_owned(),
         60..=3599 => format!("{} min ago", secs / 60),

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use tether_protocol::pairing::{format_user_code, normalize_user_code};
 
 use super::layout::page;
-use super::signin_redirect;
+use super::redirects::signin_redirect;
 use crate::auth::Caller;
 use crate::AppState;
 

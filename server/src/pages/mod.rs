@@ -5,6 +5,9 @@
 //! enforces holds for the pages too.
 //!
 //! **Architecture Invariant:** pages never write to the store themselves.
+//!
+//! Children never use this file's items: the frame they share is `layout`, the redirects
+//! `redirects`.
 
 mod account;
 mod assign;
@@ -13,11 +16,13 @@ mod jobs;
 mod layout;
 mod link;
 mod needs_me;
+mod redirects;
 
 use actix_web::http::header;
 use actix_web::{web, HttpResponse};
 
 use crate::auth::Caller;
+use redirects::redirect;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/", web::get().to(home))
@@ -83,53 +88,4 @@ fn asset(content_type: &str, body: &'static str) -> HttpResponse {
         .content_type(content_type)
         .insert_header((header::CACHE_CONTROL, "no-cache"))
         .body(body)
-}
-
-/// A 303 to `location`.
-fn redirect(location: &str) -> HttpResponse {
-    HttpResponse::SeeOther()
-        .insert_header((header::LOCATION, location))
-        .finish()
-}
-
-/// The sign-in page, coming back to `next` afterwards.
-fn signin_redirect(next: &str) -> HttpResponse {
-    redirect(&format!("/signin?next={}", escape_query_value(next)))
-}
-
-/// Percent-encodes a same-site path for use as a query value (`/` stays readable).
-fn escape_query_value(path: &str) -> String {
-    path.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
-
-/// Only local paths may be a `next` target, so sign-in cannot redirect off-site.
-fn safe_next(next: Option<&str>) -> &str {
-    match next {
-        Some(path) if path.starts_with('/') && !path.starts_with("//") && !path.contains('\\') => {
-            path
-        }
-        _ => "/computers",
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::safe_next;
-
-    #[test]
-    fn next_stays_on_this_site() {
-        assert_eq!(safe_next(Some("/jobs/x")), "/jobs/x");
-        assert_eq!(safe_next(Some("//evil.example")), "/computers");
-        assert_eq!(safe_next(Some("https://evil.example")), "/computers");
-        assert_eq!(safe_next(Some("/\\evil.example")), "/computers");
-        assert_eq!(safe_next(None), "/computers");
-    }
 }

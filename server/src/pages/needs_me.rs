@@ -13,7 +13,7 @@ use serde_json::Value;
 use tether_protocol::decisions::{Answer, AnsweredBy, Decision, DecisionState, Scope};
 
 use super::layout::{ago, error_page, page_with_badge};
-use super::signin_redirect;
+use super::redirects::signin_redirect;
 use crate::auth::Caller;
 use crate::AppState;
 
@@ -31,21 +31,23 @@ pub async fn show(state: web::Data<AppState>, caller: Option<Caller>) -> HttpRes
         Ok(pending) => pending,
         Err(error) => return error_page(&caller, &error),
     };
+    let now = state.store.clock().now();
     let body = html! {
         h1 { "Needs me" }
         p.muted #needs-me-empty hidden[!pending.is_empty()] {
             "Nothing is waiting for you. Questions your runs ask show up here as they come."
         }
         div #needs-me-list {
-            @for decision in &pending { (decision_card(decision, true)) }
+            @for decision in &pending { (decision_card(decision, true, now)) }
         }
     };
     page_with_badge("Needs me", Some(&caller), Some(pending.len()), body)
 }
 
-/// One decision: what asks, the exact action, and the answers (or how it was settled).
-/// `with_job` names the job and the computer (on "Needs me"; the job page is the job).
-pub(super) fn decision_card(decision: &Decision, with_job: bool) -> Markup {
+/// One decision: what asks, the exact action, and the answers (or how it was settled), as
+/// of `now`. `with_job` names the job and the computer (on "Needs me"; the job page is the
+/// job).
+pub(super) fn decision_card(decision: &Decision, with_job: bool, now: DateTime<Utc>) -> Markup {
     html! {
         section.card.decision data-decision-id=(decision.id) data-state=(decision.state.as_str()) {
             div.row {
@@ -67,7 +69,7 @@ pub(super) fn decision_card(decision: &Decision, with_job: bool) -> Markup {
             @if decision.state == DecisionState::Pending {
                 div.muted {
                     time.time-left datetime=(decision.expires_at.to_rfc3339()) {
-                        (time_left(decision.expires_at, Utc::now()))
+                        (time_left(decision.expires_at, now))
                     }
                 }
                 @if decision.web_answers {
@@ -88,7 +90,7 @@ pub(super) fn decision_card(decision: &Decision, with_job: bool) -> Markup {
                     }
                 }
             } @else {
-                div.muted.settled { (settled_text(decision)) }
+                div.muted.settled { (settled_text(decision, now)) }
             }
         }
     }
@@ -145,8 +147,11 @@ pub(super) fn time_left(expires_at: DateTime<Utc>, now: DateTime<Utc>) -> String
 }
 
 /// "Allowed once on the web, 3 min ago" and the like.
-fn settled_text(decision: &Decision) -> String {
-    let when = decision.answered_at.map(ago).unwrap_or_default();
+fn settled_text(decision: &Decision, now: DateTime<Utc>) -> String {
+    let when = decision
+        .answered_at
+        .map(|at| ago(at, now))
+        .unwrap_or_default();
     match decision.state {
         DecisionState::Answered => {
             let answer = match (decision.answer, decision.scope) {

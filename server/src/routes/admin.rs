@@ -6,7 +6,7 @@ use tether_protocol::DeviceId;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::{devices, AppState};
+use crate::{devices, notices, AppState};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/api/admin/devices").route(web::get().to(list)))
@@ -32,6 +32,6 @@ async fn revoke(
         .await;
     state.hub.wake_queued(&state.store, &account_id).await;
     // Its runs ended, withdrawing what they had asked.
-    super::decisions::withdrawn(&state, &account_id).await;
+    notices::decisions_withdrawn(&state.hub, &account_id).await;
     Ok(HttpResponse::NoContent().finish())
 }

@@ -6,7 +6,7 @@ use actix_web::{web, HttpRequest, HttpResponse, HttpResponseBuilder};
 use tether_protocol::auth::{LoginParams, LoginResponse, Me, SignupParams};
 use tether_protocol::routes::CSRF_HEADER;
 
-use crate::accounts::{self, NewSession, SESSION_SECS};
+use crate::accounts::{self, LoginAttempt, NewSession, NewUser, SESSION_SECS};
 use crate::auth::{check_origin, Caller, Via, CSRF_COOKIE, SESSION_COOKIE};
 use crate::config::Config;
 use crate::error::ApiError;
@@ -25,7 +25,8 @@ async fn signup(
     params: web::Json<SignupParams>,
 ) -> Result<HttpResponse, ApiError> {
     check_origin(&req)?;
-    let (me, session) = accounts::signup(&state.store, params.into_inner()).await?;
+    let new_user = NewUser::try_from(params.into_inner())?;
+    let (me, session) = accounts::signup(&state.store, new_user).await?;
     Ok(with_session(HttpResponse::Created(), &session, &state.config).json(me))
 }
 
@@ -35,7 +36,8 @@ async fn login(
     params: web::Json<LoginParams>,
 ) -> Result<HttpResponse, ApiError> {
     check_origin(&req)?;
-    let (me, session) = accounts::login(&state.store, params.into_inner()).await?;
+    let attempt = LoginAttempt::from(params.into_inner());
+    let (me, session) = accounts::login(&state.store, attempt).await?;
     let answer = LoginResponse { user: me.user };
     Ok(with_session(HttpResponse::Ok(), &session, &state.config).json(answer))
 }

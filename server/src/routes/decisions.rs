@@ -4,14 +4,14 @@
 //! answers (`POST /api/decisions/{id}/answer`) and follows them live
 //! (`GET /api/decisions/events`, server-sent events).
 //!
-//! Every change is told to the account's followers through the hub after it commits; a web
-//! answer is also sent to the device as `decision.answered`.
+//! Every change is told to the account's followers (through [`crate::notices`]) after it
+//! commits; a web answer is also sent to the device as `decision.answered`.
 
 use std::convert::Infallible;
 use std::time::Duration;
 
 use actix_web::web::Bytes;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 use tether_protocol::decisions::{
     AnswerRequest, AskRequest, AskResponse, CloseRequest, DecisionChange, DecisionState,
@@ -22,12 +22,13 @@ use tether_protocol::{AccountId, DecisionId, JobId};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::{interval_at, Instant, Interval, MissedTickBehavior};
 
-use super::device_api::lease_token;
-use crate::auth::{Caller, DeviceCaller};
-use crate::decisions::{self, NewDecision, PendingSummary, Settled};
+use super::lease::Lease;
+use crate::auth::Caller;
+use crate::decisions::{self, DeviceClose, NewDecision, PendingSummary, WebAnswer};
+use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
 use crate::relay::{AccountEvent, AccountStream};
-use crate::AppState;
+use crate::{notices, AppState};
 
 /// How often an idle event stream sends a comment, so proxies keep it open.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -45,48 +46,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(web::resource("/api/decisions/{id}/answer").route(web::post().to(answer)));
 }
 
-/// Tells the account's followers that its decisions changed. Other routes that settle
-/// decisions as a side effect (a cancel, a revocation, a run's end) call this too.
-pub(super) async fn decisions_changed(
-    state: &AppState,
-    account_id: &AccountId,
-    change: DecisionChange,
-    decision_id: Option<DecisionId>,
-) {
-    let event = AccountEvent::Decisions {
-        change,
-        decision_id,
-    };
-    state.hub.publish_account(account_id, event).await;
-}
-
-/// Tells the account's followers that some of its decisions were withdrawn because runs
-/// ended or stopped.
-pub(super) async fn withdrawn(state: &AppState, account_id: &AccountId) {
-    decisions_changed(state, account_id, DecisionChange::Withdrawn, None).await;
-}
-
-async fn settled(state: &AppState, settled: Settled) {
-    state
-        .metrics
-        .record_decision_wait(settled.how.as_str(), settled.waited);
-    decisions_changed(
-        state,
-        &settled.account_id,
-        settled.how.change(),
-        Some(settled.decision_id),
-    )
-    .await;
-}
-
 async fn ask(
-    req: HttpRequest,
     state: web::Data<AppState>,
-    device: DeviceCaller,
+    device: DeviceIdentity,
     job_id: web::Path<JobId>,
     params: web::Json<AskRequest>,
+    Lease(lease): Lease,
 ) -> Result<HttpResponse, ApiError> {
-    let lease = lease_token(&req)?;
     let new = NewDecision::try_from(params.into_inner())?;
     let asked = decisions::ask(
         &state.store,
@@ -97,8 +63,8 @@ async fn ask(
         state.config.lease_secs,
     )
     .await?;
-    decisions_changed(
-        &state,
+    notices::decisions_changed(
+        &state.hub,
         &device.account_id,
         DecisionChange::Asked,
         Some(asked.decision_id.clone()),
@@ -111,7 +77,7 @@ async fn ask(
 
 async fn device_get(
     state: web::Data<AppState>,
-    device: DeviceCaller,
+    device: DeviceIdentity,
     decision_id: web::Path<DecisionId>,
 ) -> Result<HttpResponse, ApiError> {
     let decision = decisions::for_device(&state.store, &device, &decision_id).await?;
@@ -122,12 +88,13 @@ async fn device_get(
 
 async fn close(
     state: web::Data<AppState>,
-    device: DeviceCaller,
+    device: DeviceIdentity,
     decision_id: web::Path<DecisionId>,
     params: web::Json<CloseRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let closed = decisions::close(&state.store, &device, &decision_id, params.into_inner()).await?;
-    settled(&state, closed.settled).await;
+    let close = DeviceClose::try_from(params.into_inner())?;
+    let closed = decisions::close(&state.store, &device, &decision_id, close).await?;
+    notices::decision_settled(&state.hub, &state.metrics, closed.settled).await;
     Ok(HttpResponse::Ok().json(closed.decision))
 }
 
@@ -160,19 +127,15 @@ async fn answer(
     decision_id: web::Path<DecisionId>,
     params: web::Json<AnswerRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let answered = decisions::answer(
-        &state.store,
-        &caller.account.id,
-        &decision_id,
-        params.into_inner(),
-    )
-    .await?;
+    let web_answer = WebAnswer::try_from(params.into_inner())?;
+    let answered =
+        decisions::answer(&state.store, &caller.account.id, &decision_id, web_answer).await?;
     let frame = ServerFrame::DecisionAnswered {
         decision_id: answered.decision.id.clone(),
     };
     // A lost frame costs the device only latency: it reads its decision while it waits.
     state.hub.notify(&answered.decision.device_id, frame).await;
-    settled(&state, answered.settled).await;
+    notices::decision_settled(&state.hub, &state.metrics, answered.settled).await;
     Ok(HttpResponse::Ok().json(answered.decision))
 }
 

@@ -1,18 +1,19 @@
 //! Device routes under `/api/devices/self` (device token, `x-tether-protocol: 1`).
 
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpResponse};
 use tether_protocol::devices::HeartbeatParams;
 use tether_protocol::frames::ServerFrame;
 use tether_protocol::jobs::{
     ClaimResponse, CompleteParams, JobResponse, ProgressParams, ReattachParams, ResumeParams,
 };
-use tether_protocol::routes::LEASE_HEADER;
-use tether_protocol::{Code, JobId};
+use tether_protocol::JobId;
 
-use crate::auth::DeviceCaller;
+use super::lease::Lease;
+use crate::devices::{self, DeviceIdentity};
 use crate::error::ApiError;
+use crate::leases::{self, Completion, Heartbeat, ProgressReport};
 use crate::rate_limits::Bucket;
-use crate::{devices, leases, AppState};
+use crate::{notices, AppState};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -28,13 +29,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(web::resource("/api/devices/self/jobs/{id}/resume").route(web::post().to(resume)));
 }
 
-async fn describe(device: DeviceCaller) -> HttpResponse {
+async fn describe(device: DeviceIdentity) -> HttpResponse {
     HttpResponse::Ok().json(devices::describe_self(&device))
 }
 
 async fn remove(
     state: web::Data<AppState>,
-    device: DeviceCaller,
+    device: DeviceIdentity,
 ) -> Result<HttpResponse, ApiError> {
     devices::remove_self(&state.store, &device).await?;
     state
@@ -42,7 +43,7 @@ async fn remove(
         .notify(&device.device_id, ServerFrame::DeviceRevoked)
         .await;
     // Its runs ended, withdrawing what they had asked.
-    super::decisions::withdrawn(&state, &device.account_id).await;
+    notices::decisions_withdrawn(&state.hub, &device.account_id).await;
     state
         .hub
         .wake_queued(&state.store, &device.account_id)
@@ -52,26 +53,23 @@ async fn remove(
 
 async fn heartbeat(
     state: web::Data<AppState>,
-    device: DeviceCaller,
+    device: DeviceIdentity,
     params: web::Json<HeartbeatParams>,
 ) -> Result<HttpResponse, ApiError> {
     state
         .limits
         .check(Bucket::Heartbeat, device.device_id.as_str())?;
-    let params = params.into_inner();
-    let answer = leases::heartbeat(
-        &state.store,
-        &state.presence,
-        &device,
-        params,
-        &state.config,
-    )
-    .await?;
+    let beat = Heartbeat::try_from(params.into_inner())?;
+    let answer =
+        leases::heartbeat(&state.store, &state.presence, &device, beat, &state.config).await?;
     Ok(HttpResponse::Ok().json(answer))
 }
 
 /// The body (`{}`) is ignored, so an agent may send none.
-async fn claim(state: web::Data<AppState>, device: DeviceCaller) -> Result<HttpResponse, ApiError> {
+async fn claim(
+    state: web::Data<AppState>,
+    device: DeviceIdentity,
+) -> Result<HttpResponse, ApiError> {
     match leases::claim(&state.store, &device, &state.config).await? {
         Some(job) => Ok(HttpResponse::Ok()
             .insert_header(("cache-control", "no-store"))
@@ -81,22 +79,22 @@ async fn claim(state: web::Data<AppState>, device: DeviceCaller) -> Result<HttpR
 }
 
 async fn progress(
-    req: HttpRequest,
     state: web::Data<AppState>,
-    device: DeviceCaller,
+    device: DeviceIdentity,
     job_id: web::Path<JobId>,
     params: web::Json<ProgressParams>,
+    Lease(lease): Lease,
 ) -> Result<HttpResponse, ApiError> {
     state
         .limits
         .check(Bucket::Progress, device.device_id.as_str())?;
-    let lease = lease_token(&req)?;
+    let report = ProgressReport::try_from(params.into_inner())?;
     let answer = leases::progress(
         &state.store,
         &device,
         &job_id,
         &lease,
-        params.into_inner(),
+        report,
         &state.config,
     )
     .await?;
@@ -104,17 +102,17 @@ async fn progress(
 }
 
 async fn complete(
-    req: HttpRequest,
     state: web::Data<AppState>,
-    device: DeviceCaller,
+    device: DeviceIdentity,
     job_id: web::Path<JobId>,
     params: web::Json<CompleteParams>,
+    Lease(lease): Lease,
 ) -> Result<HttpResponse, ApiError> {
-    let lease = lease_token(&req)?;
-    let job = leases::complete(&state.store, &device, &job_id, &lease, params.into_inner()).await?;
+    let completion = Completion::try_from(params.into_inner())?;
+    let job = leases::complete(&state.store, &device, &job_id, &lease, completion).await?;
     // Whatever the run still had pending was withdrawn with its end.
     if !job.decisions.is_empty() {
-        super::decisions::withdrawn(&state, &device.account_id).await;
+        notices::decisions_withdrawn(&state.hub, &device.account_id).await;
     }
     // The run's slot of the account's concurrent-run limit is free again.
     state
@@ -126,15 +124,20 @@ async fn complete(
 
 async fn reattach(
     state: web::Data<AppState>,
-    device: DeviceCaller,
+    device: DeviceIdentity,
     job_id: web::Path<JobId>,
     params: web::Json<ReattachParams>,
 ) -> Result<HttpResponse, ApiError> {
+    let ReattachParams {
+        attempt,
+        lease_token,
+    } = params.into_inner();
     let grant = leases::reattach(
         &state.store,
         &device,
         &job_id,
-        params.into_inner(),
+        attempt,
+        &lease_token,
         &state.config,
     )
     .await?;
@@ -145,36 +148,15 @@ async fn reattach(
 
 async fn resume(
     state: web::Data<AppState>,
-    device: DeviceCaller,
+    device: DeviceIdentity,
     job_id: web::Path<JobId>,
     params: web::Json<ResumeParams>,
 ) -> Result<HttpResponse, ApiError> {
-    let job = leases::resume(
-        &state.store,
-        &device,
-        &job_id,
-        params.into_inner(),
-        &state.config,
-    )
-    .await?;
+    let ResumeParams { attempt } = params.into_inner();
+    let job = leases::resume(&state.store, &device, &job_id, attempt, &state.config).await?;
     // The lost attempt's pending decisions were withdrawn.
-    super::decisions::withdrawn(&state, &device.account_id).await;
+    notices::decisions_withdrawn(&state.hub, &device.account_id).await;
     Ok(HttpResponse::Ok()
         .insert_header(("cache-control", "no-store"))
         .json(ClaimResponse { job }))
-}
-
-pub(super) fn lease_token(req: &HttpRequest) -> Result<String, ApiError> {
-    req.headers()
-        .get(LEASE_HEADER)
-        .and_then(|value| value.to_str().ok())
-        .map(str::trim)
-        .filter(|value| !value.is_empty())
-        .map(str::to_owned)
-        .ok_or_else(|| {
-            ApiError::new(
-                Code::InvalidRequest,
-                format!("This route needs the {LEASE_HEADER} header."),
-            )
-        })
 }

@@ -6,8 +6,9 @@ use tether_protocol::frames::ServerFrame;
 use tether_protocol::DeviceId;
 
 use crate::auth::Caller;
+use crate::devices::{self, DeviceName};
 use crate::error::ApiError;
-use crate::{devices, AppState};
+use crate::{notices, AppState};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/api/devices").route(web::get().to(list)))
@@ -29,14 +30,9 @@ async fn rename(
     device_id: web::Path<DeviceId>,
     params: web::Json<RenameParams>,
 ) -> Result<HttpResponse, ApiError> {
-    let device = devices::rename(
-        &state.store,
-        &caller.account.id,
-        &device_id,
-        params.into_inner(),
-        &state.config,
-    )
-    .await?;
+    let name = DeviceName::try_from(params.into_inner())?;
+    let account_id = &caller.account.id;
+    let device = devices::rename(&state.store, account_id, &device_id, name, &state.config).await?;
     Ok(HttpResponse::Ok().json(device))
 }
 
@@ -51,7 +47,7 @@ async fn revoke(
         .notify(&device_id, ServerFrame::DeviceRevoked)
         .await;
     // Its runs ended, withdrawing what they had asked.
-    super::decisions::withdrawn(&state, &caller.account.id).await;
+    notices::decisions_withdrawn(&state.hub, &caller.account.id).await;
     // Its runs ended, freeing slots of the account's concurrent-run limit.
     state
         .hub

@@ -15,10 +15,10 @@ use actix_ws::{CloseCode, CloseReason, Message, MessageStream, ProtocolError, Se
 use tether_protocol::frames::ServerFrame;
 use tether_protocol::{Code, DeviceId};
 
-use crate::auth::DeviceCaller;
+use crate::devices::{self, DeviceIdentity};
 use crate::error::ApiError;
 use crate::relay::EventStream;
-use crate::{devices, secrets, AppState};
+use crate::{secrets, AppState};
 
 /// Largest frame a device may send (it sends only pongs and closes).
 const MAX_INBOUND_FRAME: usize = 4 * 1024;
@@ -33,7 +33,7 @@ async fn events(
     req: HttpRequest,
     body: web::Payload,
     state: web::Data<AppState>,
-    device: DeviceCaller,
+    device: DeviceIdentity,
 ) -> Result<HttpResponse, ApiError> {
     // Registered before the handshake answers, so a frame sent once the client sees the
     // stream open reaches it.

@@ -8,12 +8,14 @@ use actix_web::http::header::{self, HeaderValue};
 use actix_web::{web, HttpRequest, HttpResponse};
 use futures_util::StreamExt;
 use tether_protocol::jobs::Evidence;
-use tether_protocol::routes::{EVIDENCE_HEADER, LEASE_HEADER};
+use tether_protocol::routes::EVIDENCE_HEADER;
 use tether_protocol::{Code, JobId};
 use tokio::io::AsyncReadExt;
 
-use crate::auth::{Caller, DeviceCaller};
+use super::lease::Lease;
+use crate::auth::Caller;
 use crate::blobs::Blobs;
+use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
 use crate::evidence::{self, ContentType, Sniffer, Upload};
 use crate::AppState;
@@ -32,17 +34,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 async fn upload(
     req: HttpRequest,
     state: web::Data<AppState>,
-    device: DeviceCaller,
+    device: DeviceIdentity,
     job_id: web::Path<JobId>,
+    Lease(lease): Lease,
     mut body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let max_bytes = state.config.evidence_max_bytes;
-    let lease = header_text(&req, LEASE_HEADER).ok_or_else(|| {
-        ApiError::new(
-            Code::InvalidRequest,
-            format!("This route needs the {LEASE_HEADER} header."),
-        )
-    })?;
     let upload = Upload::decode(header_text(&req, EVIDENCE_HEADER).as_deref(), max_bytes)?;
     if let Some(declared) = content_length(&req)? {
         if declared > max_bytes {

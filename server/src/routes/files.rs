@@ -9,9 +9,11 @@ use serde::Deserialize;
 use tether_protocol::files::{FileAnswer, FileOp};
 use tether_protocol::JobId;
 
-use crate::auth::{Caller, DeviceCaller};
+use super::input::json_config_with_limit;
+use crate::auth::Caller;
+use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
-use crate::files::{self, FolderPath};
+use crate::files::{self, FolderPath, RelayedAnswer};
 use crate::rate_limits::Bucket;
 use crate::AppState;
 
@@ -23,7 +25,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(web::resource("/api/jobs/{id}/file").route(web::get().to(file)))
         .service(
             web::resource("/api/devices/self/file-requests/{id}")
-                .app_data(super::json_config_with_limit(ANSWER_LIMIT_BYTES))
+                .app_data(json_config_with_limit(ANSWER_LIMIT_BYTES))
                 .route(web::post().to(answer)),
         );
 }
@@ -80,17 +82,12 @@ async fn relay(
 
 async fn answer(
     state: web::Data<AppState>,
-    device: DeviceCaller,
+    device: DeviceIdentity,
     request_id: web::Path<String>,
     answer: web::Json<FileAnswer>,
 ) -> Result<HttpResponse, ApiError> {
-    files::answer(
-        &state.hub,
-        &device.device_id,
-        &request_id,
-        answer.into_inner(),
-    )
-    .await?;
+    let answer = RelayedAnswer::try_from(answer.into_inner())?;
+    files::answer(&state.hub, &device.device_id, &request_id, answer).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 

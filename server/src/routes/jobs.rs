@@ -8,8 +8,8 @@ use tether_protocol::{DeviceId, JobId};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::jobs::{self, JobFilter};
-use crate::AppState;
+use crate::jobs::{self, JobFilter, NewJob};
+use crate::{notices, AppState};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -54,7 +54,8 @@ async fn create(
     caller: Caller,
     params: web::Json<NewJobParams>,
 ) -> Result<HttpResponse, ApiError> {
-    let job = jobs::create(&state.store, &caller.account.id, params.into_inner()).await?;
+    let new = NewJob::try_from(params.into_inner())?;
+    let job = jobs::create(&state.store, &caller.account.id, new).await?;
     state.hub.notify(&job.device_id, ServerFrame::Wake).await;
     Ok(HttpResponse::Created().json(job))
 }
@@ -92,7 +93,7 @@ async fn cancel(
     }
     // A cancel withdraws what the run still had pending.
     if !job.decisions.is_empty() {
-        super::decisions::withdrawn(&state, &caller.account.id).await;
+        notices::decisions_withdrawn(&state.hub, &caller.account.id).await;
     }
     Ok(HttpResponse::Ok().json(JobResponse { job }))
 }

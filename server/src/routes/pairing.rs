@@ -3,11 +3,13 @@
 use actix_web::{web, HttpRequest, HttpResponse};
 use tether_protocol::pairing::{LinkParams, PairParams, RegisterParams};
 
+use super::client::client_address;
+use super::links::public_base;
 use crate::auth::{check_protocol, Caller};
 use crate::error::ApiError;
+use crate::pairing::{self, NewPairing};
 use crate::rate_limits::Bucket;
-use crate::routes::public_base;
-use crate::{pairing, AppState};
+use crate::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/api/devices/pair").route(web::post().to(pair)))
@@ -21,9 +23,12 @@ async fn pair(
     params: web::Json<PairParams>,
 ) -> Result<HttpResponse, ApiError> {
     check_protocol(&req)?;
-    state.limits.check(Bucket::Pairing, &peer(&req))?;
+    state
+        .limits
+        .check(Bucket::Pairing, &client_address(&req, &state.config))?;
+    let pairing = NewPairing::try_from(params.into_inner())?;
     let base = public_base(&req, state.config.public_url.as_deref());
-    let answer = pairing::start(&state.store, params.into_inner(), &base, &state.config).await?;
+    let answer = pairing::start(&state.store, pairing, &base, &state.config).await?;
     Ok(HttpResponse::Created()
         .insert_header(("cache-control", "no-store"))
         .json(answer))
@@ -35,8 +40,10 @@ async fn register(
     params: web::Json<RegisterParams>,
 ) -> Result<HttpResponse, ApiError> {
     check_protocol(&req)?;
-    state.limits.check(Bucket::Register, &peer(&req))?;
-    let answer = pairing::register(&state.store, params.into_inner()).await?;
+    state
+        .limits
+        .check(Bucket::Register, &client_address(&req, &state.config))?;
+    let answer = pairing::register(&state.store, &params.device_code).await?;
     Ok(HttpResponse::Ok()
         .insert_header(("cache-control", "no-store"))
         .json(answer))
@@ -52,10 +59,4 @@ async fn link(
         .check(Bucket::Link, caller.account.id.as_str())?;
     let linked = pairing::link(&state.store, &caller.account.id, &params.user_code).await?;
     Ok(HttpResponse::Ok().json(linked))
-}
-
-/// The peer's address (not a forwarded header, which the client could set).
-fn peer(req: &HttpRequest) -> String {
-    req.peer_addr()
-        .map_or_else(|| "unknown".to_owned(), |addr| addr.ip().to_string())
 }

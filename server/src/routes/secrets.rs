@@ -3,11 +3,13 @@
 
 use actix_web::{web, HttpResponse};
 use tether_protocol::secrets::{DeliveryAnswer, SendSecretParams, SendSecretResponse};
-use tether_protocol::DeviceId;
+use tether_protocol::{DeliveryId, DeviceId};
 
-use crate::auth::{Caller, DeviceCaller};
+use crate::auth::Caller;
+use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
-use crate::{secrets, AppState};
+use crate::secrets::{self, DeliveryOutcome, NewDelivery};
+use crate::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -26,13 +28,8 @@ async fn send(
     device_id: web::Path<DeviceId>,
     params: web::Json<SendSecretParams>,
 ) -> Result<HttpResponse, ApiError> {
-    let accepted = secrets::send(
-        &state.store,
-        &caller.account.id,
-        &device_id,
-        params.into_inner(),
-    )
-    .await?;
+    let delivery = NewDelivery::try_from(params.into_inner())?;
+    let accepted = secrets::send(&state.store, &caller.account.id, &device_id, delivery).await?;
     // A lost frame is sent again when the device's stream reconnects.
     state.hub.notify(&device_id, accepted.frame).await;
     Ok(HttpResponse::Accepted().json(SendSecretResponse {
@@ -53,10 +50,14 @@ async fn list(
 
 async fn answer(
     state: web::Data<AppState>,
-    device: DeviceCaller,
+    device: DeviceIdentity,
     delivery_id: web::Path<String>,
     params: web::Json<DeliveryAnswer>,
 ) -> Result<HttpResponse, ApiError> {
-    secrets::answer(&state.store, &device, &delivery_id, params.into_inner()).await?;
+    // A path that is no delivery id names no delivery: the same 404 as an unknown one.
+    let delivery_id =
+        DeliveryId::parse(&delivery_id).map_err(|_| ApiError::not_found("secret delivery"))?;
+    let outcome = DeliveryOutcome::from(params.into_inner());
+    secrets::answer(&state.store, &device, &delivery_id, outcome).await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({})))
 }

@@ -3,7 +3,7 @@
 use actix_web::{web, HttpResponse};
 use tether_protocol::auth::{Me, NewTokenParams};
 
-use crate::accounts;
+use crate::accounts::{self, NewApiToken};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::AppState;
@@ -21,7 +21,8 @@ async fn create(
         user: caller.user,
         account: caller.account,
     };
-    let created = accounts::create_api_token(&state.store, &me, params.into_inner()).await?;
+    let new = NewApiToken::try_from(params.into_inner())?;
+    let created = accounts::create_api_token(&state.store, &me, new).await?;
     Ok(HttpResponse::Created()
         .insert_header(("cache-control", "no-store"))
         .json(created))

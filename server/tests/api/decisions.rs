@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
 use reqwest::redirect::Policy;
 use reqwest::{Response, StatusCode};
 use serde_json::{json, Value};
@@ -27,7 +26,7 @@ async fn running(ann: &WebClient, device: &DeviceClient) -> (String, String) {
     let job = ann.create_job(&device.device_id).await;
     let claimed = device.claim_job().await;
     assert_eq!(claimed.id, job.id);
-    (job.id.to_string(), claimed.lease_token)
+    (job.id.to_string(), claimed.lease_token.expose().to_owned())
 }
 
 fn question(kind: &str, action: Value, expires_in_secs: i64) -> Value {
@@ -239,7 +238,7 @@ both_backends! {
         let ann = app.user("ann@example.com").await;
         let device = app.device(&ann, "install-1").await;
         let (job_id, lease) = running(&ann, &device).await;
-        tokio::time::sleep(Duration::from_millis(1200)).await;
+        app.advance(Duration::from_millis(1200));
         let body = question("command", command(&["ls"]), 60);
         assert_error(ask(&device, &job_id, &lease, &body).await, 409, "stale_lease").await;
         assert!(ann.job(&job_id).await.decisions.is_empty());
@@ -291,7 +290,7 @@ both_backends! {
         assert_eq!(decision.device_name, "laptop");
         assert!(decision.web_answers);
         assert_eq!(decision.answered_by, None);
-        assert!(decision.expires_at > Utc::now() + chrono::Duration::seconds(590));
+        assert!(decision.expires_at > app.now() + chrono::Duration::seconds(590));
         assert_eq!(list(&ann, "").await.len(), 1);
         assert!(list(&ann, "?state=answered").await.is_empty());
         assert_error(ann.get("/api/decisions?state=maybe").await, 422, "invalid_field").await;
@@ -394,7 +393,7 @@ both_backends! {
         let device = app.device(&ann, "install-1").await;
         let (job_id, lease) = running(&ann, &device).await;
         let decision_id = asked(&device, &job_id, &lease, &question("command", command(&["ls"]), 1)).await;
-        tokio::time::sleep(Duration::from_millis(1200)).await;
+        app.advance(Duration::from_millis(1200));
 
         assert_error(answer(&ann, &decision_id, "allow", "once").await, 409, "already_answered").await;
         assert_eq!(read_ok(&device, &decision_id).await.state, DecisionState::Expired);
@@ -407,10 +406,10 @@ both_backends! {
         assert_error(close(&device, &decision_id, &late).await, 409, "already_answered").await;
 
         // The sweeper writes it down and the run goes on.
-        let settled = decisions::expire_overdue(&app.store, Utc::now().timestamp_millis()).await.unwrap();
+        let settled = decisions::expire_overdue(&app.store, app.now().timestamp_millis()).await.unwrap();
         assert_eq!(settled.len(), 1);
         assert_eq!(settled[0].decision_id.as_str(), decision_id);
-        assert!(decisions::expire_overdue(&app.store, Utc::now().timestamp_millis()).await.unwrap().is_empty());
+        assert!(decisions::expire_overdue(&app.store, app.now().timestamp_millis()).await.unwrap().is_empty());
         let job = ann.job(&job_id).await;
         assert_eq!(job.state, JobState::Running);
         assert_eq!(job.decisions[0].state, DecisionState::Expired);
@@ -518,9 +517,9 @@ both_backends! {
         let device = app.device(&ann, "install-1").await;
         let (job_id, lease) = running(&ann, &device).await;
         let decision_id = asked(&device, &job_id, &lease, &question("command", command(&["ls"]), 600)).await;
-        tokio::time::sleep(Duration::from_millis(1300)).await;
+        app.advance(Duration::from_millis(1300));
 
-        let swept = sweeper::try_expire_leases(&app.store, Utc::now()).await.unwrap();
+        let swept = sweeper::try_expire_leases(&app.store, app.now()).await.unwrap();
         assert_eq!(swept.interrupted.len(), 1);
         let job = ann.job(&job_id).await;
         assert_eq!(job.state, JobState::Interrupted);

@@ -45,7 +45,7 @@ both_backends! {
         assert_error(device.heartbeat(&[]).await, 401, "revoked").await;
         assert_error(device.claim().await, 401, "revoked").await;
         assert_error(device.get_self().await, 401, "revoked").await;
-        assert_error(device.progress(running.id.as_str(), &claimed.lease_token, &json!({ "seq": 1 })).await, 401, "revoked").await;
+        assert_error(device.progress(running.id.as_str(), claimed.lease_token.expose(), &json!({ "seq": 1 })).await, 401, "revoked").await;
 
         let interrupted = ann.job(running.id.as_str()).await;
         assert_eq!(interrupted.state, JobState::Interrupted);
@@ -108,7 +108,7 @@ both_backends! {
         let ann = app.user("ann@example.com").await;
         let device = app.device(&ann, "install-1").await;
         let first = ann.devices().await[0].last_seen_at.unwrap();
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        app.advance(std::time::Duration::from_secs(1));
         assert_eq!(device.heartbeat(&[]).await.status(), StatusCode::OK);
         assert_eq!(ann.devices().await[0].last_seen_at, Some(first), "held for the batch");
 
@@ -124,7 +124,7 @@ both_backends! {
         let bea = app.user("bea@example.com").await;
         let device = app.device(&bea, "install-2").await;
         let first = bea.devices().await[0].last_seen_at.unwrap();
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        app.advance(std::time::Duration::from_secs(1));
         assert_eq!(device.heartbeat(&[]).await.status(), StatusCode::OK);
         let mut advanced = false;
         for _ in 0..100 {

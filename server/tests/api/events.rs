@@ -110,7 +110,7 @@ both_backends! {
 
         let mut events = second.events().await;
         let done = json!({ "outcome": "succeeded", "summary": "done" });
-        let res = first.complete(running.id.as_str(), &claimed.lease_token, &done).await;
+        let res = first.complete(running.id.as_str(), claimed.lease_token.expose(), &done).await;
         assert_eq!(res.status(), StatusCode::OK);
         assert_eq!(next_frame(&mut events, SOON).await, Some(ServerFrame::Wake));
         assert_eq!(second.claim().await.status(), StatusCode::OK);

@@ -46,7 +46,7 @@ async fn running(app: TestApp) -> Run {
         owner,
         device,
         job_id: job.id.to_string(),
-        lease: claimed.lease_token,
+        lease: claimed.lease_token.expose().to_owned(),
     }
 }
 
@@ -302,6 +302,19 @@ both_backends! {
         for name in [".env", "id_ed25519", "deploy.pem"] {
             let res = run.upload(&describe("cred", "file", name, LOG), LOG).await;
             assert_error(res, 422, "invalid_field").await;
+        }
+        assert!(files_under(&run.blobs()).is_empty());
+        assert!(run.owner.job(&run.job_id).await.evidence.is_empty());
+    }
+
+    // The server refuses evidence by the credential rule the agent keeps out of runs and
+    // the live file view: SSH's host and key lists are credentials like a private key.
+    async fn ssh_host_and_key_lists_are_refused_like_a_key(backend) {
+        let run = running(spawn_app(backend).await).await;
+        for name in ["id_rsa", "known_hosts", "authorized_keys"] {
+            let res = run.upload(&describe("cred", "file", name, LOG), LOG).await;
+            let message = assert_error(res, 422, "invalid_field").await;
+            assert_eq!(message, "name: keys and credential files are never evidence.", "{name}");
         }
         assert!(files_under(&run.blobs()).is_empty());
         assert!(run.owner.job(&run.job_id).await.evidence.is_empty());

@@ -70,7 +70,7 @@ both_backends! {
         // Also after the job ended.
         let claimed = device.claim_job().await;
         let done = json!({ "outcome": "succeeded", "summary": "ok" });
-        assert_eq!(device.complete(job.id.as_str(), &claimed.lease_token, &done).await.status(), StatusCode::OK);
+        assert_eq!(device.complete(job.id.as_str(), claimed.lease_token.expose(), &done).await.status(), StatusCode::OK);
         let res = ann.get(&format!("/api/jobs/{}/file?path=README.md", job.id)).await;
         assert_eq!(res.status(), StatusCode::OK);
 

@@ -1,4 +1,9 @@
 //! `spawn_app` and typed clients for the web user and the device.
+//!
+//! Every test server reads the time from a [`ManualClock`] that starts at the real time and
+//! stands still: a test of an expiry (a lease, a decision, a pairing code) moves it with
+//! [`TestApp::advance`] instead of sleeping. Waits for real asynchronous work (WebSocket
+//! frames, relays, the background sweeper and flusher) poll or sleep on tokio's time.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -12,9 +17,11 @@ use tether_protocol::capabilities::{
     Capabilities, Engine as EngineCap, EngineKind, SandboxReport, SandboxStrength, SealKey,
 };
 
+use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use tether_protocol::frames::ServerFrame;
 use tether_protocol::jobs::{ClaimedJob, Job};
+use tether_server::clock::ManualClock;
 use tether_server::store::Tx;
 use tether_server::{Application, Config, Store};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -68,6 +75,8 @@ pub struct TestApp {
     pub base: String,
     pub store: Store,
     pub config: Config,
+    /// The server's time; shared with [`TestApp::another`].
+    pub clock: ManualClock,
     /// Stops the server (see [`TestApp::stop`]).
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     running: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
@@ -92,11 +101,18 @@ pub async fn spawn_app_with(backend: Backend, tweak: impl FnOnce(&mut Config)) -
         config.database_url = Some(url);
     }
     tweak(&mut config);
-    start(config, std::sync::Arc::new(data_dir)).await
+    let clock = ManualClock::starting_at(Utc::now());
+    start(config, std::sync::Arc::new(data_dir), clock).await
 }
 
-async fn start(config: Config, data_dir: std::sync::Arc<tempfile::TempDir>) -> TestApp {
-    let app = Application::build(config.clone()).await.unwrap();
+async fn start(
+    config: Config,
+    data_dir: std::sync::Arc<tempfile::TempDir>,
+    clock: ManualClock,
+) -> TestApp {
+    let app = Application::build_with_clock(config.clone(), clock.clone().into())
+        .await
+        .unwrap();
     let base = app.base_url();
     let store = app.store();
     let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -107,6 +123,7 @@ async fn start(config: Config, data_dir: std::sync::Arc<tempfile::TempDir>) -> T
         base,
         store,
         config,
+        clock,
         shutdown: Some(shutdown),
         running: Some(running),
         data_dir,
@@ -124,10 +141,25 @@ impl TestApp {
         }
     }
 
-    /// Another server on the same database and data dir with the same settings (a restart,
-    /// or a second replica), on a new port.
+    /// Another server on the same database and data dir with the same settings and clock
+    /// (a restart, or a second replica), on a new port.
     pub async fn another(&self) -> TestApp {
-        start(self.config.clone(), self.data_dir.clone()).await
+        start(
+            self.config.clone(),
+            self.data_dir.clone(),
+            self.clock.clone(),
+        )
+        .await
+    }
+
+    /// The server's "now".
+    pub fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
+    /// Moves the server's time forward, as if `by` had passed.
+    pub fn advance(&self, by: Duration) {
+        self.clock.advance(by);
     }
 }
 
@@ -530,6 +562,35 @@ pub async fn exec_sql(store: &Store, sql: &str) {
             sqlx::query(sql).execute(&mut *tx).await.unwrap();
             tx.commit().await.unwrap();
         }
+    }
+}
+
+/// The first column of the first row `sql` returns on the test's database, read as a
+/// number (`None` for no row or NULL), to wait for what a background task writes.
+pub async fn query_i64(store: &Store, sql: &str) -> Option<i64> {
+    match store.begin().await.unwrap() {
+        Tx::Sqlite(mut tx) => sqlx::query_scalar::<_, Option<i64>>(sql)
+            .fetch_optional(&mut *tx)
+            .await
+            .unwrap()
+            .flatten(),
+        Tx::Postgres(mut tx) => sqlx::query_scalar::<_, Option<i64>>(sql)
+            .fetch_optional(&mut *tx)
+            .await
+            .unwrap()
+            .flatten(),
+    }
+}
+
+/// Polls `sql` (see [`query_i64`]) until `ready` holds for its answer, at most 10 s.
+pub async fn wait_for_row(store: &Store, sql: &str, ready: impl Fn(Option<i64>) -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !ready(query_i64(store, sql).await) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "waited 10 s for: {sql}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

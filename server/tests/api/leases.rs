@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tether_protocol::jobs::{JobState, Outcome};
@@ -29,9 +28,9 @@ both_backends! {
         assert_eq!(claimed.id, job.id);
         assert_eq!(claimed.attempt, 1);
         assert_eq!(claimed.spec.prompt, "cargo test");
-        assert!(claimed.lease_expires_at > Utc::now());
+        assert!(claimed.lease_expires_at > app.now());
         assert_eq!(device.claim().await.status(), StatusCode::NO_CONTENT);
-        let lease = claimed.lease_token.as_str();
+        let lease = claimed.lease_token.expose();
         let job_id = job.id.as_str();
 
         let res = device.progress(job_id, lease, &json!({ "seq": 1, "lines": ["one", "two"], "status": "testing" })).await;
@@ -96,8 +95,8 @@ both_backends! {
         assert_error(device.progress(job_id, "wrong", &json!({ "seq": 1 })).await, 409, "stale_lease").await;
         assert_error(device.complete(job_id, "wrong", &json!({ "outcome": "failed", "summary": "" })).await, 409, "stale_lease").await;
         // A job of another device is not found, even with the right lease.
-        assert_error(other.progress(job_id, &claimed.lease_token, &json!({ "seq": 1 })).await, 404, "not_found").await;
-        assert_error(other.complete(job_id, &claimed.lease_token, &json!({ "outcome": "failed", "summary": "" })).await, 404, "not_found").await;
+        assert_error(other.progress(job_id, claimed.lease_token.expose(), &json!({ "seq": 1 })).await, 404, "not_found").await;
+        assert_error(other.complete(job_id, claimed.lease_token.expose(), &json!({ "outcome": "failed", "summary": "" })).await, 404, "not_found").await;
         let res = device.http.post(format!("{}/api/devices/self/jobs/{job_id}/progress", app.base))
             .bearer_auth(&device.token).json(&json!({ "seq": 1 })).send().await.unwrap();
         assert!(assert_error(res, 400, "invalid_request").await.contains("x-tether-lease"));
@@ -114,18 +113,18 @@ both_backends! {
         let job = ann.create_job(&device.device_id).await;
         let claimed = device.claim_job().await;
         let job_id = job.id.as_str();
-        let lease = claimed.lease_token.as_str();
+        let lease = claimed.lease_token.expose();
         let res = device.progress(job_id, lease, &json!({ "seq": 1, "lines": ["partial"] })).await;
         assert_eq!(res.status(), StatusCode::OK);
-        tokio::time::sleep(Duration::from_millis(1300)).await;
+        app.advance(Duration::from_millis(1300));
 
         assert_error(device.progress(job_id, lease, &json!({ "seq": 2 })).await, 409, "stale_lease").await;
         let beat: Value = device.heartbeat(&[(job_id, lease)]).await.json().await.unwrap();
         assert_eq!(beat["lost"], json!([job_id]));
 
-        let swept = sweeper::try_expire_leases(&app.store, Utc::now()).await.unwrap();
+        let swept = sweeper::try_expire_leases(&app.store, app.now()).await.unwrap();
         assert_eq!(swept.interrupted, vec![job.id.clone()]);
-        let again = sweeper::try_expire_leases(&app.store, Utc::now()).await.unwrap();
+        let again = sweeper::try_expire_leases(&app.store, app.now()).await.unwrap();
         assert!(again.interrupted.is_empty());
 
         let ended = ann.job(job_id).await;
@@ -145,21 +144,21 @@ both_backends! {
         let device = app.device(&ann, "install-1").await;
         let job = ann.create_job(&device.device_id).await;
         let claimed = device.claim_job().await;
-        let swept = sweeper::try_expire_leases(&app.store, Utc::now()).await.unwrap();
+        let swept = sweeper::try_expire_leases(&app.store, app.now()).await.unwrap();
         assert!(swept.interrupted.is_empty());
 
         // The server was down for an hour: leases get one more period before sweeping.
-        let later = Utc::now() + chrono::Duration::minutes(60);
-        sweeper::record_server_heartbeat(&app.store, Utc::now()).await.unwrap();
+        let later = app.now() + chrono::Duration::minutes(60);
+        sweeper::record_server_heartbeat(&app.store, app.now()).await.unwrap();
         assert_eq!(sweeper::grant_outage_grace(&app.store, later, &app.config).await.unwrap(), 1);
         let swept = sweeper::try_expire_leases(&app.store, later).await.unwrap();
         assert!(swept.interrupted.is_empty());
         // Without further word it ends one lease period later.
         let much_later = later + chrono::Duration::seconds(121);
-        assert_eq!(sweeper::grant_outage_grace(&app.store, Utc::now(), &app.config).await.unwrap(), 0);
+        assert_eq!(sweeper::grant_outage_grace(&app.store, app.now(), &app.config).await.unwrap(), 0);
         let swept = sweeper::try_expire_leases(&app.store, much_later).await.unwrap();
         assert_eq!(swept.interrupted, vec![job.id.clone()]);
-        assert_error(device.progress(job.id.as_str(), &claimed.lease_token, &json!({ "seq": 1 })).await, 409, "stale_lease").await;
+        assert_error(device.progress(job.id.as_str(), claimed.lease_token.expose(), &json!({ "seq": 1 })).await, 409, "stale_lease").await;
     }
 
     async fn progress_and_complete_limits(backend) {
@@ -169,7 +168,7 @@ both_backends! {
         let job = ann.create_job(&device.device_id).await;
         let claimed = device.claim_job().await;
         let job_id = job.id.as_str();
-        let lease = claimed.lease_token.as_str();
+        let lease = claimed.lease_token.expose();
         let lines: Vec<String> = (0..201).map(|n| n.to_string()).collect();
         let message = assert_error(device.progress(job_id, lease, &json!({ "seq": 1, "lines": lines })).await, 422, "invalid_field").await;
         assert!(message.contains("lines"));
@@ -194,7 +193,7 @@ both_backends! {
         let claimed = device.claim_job().await;
         assert_eq!(claimed.id, first.id);
         assert_eq!(device.claim().await.status(), StatusCode::NO_CONTENT);
-        let res = device.complete(first.id.as_str(), &claimed.lease_token, &json!({ "outcome": "failed", "summary": "no" })).await;
+        let res = device.complete(first.id.as_str(), claimed.lease_token.expose(), &json!({ "outcome": "failed", "summary": "no" })).await;
         assert_eq!(res.status(), StatusCode::OK);
         assert_eq!(device.claim_job().await.id, second.id);
     }
@@ -219,11 +218,11 @@ both_backends! {
         let answer: Value = res.json().await.unwrap();
         assert_eq!(answer["job"]["state"], "running");
         assert_eq!(answer["job"]["cancelRequested"], true);
-        let progress: Value = device.progress(job_id, &claimed.lease_token, &json!({ "seq": 1 })).await.json().await.unwrap();
+        let progress: Value = device.progress(job_id, claimed.lease_token.expose(), &json!({ "seq": 1 })).await.json().await.unwrap();
         assert_eq!(progress["cancelRequested"], true);
-        let beat: Value = device.heartbeat(&[(job_id, claimed.lease_token.as_str())]).await.json().await.unwrap();
+        let beat: Value = device.heartbeat(&[(job_id, claimed.lease_token.expose())]).await.json().await.unwrap();
         assert_eq!(beat["leases"][0]["cancelRequested"], true);
-        let res = device.complete(job_id, &claimed.lease_token, &json!({ "outcome": "cancelled", "summary": "Stopped." })).await;
+        let res = device.complete(job_id, claimed.lease_token.expose(), &json!({ "outcome": "cancelled", "summary": "Stopped." })).await;
         assert_eq!(res.status(), StatusCode::OK);
         assert_eq!(ann.job(job_id).await.state, JobState::Cancelled);
     }

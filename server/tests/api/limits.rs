@@ -31,7 +31,7 @@ both_backends! {
 
         let job = ann.create_job(&device.device_id).await;
         let claimed = device.claim_job().await;
-        let lease = claimed.lease_token.as_str();
+        let lease = claimed.lease_token.expose();
         for seq in 1..=2 {
             let res = device.progress(job.id.as_str(), lease, &json!({ "seq": seq })).await;
             assert_eq!(res.status(), StatusCode::OK);

@@ -18,6 +18,8 @@ mod hostile;
 mod jobs;
 mod leases;
 mod limits;
+mod migrations;
+mod openapi;
 mod operations;
 mod pages;
 mod pairing;

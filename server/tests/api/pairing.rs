@@ -78,7 +78,7 @@ both_backends! {
         let message = assert_error(app.register(device_code).await, 400, "slow_down").await;
         assert!(message.contains('6'), "{message}");
         // One second was the old interval; the new one is six.
-        tokio::time::sleep(Duration::from_millis(1200)).await;
+        app.advance(Duration::from_millis(1200));
         let message = assert_error(app.register(device_code).await, 400, "slow_down").await;
         assert!(message.contains("11"), "{message}");
     }
@@ -88,7 +88,7 @@ both_backends! {
         let ann = app.user("ann@example.com").await;
         let paired: Value = app.pair("install-1", &seal_key()).await.json().await.unwrap();
         assert_eq!(paired["expiresIn"], 1);
-        tokio::time::sleep(Duration::from_millis(1200)).await;
+        app.advance(Duration::from_millis(1200));
         let user_code = paired["userCode"].as_str().unwrap();
         assert_eq!(pairing::pending_by_user_code(&app.store, user_code).await, None);
         assert_error(ann.post("/api/devices/link", &json!({ "userCode": user_code })).await, 404, "unknown_code").await;

@@ -3,14 +3,13 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tether_protocol::jobs::{ClaimedJob, JobState, LeaseGrant};
 use tether_server::{ledger, sweeper};
 
 use crate::both_backends;
-use crate::helpers::{assert_error, exec_sql, spawn_app, spawn_app_with};
+use crate::helpers::{assert_error, exec_sql, spawn_app, spawn_app_with, wait_for_row};
 
 async fn grant(res: reqwest::Response) -> LeaseGrant {
     assert_eq!(res.status(), StatusCode::OK);
@@ -32,18 +31,18 @@ both_backends! {
         let job = ann.create_job(&device.device_id).await;
         let claimed = device.claim_job().await;
         let job_id = job.id.as_str();
-        let old = claimed.lease_token.as_str();
+        let old = claimed.lease_token.expose();
 
         assert_error(device.reattach(job_id, 1, "wrong").await, 409, "stale_lease").await;
         assert_error(device.reattach(job_id, 2, old).await, 409, "stale_lease").await;
         assert_error(other.reattach(job_id, 1, old).await, 404, "not_found").await;
         let granted = grant(device.reattach(job_id, 1, old).await).await;
         assert_eq!((granted.job_id.clone(), granted.attempt), (job.id.clone(), 1));
-        assert_ne!(granted.lease_token, old);
+        assert_ne!(granted.lease_token.expose(), old);
         assert_error(device.progress(job_id, old, &json!({ "seq": 1 })).await, 409, "stale_lease").await;
         // Only the last lease issued reattaches.
         assert_error(device.reattach(job_id, 1, old).await, 409, "stale_lease").await;
-        let lease = granted.lease_token.as_str();
+        let lease = granted.lease_token.expose();
         assert_eq!(device.progress(job_id, lease, &json!({ "seq": 1, "lines": ["still going"] })).await.status(), StatusCode::OK);
         let done = json!({ "outcome": "succeeded", "summary": "done" });
         assert_eq!(device.complete(job_id, lease, &done).await.status(), StatusCode::OK);
@@ -65,15 +64,15 @@ both_backends! {
         let job = ann.create_job(&device.device_id).await;
         let claimed = device.claim_job().await;
         let job_id = job.id.as_str();
-        tokio::time::sleep(Duration::from_millis(1200)).await;
-        sweeper::try_expire_leases(&app.store, Utc::now()).await.unwrap();
+        app.advance(Duration::from_millis(1200));
+        sweeper::try_expire_leases(&app.store, app.now()).await.unwrap();
         assert_eq!(ann.job(job_id).await.state, JobState::Interrupted);
-        let granted = grant(device.reattach(job_id, 1, &claimed.lease_token).await).await;
+        let granted = grant(device.reattach(job_id, 1, claimed.lease_token.expose()).await).await;
         let revived = ann.job(job_id).await;
         assert_eq!((revived.state, revived.attempt), (JobState::Running, 1));
         assert!(revived.outcome.is_none() && revived.ended_at.is_none());
         let done = json!({ "outcome": "succeeded", "summary": "finished while cut off" });
-        assert_eq!(device.complete(job_id, &granted.lease_token, &done).await.status(), StatusCode::OK);
+        assert_eq!(device.complete(job_id, granted.lease_token.expose(), &done).await.status(), StatusCode::OK);
         assert_eq!(ann.job(job_id).await.state, JobState::Succeeded);
 
         // Cancelled by the person, then interrupted: not taken back, not carried on.
@@ -81,9 +80,9 @@ both_backends! {
         let claimed = device.claim_job().await;
         let job_id = job.id.as_str();
         assert_eq!(ann.post_empty(&format!("/api/jobs/{job_id}/cancel")).await.status(), StatusCode::OK);
-        tokio::time::sleep(Duration::from_millis(1200)).await;
-        sweeper::try_expire_leases(&app.store, Utc::now()).await.unwrap();
-        assert_error(device.reattach(job_id, 1, &claimed.lease_token).await, 409, "stale_lease").await;
+        app.advance(Duration::from_millis(1200));
+        sweeper::try_expire_leases(&app.store, app.now()).await.unwrap();
+        assert_error(device.reattach(job_id, 1, claimed.lease_token.expose()).await, 409, "stale_lease").await;
         let message = assert_error(device.resume(job_id, 1).await, 409, "resume_refused").await;
         assert!(message.contains("cancelled"), "{message}");
 
@@ -94,7 +93,7 @@ both_backends! {
         assert_eq!(ann.delete(&format!("/api/devices/{}", device.device_id)).await.status(), StatusCode::NO_CONTENT);
         let again = app.device(&ann, "install-1").await;
         assert_eq!(again.device_id, device.device_id);
-        assert_error(again.reattach(job_id, 1, &claimed.lease_token).await, 409, "stale_lease").await;
+        assert_error(again.reattach(job_id, 1, claimed.lease_token.expose()).await, 409, "stale_lease").await;
         let message = assert_error(again.resume(job_id, 1).await, 409, "resume_refused").await;
         assert!(message.contains("revoked"), "{message}");
     }
@@ -114,17 +113,17 @@ both_backends! {
         let second = resumed(device.resume(job_id, 1).await).await;
         assert_eq!((second.attempt, second.resumed), (2, Some(1)));
         assert_eq!(second.spec, first.spec);
-        assert_error(device.progress(job_id, &first.lease_token, &json!({ "seq": 1 })).await, 409, "stale_lease").await;
+        assert_error(device.progress(job_id, first.lease_token.expose(), &json!({ "seq": 1 })).await, 409, "stale_lease").await;
         // The lost attempt's lease no longer reattaches: a later attempt superseded it.
-        assert_error(device.reattach(job_id, 1, &first.lease_token).await, 409, "stale_lease").await;
+        assert_error(device.reattach(job_id, 1, first.lease_token.expose()).await, 409, "stale_lease").await;
         assert_error(device.resume(job_id, 1).await, 409, "resume_refused").await;
         let third = resumed(device.resume(job_id, 2).await).await;
         assert_eq!((third.attempt, third.resumed), (3, Some(2)));
         let message = assert_error(device.resume(job_id, 3).await, 409, "resume_refused").await;
         assert!(message.contains("2 times"), "{message}");
-        assert_eq!(device.progress(job_id, &third.lease_token, &json!({ "seq": 1 })).await.status(), StatusCode::OK);
+        assert_eq!(device.progress(job_id, third.lease_token.expose(), &json!({ "seq": 1 })).await.status(), StatusCode::OK);
         let done = json!({ "outcome": "failed", "summary": "gave up" });
-        assert_eq!(device.complete(job_id, &third.lease_token, &done).await.status(), StatusCode::OK);
+        assert_eq!(device.complete(job_id, third.lease_token.expose(), &done).await.status(), StatusCode::OK);
         let message = assert_error(device.resume(job_id, 3).await, 409, "resume_refused").await;
         assert!(message.contains("failed"), "{message}");
         let ended = ann.job(job_id).await;
@@ -142,9 +141,9 @@ both_backends! {
         device.claim_job().await;
         let old = ann.create_job(&device.device_id).await;
         device.claim_job().await;
-        tokio::time::sleep(Duration::from_millis(1200)).await;
-        sweeper::try_expire_leases(&app.store, Utc::now()).await.unwrap();
-        let day_ago = Utc::now().timestamp_millis() - 24 * 3600 * 1000 - 60_000;
+        app.advance(Duration::from_millis(1200));
+        sweeper::try_expire_leases(&app.store, app.now()).await.unwrap();
+        let day_ago = app.now().timestamp_millis() - 24 * 3600 * 1000 - 60_000;
         exec_sql(&app.store, &format!("UPDATE jobs SET ended_at = {day_ago} WHERE id = '{}'", old.id)).await;
 
         let message = assert_error(device.resume(old.id.as_str(), 1).await, 409, "resume_refused").await;
@@ -166,18 +165,22 @@ both_backends! {
         let job = ann.create_job(&device.device_id).await;
         let claimed = device.claim_job().await;
         // Let the sweeper note the server alive, then stop the server for longer than a lease.
-        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let noted = "SELECT at FROM server_heartbeat WHERE id = 1";
+        wait_for_row(&app.store, noted, |at| at.is_some()).await;
         app.stop().await;
-        tokio::time::sleep(Duration::from_millis(2600)).await;
+        app.advance(Duration::from_millis(2600));
 
         let restarted = app.another().await;
         device.base = restarted.base.clone();
         let mut ann = ann;
         ann.base = restarted.base.clone();
-        // The sweeper ran at start-up (grace first); the run was not interrupted.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The sweeper ran at start-up (grace first): the lease runs a period past the outage,
+        // and the run was not interrupted.
+        let now = restarted.now().timestamp_millis();
+        let lease_end = format!("SELECT lease_expires_at FROM jobs WHERE id = '{}'", job.id);
+        wait_for_row(&restarted.store, &lease_end, |until| until.is_some_and(|until| until > now)).await;
         assert_eq!(ann.job(job.id.as_str()).await.state, JobState::Running);
-        let lease = claimed.lease_token.as_str();
+        let lease = claimed.lease_token.expose();
         let res = device.progress(job.id.as_str(), lease, &json!({ "seq": 1, "lines": ["survived"] })).await;
         assert_eq!(res.status(), StatusCode::OK);
         let done = json!({ "outcome": "succeeded", "summary": "once" });

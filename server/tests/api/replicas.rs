@@ -129,7 +129,7 @@ async fn two_replicas_on_one_database_and_one_redis_behave_as_one_server() {
     let done = json!({ "outcome": "cancelled", "summary": "stopped" });
     assert_error(
         device
-            .complete(job.id.as_str(), &claimed.lease_token, &done)
+            .complete(job.id.as_str(), claimed.lease_token.expose(), &done)
             .await,
         401,
         "revoked",

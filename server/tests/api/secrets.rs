@@ -202,7 +202,7 @@ both_backends! {
         drop(events);
         let mut events = device.events().await;
         let again = next_frame(&mut events, Duration::from_secs(5)).await.unwrap();
-        assert!(matches!(again, ServerFrame::SecretSave { ref id, .. } if *id == delivery_id));
+        assert!(matches!(again, ServerFrame::SecretSave { ref id, .. } if id.as_str() == delivery_id));
 
         let res = answer(&device, &delivery_id, &json!({ "saved": true, "name": "API_KEY" })).await;
         assert_eq!(res.status(), StatusCode::OK);

@@ -31,9 +31,9 @@ both_backends! {
         assert_eq!(eve.devices().await[0].id.as_str(), eves.device_id);
 
         // Eve's device cannot touch Ann's job, even holding the lease.
-        assert_error(eves.progress(job_id, &claimed.lease_token, &json!({ "seq": 1 })).await, 404, "not_found").await;
-        assert_error(eves.complete(job_id, &claimed.lease_token, &json!({ "outcome": "failed", "summary": "" })).await, 404, "not_found").await;
-        let beat: Value = eves.heartbeat(&[(job_id, claimed.lease_token.as_str())]).await.json().await.unwrap();
+        assert_error(eves.progress(job_id, claimed.lease_token.expose(), &json!({ "seq": 1 })).await, 404, "not_found").await;
+        assert_error(eves.complete(job_id, claimed.lease_token.expose(), &json!({ "outcome": "failed", "summary": "" })).await, 404, "not_found").await;
+        let beat: Value = eves.heartbeat(&[(job_id, claimed.lease_token.expose())]).await.json().await.unwrap();
         assert_eq!(beat["lost"], json!([job_id]));
 
         // Nothing changed for Ann.

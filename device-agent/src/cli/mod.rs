@@ -1,0 +1,718 @@
+//! The command line: parse with clap, then apply one command.
+
+pub mod status;
+
+use std::future::Future;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+use crate::daemon::{self, DaemonEnd};
+use crate::local::state::DataDir;
+use crate::local::{acp_engines, folders, recipes};
+use crate::policy::{explain, trust};
+use crate::remote::pairing;
+use crate::{exit_code, sandbox};
+
+/// What `run` prints when the server revoked this computer.
+pub const REVOKED_MESSAGE: &str =
+    "This computer was revoked from the server; pair it again with `tether-agent pair URL`";
+
+/// Tether's agent: pairs this computer with a Tether server and runs the work assigned to
+/// it, in folders you share, with recipes you configure.
+#[derive(Debug, Parser)]
+#[command(name = "tether-agent", version)]
+pub struct Cli {
+    /// Where the agent keeps its configuration and keys.
+    #[arg(long, global = true, env = "TETHER_AGENT_HOME", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Pair this computer with a server: prints a code to approve on the web.
+    Pair {
+        /// The server's address, for example https://tether.example.com.
+        url: String,
+        /// The name the computer gets on the web (default: its host name).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Run the agent in the foreground: heartbeat, claim and run jobs until Ctrl-C.
+    Run {
+        /// How many jobs may run at the same time.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+        max_runs: u16,
+        /// When no sandbox works on this computer, run jobs UNCONFINED instead of refusing
+        /// them (reported to the server as such). Never used when a sandbox works.
+        #[arg(long)]
+        allow_unsandboxed: bool,
+    },
+    /// Show whether this computer is paired, and what it shares.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove this computer from its server and forget its token and seal key.
+    Unpair,
+    /// Folders jobs may work in, by label.
+    Folders {
+        #[command(subcommand)]
+        command: FoldersCommand,
+    },
+    /// Commands jobs may run, by name.
+    Recipe {
+        #[command(subcommand)]
+        command: RecipeCommand,
+    },
+    /// Coding agents jobs may run, by name, speaking the Agent Client Protocol.
+    Engine {
+        #[command(subcommand)]
+        command: EngineCommand,
+    },
+    /// Secrets sent sealed from the web, kept encrypted on this computer (names only here).
+    Secrets {
+        #[command(subcommand)]
+        command: SecretsCommand,
+    },
+    /// Inside a job: one HTTP request with `{{NAME}}` in a header or the body replaced by
+    /// the saved secret NAME, sent by the agent only to that secret's allowed sites. Prints
+    /// the answer's body with every secret hidden; exits 22 for a status from 400, 2 when
+    /// refused.
+    SecretHttp(SecretHttpArgs),
+    /// Folders you trust on this computer: ask mode works there without asking.
+    Trust {
+        #[command(subcommand)]
+        command: TrustCommand,
+    },
+    /// Whether answers given on the web count on this computer (shows the setting without
+    /// `on` or `off`).
+    Approvals {
+        #[arg(value_enum)]
+        state: Option<Switch>,
+    },
+    /// Whether a run's evidence files are uploaded, or kept on this computer with only their
+    /// descriptions sent (shows the setting without `on` or `off`).
+    Evidence {
+        #[arg(value_enum)]
+        state: Option<Switch>,
+    },
+    /// Questions runs on this computer wait on: list them, answer them here.
+    Decisions {
+        #[command(subcommand)]
+        command: DecisionsCommand,
+    },
+    /// Show what a run's policy does with an action, and the rule that decides (a dry run of
+    /// the same check runs go through).
+    Explain(ExplainArgs),
+    /// How this agent confines what it runs.
+    Sandbox {
+        #[command(subcommand)]
+        command: SandboxCommand,
+    },
+    /// Internal: the launcher a confined run starts through (restricts itself, then runs the
+    /// program its spec file names and supervises its whole process tree).
+    #[command(hide = true)]
+    SandboxExec {
+        #[arg(long, value_name = "FILE")]
+        spec_file: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FoldersCommand {
+    /// Share an existing directory under a label (a-z, 0-9, _ and -).
+    Share { label: String, path: PathBuf },
+    /// List shared folders.
+    List,
+    /// Stop sharing a folder.
+    Remove { label: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RecipeCommand {
+    /// Add a recipe: `recipe add NAME -- PROGRAM [ARGS...]`. The job's prompt reaches it as
+    /// TETHER_TASK_PROMPT.
+    Add {
+        name: String,
+        #[arg(last = true, required = true, num_args = 1.., value_name = "PROGRAM [ARGS]")]
+        command: Vec<String>,
+    },
+    /// List recipes.
+    List,
+    /// Remove a recipe.
+    Remove { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EngineCommand {
+    /// Add an engine: `engine add NAME --acp -- PROGRAM [ARGS...]`. The program is started
+    /// confined in the job's folder and gets the job's prompt over the Agent Client Protocol.
+    Add {
+        name: String,
+        /// The program speaks the Agent Client Protocol on its stdin and stdout (the only
+        /// kind of engine besides recipes).
+        #[arg(long, required = true)]
+        acp: bool,
+        #[arg(last = true, required = true, num_args = 1.., value_name = "PROGRAM [ARGS]")]
+        command: Vec<String>,
+    },
+    /// List engines.
+    List,
+    /// Remove an engine.
+    Remove { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TrustCommand {
+    /// Trust a folder (never /, system folders, the home folder itself, or a folder holding
+    /// keys or the agent's data).
+    Add { path: PathBuf },
+    /// List trusted folders.
+    List,
+    /// Stop trusting a folder.
+    Remove { path: PathBuf },
+}
+
+/// `on` or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DecisionsCommand {
+    /// List the questions waiting on this computer.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Allow one, once (or for the rest of its run with --for-run).
+    Allow {
+        id: String,
+        #[arg(long)]
+        for_run: bool,
+    },
+    /// Deny one (a deny counts once).
+    Deny { id: String },
+}
+
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("action").required(true).args(["run", "read", "write", "fetch"])))]
+pub struct ExplainArgs {
+    /// The run's mode: ask, review or unattended.
+    #[arg(long, default_value = "ask", value_parser = parse_mode)]
+    pub mode: tether_protocol::jobs::Mode,
+    /// The run's folder (default: the current directory).
+    #[arg(long, value_name = "PATH")]
+    pub folder: Option<PathBuf>,
+    /// The job runs with the network on.
+    #[arg(long)]
+    pub network: bool,
+    /// Take the folder as trusted (besides the folders `trust list` shows).
+    #[arg(long)]
+    pub trusted: bool,
+    #[arg(long)]
+    pub json: bool,
+    /// Reading a file.
+    #[arg(long, value_name = "PATH")]
+    pub read: Option<PathBuf>,
+    /// Creating, editing, deleting or moving a file.
+    #[arg(long, value_name = "PATH")]
+    pub write: Option<PathBuf>,
+    /// Reaching another computer.
+    #[arg(long, value_name = "TARGET")]
+    pub fetch: Option<String>,
+    /// Starting a program; put it last, everything after it is the command.
+    #[arg(long, num_args = 1.., allow_hyphen_values = true, value_name = "PROGRAM [ARGS]")]
+    pub run: Option<Vec<String>>,
+}
+
+fn parse_mode(raw: &str) -> Result<tether_protocol::jobs::Mode, String> {
+    tether_protocol::jobs::Mode::ALL
+        .into_iter()
+        .find(|mode| mode.as_str() == raw)
+        .ok_or_else(|| "one of ask, review, unattended".to_owned())
+}
+
+/// `tether-agent secret-http`.
+#[derive(Debug, clap::Args)]
+pub struct SecretHttpArgs {
+    /// The address (a secret never goes here).
+    url: String,
+    /// The method.
+    #[arg(short = 'X', long, default_value = "GET")]
+    method: String,
+    /// A header, "Name: value"; repeat for more.
+    #[arg(short = 'H', long = "header")]
+    headers: Vec<String>,
+    /// The body.
+    #[arg(short = 'd', long, conflicts_with = "data_file")]
+    data: Option<String>,
+    /// The body, read from a file (text).
+    #[arg(long)]
+    data_file: Option<PathBuf>,
+    /// Print the status and headers before the body.
+    #[arg(short = 'i', long)]
+    include: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SecretsCommand {
+    /// List the names of saved secrets and when they were saved (never values).
+    List,
+    /// Forget a saved secret.
+    Forget { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SandboxCommand {
+    /// Report the confinement this agent gives recipes, truthfully.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Applies the parsed command; returns the process exit code. `shutdown` ends `run`.
+pub async fn execute(cli: Cli, shutdown: impl Future) -> i32 {
+    match apply(cli, shutdown).await {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("Error: {err:#}");
+            exit_code::FAILURE
+        }
+    }
+}
+
+async fn apply(cli: Cli, shutdown: impl Future) -> Result<i32> {
+    // Run inside a job's sandbox, where this computer's data dir is out of sight.
+    if let Command::SecretHttp(args) = cli.command {
+        return secret_http(args).await;
+    }
+    let data_dir = DataDir::resolve(cli.data_dir)?;
+    match cli.command {
+        Command::SecretHttp(args) => secret_http(args).await,
+        Command::Pair { url, name } => {
+            let paired = pairing::pair(&data_dir, &url, name).await?;
+            println!("Paired as {}", paired.name);
+            Ok(0)
+        }
+        Command::Run {
+            max_runs,
+            allow_unsandboxed,
+        } => {
+            // Probe once, before anything runs; every run and heartbeat uses this result.
+            let settings = sandbox::Settings::from_env(allow_unsandboxed);
+            let sandbox = sandbox::install(sandbox::Sandbox::probe(&settings));
+            sandbox::install_guard(crate::policy::guard::Guard::for_user(data_dir.root()));
+            eprint!("{}", status::render_sandbox(sandbox.report()));
+            run(data_dir, usize::from(max_runs), shutdown).await
+        }
+        Command::SandboxExec { spec_file } => sandbox::launcher::run_main(&spec_file),
+        Command::Status { json } => {
+            let report = status::gather(&data_dir)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", status::render(&report));
+            }
+            Ok(0)
+        }
+        Command::Unpair => {
+            match pairing::unpair(&data_dir).await? {
+                Some(pairing) => println!("Unpaired {} from {}", pairing.name, pairing.server),
+                None => println!("This computer was not paired; its token and seal key are gone."),
+            }
+            Ok(0)
+        }
+        Command::Folders { command } => apply_folders(&data_dir, command),
+        Command::Recipe { command } => apply_recipes(&data_dir, command),
+        Command::Engine { command } => apply_engines(&data_dir, command),
+        Command::Secrets { command } => apply_secrets(&data_dir, command),
+        Command::Trust { command } => apply_trust(&data_dir, command),
+        Command::Approvals { state } => apply_approvals(&data_dir, state),
+        Command::Evidence { state } => apply_evidence(&data_dir, state),
+        Command::Decisions { command } => apply_decisions(&data_dir, command),
+        Command::Explain(args) => apply_explain(&data_dir, args),
+        Command::Sandbox {
+            command: SandboxCommand::Status { json },
+        } => {
+            let report = sandbox::report();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", status::render_sandbox(&report));
+            }
+            Ok(0)
+        }
+    }
+}
+
+async fn secret_http(args: SecretHttpArgs) -> Result<i32> {
+    let body = match &args.data_file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|err| anyhow::anyhow!("cannot read {} as text: {err}", path.display()))?,
+        ),
+        None => args.data,
+    };
+    tokio::task::spawn_blocking(move || {
+        crate::run::secret_http::command(args.method, args.url, args.headers, body, args.include)
+    })
+    .await?
+}
+
+fn apply_secrets(data_dir: &DataDir, command: SecretsCommand) -> Result<i32> {
+    let vault = crate::local::vault::Vault::new(data_dir);
+    match command {
+        SecretsCommand::List => {
+            let names = vault.list()?;
+            if names.is_empty() {
+                println!("No secrets saved.");
+            }
+            for saved in names {
+                let at = chrono::DateTime::from_timestamp(saved.saved_at, 0)
+                    .map_or_else(|| saved.saved_at.to_string(), |at| at.to_rfc3339());
+                match saved.allow {
+                    Some(sites) => println!(
+                        "{}\tsaved {at}\tonly to {} (by reference, never in a job's environment)",
+                        saved.name,
+                        sites.join(", ")
+                    ),
+                    None => println!("{}\tsaved {at}", saved.name),
+                }
+            }
+            Ok(0)
+        }
+        SecretsCommand::Forget { name } => {
+            if vault.forget(&name)? {
+                println!("Forgot {name}.");
+                Ok(0)
+            } else {
+                eprintln!("No secret named {name} is saved.");
+                Ok(exit_code::FAILURE)
+            }
+        }
+    }
+}
+
+fn apply_trust(data_dir: &DataDir, command: TrustCommand) -> Result<i32> {
+    let mut config = data_dir.load_or_init_config()?;
+    match command {
+        TrustCommand::Add { path } => {
+            let guard = crate::policy::guard::Guard::for_user(data_dir.root());
+            let folder = trust::add(&mut config, &guard, &path)?;
+            data_dir.save_config(&config)?;
+            println!(
+                "Trusting {}: runs in ask mode work there without asking.",
+                folder.display()
+            );
+        }
+        TrustCommand::List => print!("{}", trust::render(&config.trusted)),
+        TrustCommand::Remove { path } => {
+            let folder = trust::remove(&mut config, &path)?;
+            data_dir.save_config(&config)?;
+            println!("No longer trusting {}", folder.display());
+        }
+    }
+    Ok(0)
+}
+
+fn apply_approvals(data_dir: &DataDir, state: Option<Switch>) -> Result<i32> {
+    let mut config = data_dir.load_or_init_config()?;
+    if let Some(state) = state {
+        config.accept_web_approvals = state == Switch::On;
+        data_dir.save_config(&config)?;
+    }
+    if config.accept_web_approvals {
+        println!("Approvals on: answers given on the web count on this computer (the first valid answer, web or here, wins).");
+    } else {
+        println!("Approvals off: answers given on the web are ignored; runs wait for `tether-agent decisions allow|deny` on this computer. The web shows each question as waiting on the computer.");
+    }
+    if state.is_some() {
+        println!("A running agent tells the server at its next heartbeat.");
+    }
+    Ok(0)
+}
+
+fn apply_evidence(data_dir: &DataDir, state: Option<Switch>) -> Result<i32> {
+    let mut config = data_dir.load_or_init_config()?;
+    if let Some(state) = state {
+        config.evidence_upload = state == Switch::On;
+        data_dir.save_config(&config)?;
+    }
+    if config.evidence_upload {
+        println!("Evidence on: the files a run leaves in $TETHER_EVIDENCE_DIR are uploaded with its result (text with saved secret values hidden).");
+    } else {
+        println!("Evidence off: the files a run leaves in $TETHER_EVIDENCE_DIR stay on this computer; only their names, sizes and digests are sent.");
+    }
+    Ok(0)
+}
+
+fn apply_decisions(data_dir: &DataDir, command: DecisionsCommand) -> Result<i32> {
+    use tether_protocol::decisions::{Answer, Scope};
+    let local = crate::local::decisions::LocalDecisions::new(data_dir.clone());
+    let (id, answer) = match command {
+        DecisionsCommand::List { json } => {
+            let pending = local.list()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&pending)?);
+            } else {
+                print!(
+                    "{}",
+                    crate::local::decisions::render(&pending, chrono::Utc::now())
+                );
+            }
+            return Ok(0);
+        }
+        DecisionsCommand::Allow { id, for_run } => {
+            let scope = if for_run { Scope::Session } else { Scope::Once };
+            (
+                id,
+                crate::local::decisions::LocalAnswer {
+                    answer: Answer::Allow,
+                    scope,
+                },
+            )
+        }
+        DecisionsCommand::Deny { id } => (
+            id,
+            crate::local::decisions::LocalAnswer {
+                answer: Answer::Deny,
+                scope: Scope::Once,
+            },
+        ),
+    };
+    let pending = local.answer(&id, answer)?;
+    let what = match (answer.answer, answer.scope) {
+        (Answer::Allow, Scope::Once) => "Allowed once",
+        (Answer::Allow, Scope::Session) => "Allowed for the rest of the run",
+        (Answer::Deny, _) => "Denied",
+    };
+    println!("{what}: {}", pending.question);
+    Ok(0)
+}
+
+fn apply_explain(data_dir: &DataDir, args: ExplainArgs) -> Result<i32> {
+    use crate::policy::Action;
+    let config = data_dir.load_or_init_config()?;
+    let folder = match args.folder {
+        Some(folder) => folder,
+        None => std::env::current_dir()?,
+    };
+    let folder = folder.canonicalize().unwrap_or(folder);
+    let mut trusted = config.trusted.clone();
+    if args.trusted {
+        trusted.push(folder.clone());
+    }
+    let action = if let Some(argv) = args.run {
+        Action::Command {
+            argv,
+            cwd: folder.clone(),
+        }
+    } else if let Some(path) = args.read {
+        Action::ReadFile {
+            path: crate::policy::guard::absolute(&path),
+        }
+    } else if let Some(path) = args.write {
+        Action::WriteFile {
+            path: crate::policy::guard::absolute(&path),
+        }
+    } else if let Some(target) = args.fetch {
+        Action::Network { target }
+    } else {
+        anyhow::bail!("name an action: --run, --read, --write or --fetch");
+    };
+    let situation = explain::Situation {
+        mode: args.mode,
+        folder,
+        network: args.network,
+        trusted,
+        sandbox: sandbox::report().strength,
+        guard: crate::policy::guard::Guard::for_user(data_dir.root()),
+    };
+    let explanation = explain::explain(situation, &action);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&explanation)?);
+    } else {
+        print!("{}", explain::render(&explanation));
+    }
+    Ok(0)
+}
+
+async fn run(data_dir: DataDir, max_runs: usize, shutdown: impl Future) -> Result<i32> {
+    let Some(ctx) = daemon::load_ctx(data_dir, max_runs)? else {
+        eprintln!("This computer is not paired; run `tether-agent pair URL` first.");
+        return Ok(exit_code::NOT_PAIRED);
+    };
+    if let Some(pairing) = &ctx.config.pairing {
+        eprintln!(
+            "tether-agent {} running as {:?} ({}) with {}; Ctrl-C to stop",
+            crate::AGENT_VERSION,
+            pairing.name,
+            pairing.device_id,
+            pairing.server
+        );
+    }
+    match daemon::run(ctx, shutdown).await? {
+        DaemonEnd::Shutdown => {
+            eprintln!("Stopped.");
+            Ok(0)
+        }
+        DaemonEnd::Revoked => {
+            eprintln!("{REVOKED_MESSAGE}");
+            Ok(exit_code::REVOKED)
+        }
+    }
+}
+
+fn apply_folders(data_dir: &DataDir, command: FoldersCommand) -> Result<i32> {
+    let mut config = data_dir.load_or_init_config()?;
+    match command {
+        FoldersCommand::Share { label, path } => {
+            let folder = folders::share(&mut config, &label, &path)?;
+            data_dir.save_config(&config)?;
+            println!("Sharing {} as {:?}", folder.path.display(), folder.label);
+        }
+        FoldersCommand::List => print!("{}", status::render_folders(&config.folders)),
+        FoldersCommand::Remove { label } => {
+            let folder = folders::remove(&mut config, &label)?;
+            data_dir.save_config(&config)?;
+            println!(
+                "No longer sharing {} ({:?})",
+                folder.path.display(),
+                folder.label
+            );
+        }
+    }
+    Ok(0)
+}
+
+fn apply_recipes(data_dir: &DataDir, command: RecipeCommand) -> Result<i32> {
+    let mut config = data_dir.load_or_init_config()?;
+    match command {
+        RecipeCommand::Add { name, command } => {
+            let (program, args) = command
+                .split_first()
+                .ok_or_else(|| anyhow::anyhow!("a recipe needs a program"))?;
+            let recipe = recipes::add(&mut config, &name, program, args)?;
+            data_dir.save_config(&config)?;
+            println!(
+                "Recipe {:?}: {}",
+                recipe.name,
+                recipes::command_line(&recipe)
+            );
+        }
+        RecipeCommand::List => print!("{}", status::render_recipes(&config.recipes)),
+        RecipeCommand::Remove { name } => {
+            let recipe = recipes::remove(&mut config, &name)?;
+            data_dir.save_config(&config)?;
+            println!("Removed recipe {:?}", recipe.name);
+        }
+    }
+    Ok(0)
+}
+
+fn apply_engines(data_dir: &DataDir, command: EngineCommand) -> Result<i32> {
+    let mut config = data_dir.load_or_init_config()?;
+    match command {
+        EngineCommand::Add {
+            name,
+            acp: _,
+            command,
+        } => {
+            let (program, args) = command
+                .split_first()
+                .ok_or_else(|| anyhow::anyhow!("an engine needs a program"))?;
+            let engine = acp_engines::add(&mut config, &name, program, args)?;
+            data_dir.save_config(&config)?;
+            println!(
+                "Engine {:?} (acp): {}",
+                engine.name,
+                acp_engines::command_line(&engine)
+            );
+        }
+        EngineCommand::List => print!("{}", acp_engines::render(&config.engines)),
+        EngineCommand::Remove { name } => {
+            let engine = acp_engines::remove(&mut config, &name)?;
+            data_dir.save_config(&config)?;
+            println!("Removed engine {:?}", engine.name);
+        }
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn recipe_add_takes_everything_after_the_double_dash() {
+        let cli = Cli::try_parse_from([
+            "tether-agent",
+            "--data-dir",
+            "/tmp/x",
+            "recipe",
+            "add",
+            "tests",
+            "--",
+            "sh",
+            "-c",
+            "echo --x",
+        ]);
+        let command = cli.map(|cli| cli.command).map_err(|err| err.to_string());
+        match command {
+            Ok(Command::Recipe {
+                command: RecipeCommand::Add { name, command },
+            }) => {
+                assert_eq!(name, "tests");
+                assert_eq!(command, ["sh", "-c", "echo --x"]);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn engine_add_needs_acp_and_takes_everything_after_the_double_dash() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(args)
+                .map(|cli| cli.command)
+                .map_err(|err| err.kind())
+        };
+        match parse(&[
+            "tether-agent",
+            "engine",
+            "add",
+            "claude",
+            "--acp",
+            "--",
+            "npx",
+            "-y",
+            "agent",
+        ]) {
+            Ok(Command::Engine {
+                command: EngineCommand::Add { name, acp, command },
+            }) => {
+                assert_eq!(name, "claude");
+                assert!(acp);
+                assert_eq!(command, ["npx", "-y", "agent"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            parse(&["tether-agent", "engine", "add", "claude", "--", "npx"]).err(),
+            Some(clap::error::ErrorKind::MissingRequiredArgument)
+        );
+    }
+}

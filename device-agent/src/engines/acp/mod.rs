@@ -1,0 +1,873 @@
+//! The `acp` engine: a coding agent speaking the Agent Client Protocol, started confined in
+//! the job's folder, with this computer as its client.
+//!
+//! One run is one ACP session of one turn:
+//!
+//! 1. the agent is started through the same confinement layer as recipes ([`process`]), its
+//!    stdio the transport ([`transport`]);
+//! 2. `initialize` (advertising exactly what [`client`] implements: `fs.readTextFile`,
+//!    `fs.writeTextFile`, `terminal`), `session/new` in the job's folder, `session/prompt`
+//!    with the job's prompt;
+//! 3. while the turn runs, the agent's updates become the job's output and its requests go
+//!    through the guard, the run's policy and the sandbox ([`client`]);
+//! 4. the owner's cancel becomes `session/cancel` (and a kill if the turn does not end within
+//!    [`CANCEL_GRACE`]); the time limit, a lost lease or a shutdown kill the agent's tree;
+//! 5. the files the agent and its terminals left in the run's evidence folder are delivered
+//!    as a recipe's are ([`RunEvidence`]);
+//! 6. the stop reason and the agent's last message become the outcome.
+//!
+//! **Architecture Invariant:** the agent never gets more than a recipe would: its process is
+//! confined like one, and everything it asks this (unconfined) process to do on its behalf
+//! passes the guard and the policy first.
+
+pub mod client;
+pub mod files;
+pub mod permissions;
+pub mod process;
+pub mod terminals;
+pub mod transport;
+pub mod updates;
+
+use std::process::ExitStatus;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::v1::schema::{
+    CancelNotification, ClientCapabilities, ContentBlock, CreateTerminalRequest,
+    FileSystemCapabilities, Implementation, InitializeRequest, InitializeResponse,
+    KillTerminalRequest, NewSessionRequest, PromptRequest, PromptResponse, ReadTextFileRequest,
+    ReleaseTerminalRequest, RequestPermissionRequest, SessionId, SessionNotification,
+    StopReason as AcpStopReason, TerminalOutputRequest, TextContent, WaitForTerminalExitRequest,
+    WriteTextFileRequest,
+};
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::{Agent, Client};
+use serde_json::json;
+use tether_protocol::jobs::{CompleteParams, Outcome};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::local::state::{AcpEngine, SharedFolder};
+use crate::policy::guard::Guard;
+use crate::policy::hard_floor;
+use crate::run::decisions;
+use crate::run::engine::{blocked, time_limit, Engine, RunContext};
+use crate::run::evidence::RunEvidence;
+use crate::run::grant::{start_broker, Granted};
+use crate::run::process_group::TERMINATE_GRACE;
+use crate::run::progress::report_output;
+use crate::run::stop::{RunStop, StopReason};
+use crate::{sandbox, AGENT_VERSION};
+use client::Session;
+use process::AgentProcess;
+use terminals::{Launch, Terminals};
+use updates::cut_chars;
+
+/// How long the turn may take to end after `session/cancel` before the agent is killed.
+pub const CANCEL_GRACE: Duration = Duration::from_secs(10);
+/// The same, when the agent itself is shutting down.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+/// How long the agent may take to exit on its own once its input is closed.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
+/// Output lines waiting for the reporter (as for recipes).
+const LINE_BUFFER: usize = 1024;
+/// Lines of the agent's stderr a failure's summary quotes.
+const STDERR_IN_SUMMARY: usize = 3;
+
+/// How the turn ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Turn {
+    /// The prompt was answered with this stop reason.
+    Ended(AcpStopReason),
+    /// The run was stopped; `cooperated` when the agent ended the turn after `session/cancel`.
+    Stopped {
+        reason: StopReason,
+        cooperated: bool,
+    },
+    TimedOut,
+    /// The agent exited, broke the protocol or refused to start a session; why.
+    Failed(String),
+}
+
+impl Engine for AcpEngine {
+    async fn run(&self, ctx: RunContext<'_>) -> Result<CompleteParams, StopReason> {
+        execute(self, ctx).await
+    }
+}
+
+/// Runs the job of `ctx` with the ACP engine `engine`; the completion to report, or why
+/// nothing may be reported (the lease is gone, the device revoked, or the agent is shutting
+/// down).
+async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompleteParams, StopReason> {
+    let RunContext {
+        client,
+        job,
+        config,
+        folder,
+        stop,
+        lease,
+        secrets,
+        named,
+    } = ctx;
+    let guard = sandbox::guard();
+    let work_folder = match checked_before_start(engine, folder, &guard) {
+        Ok(path) => path,
+        Err(refusal) => return Ok(blocked(refusal)),
+    };
+    let (lines, line_receiver) = mpsc::channel(LINE_BUFFER);
+    let reporter = tokio::spawn(report_output(
+        client.clone(),
+        lease.clone(),
+        line_receiver,
+        stop.clone(),
+        secrets.hidden.clone(),
+    ));
+    // The agent and each of its terminals see the attempt's evidence folder, as a recipe
+    // does; it is delivered once they all ended.
+    let broker = match start_broker(job, named.references, secrets, &lines) {
+        Ok(broker) => broker,
+        Err(refusal) => {
+            drop(lines);
+            let _ = reporter.await;
+            return Ok(blocked(refusal));
+        }
+    };
+    let evidence = RunEvidence::prepare(job);
+    let (env, writable, readable) = Granted {
+        secret_env: named.env,
+        evidence: evidence.as_ref(),
+        broker: broker.as_ref(),
+    }
+    .into_parts(job);
+    let launch = Launch {
+        guard: guard.clone(),
+        folder: work_folder.clone(),
+        network: job.spec.network,
+        env,
+        writable,
+        readable,
+    };
+    let (agent, pipes) = match process::start(engine, &launch, lines.clone()) {
+        Ok(started) => started,
+        Err(refusal) => {
+            if let Some(evidence) = evidence {
+                evidence.discard();
+            }
+            drop(lines);
+            let _ = reporter.await;
+            return Ok(blocked(refusal));
+        }
+    };
+    lease.spawned(agent.pgid());
+    let gate = decisions::gate(job, config, &work_folder, client, lease, stop);
+    let terminals = Terminals::new(launch, lines.clone());
+    let session = Arc::new(Session::new(
+        work_folder,
+        guard,
+        gate,
+        terminals,
+        lines.clone(),
+    ));
+    let deadline = Instant::now() + time_limit(job);
+    let turn = converse(&session, pipes, &job.spec.prompt, stop, deadline).await;
+    let ended = end(agent, &session, &turn, stop).await;
+    drop(broker);
+    let (rest, final_message) = session.finish_transcript();
+    for line in rest.into_iter().chain(ended.notes.iter().cloned()) {
+        let _ = lines.send(line).await;
+    }
+    if let Some(evidence) = evidence {
+        evidence
+            .deliver(client, lease, config, &secrets.hidden, stop, &lines)
+            .await;
+    }
+    let choices = session.gate().unattended_choices();
+    drop(session);
+    drop(lines);
+    // The reporter ends once every line is sent (or the lease is gone).
+    let _ = reporter.await;
+    let params = completion(Completion {
+        turn,
+        final_message,
+        choices,
+        exit: ended.status,
+        stderr_tail: ended.stderr_tail,
+        timeout_minutes: job.spec.timeout_minutes,
+        stop: stop.current(),
+    })?;
+    tracing::info!(job = %job.id, engine = %engine.name, outcome = ?params.outcome, "acp run ended");
+    Ok(params)
+}
+
+/// What is checked before anything starts, whatever the backend: the hard floor on the
+/// engine's command, the guard on the folder. The folder's canonical path, or the refusal.
+fn checked_before_start(
+    engine: &AcpEngine,
+    folder: &SharedFolder,
+    guard: &Guard,
+) -> Result<std::path::PathBuf, String> {
+    let argv: Vec<String> = std::iter::once(engine.program.clone())
+        .chain(engine.args.iter().cloned())
+        .collect();
+    if let Some(refusal) = hard_floor::check(&argv).refusal() {
+        return Err(refusal);
+    }
+    guard
+        .check_shared_folder(&folder.label, &folder.path)
+        .map_err(|err| format!("the guard refused the folder: {err}"))
+}
+
+/// What [`end`] found when the agent was gone.
+struct Ended {
+    status: Option<ExitStatus>,
+    notes: Vec<String>,
+    stderr_tail: Vec<String>,
+}
+
+/// Ends the agent and every terminal it left, as the turn's end calls for.
+async fn end(agent: AgentProcess, session: &Session, turn: &Turn, stop: &RunStop) -> Ended {
+    session.terminals().stop_all().await;
+    let lease_gone = stop
+        .current()
+        .is_some_and(|reason| reason >= StopReason::LeaseLost);
+    // A turn that ended (or a cancel the agent obeyed) leaves it time to exit on its own.
+    let (exit_grace, kill_grace) = match turn {
+        _ if lease_gone => (Duration::ZERO, Duration::ZERO),
+        Turn::Ended(_)
+        | Turn::Failed(_)
+        | Turn::Stopped {
+            cooperated: true, ..
+        } => (EXIT_GRACE, TERMINATE_GRACE),
+        Turn::Stopped { .. } | Turn::TimedOut => (Duration::ZERO, TERMINATE_GRACE),
+    };
+    let stderr = agent.stderr_handle();
+    let (status, notes) = agent.stop(exit_grace, kill_grace).await;
+    Ended {
+        status,
+        notes,
+        stderr_tail: stderr.lines(),
+    }
+}
+
+/// The conversation: connect, then [`talk`]. A broken transport is a failed turn.
+async fn converse(
+    session: &Arc<Session>,
+    pipes: process::Pipes,
+    prompt: &str,
+    stop: &RunStop,
+    deadline: Instant,
+) -> Turn {
+    let transport = transport::lines(pipes.stdout, pipes.input);
+    let connection = Client
+        .v1()
+        .name("tether-agent")
+        .on_receive_notification(
+            {
+                let session = session.clone();
+                async move |notification: SessionNotification, _cx: ConnectionTo<Agent>| {
+                    session.update(notification).await;
+                    Ok(())
+                }
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .on_receive_request(
+            {
+                let session = session.clone();
+                async move |request: RequestPermissionRequest,
+                            responder: agent_client_protocol::v1::Responder<_>,
+                            cx: ConnectionTo<Agent>| {
+                    let session = session.clone();
+                    let cancellation = responder.cancellation();
+                    cx.spawn(async move {
+                        let answer = session.permission(request, cancellation).await;
+                        respond(responder, answer)
+                    })
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let session = session.clone();
+                async move |request: ReadTextFileRequest,
+                            responder: agent_client_protocol::v1::Responder<_>,
+                            cx: ConnectionTo<Agent>| {
+                    let session = session.clone();
+                    cx.spawn(
+                        async move { respond(responder, session.read_text_file(request).await) },
+                    )
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let session = session.clone();
+                async move |request: WriteTextFileRequest,
+                            responder: agent_client_protocol::v1::Responder<_>,
+                            cx: ConnectionTo<Agent>| {
+                    let session = session.clone();
+                    cx.spawn(
+                        async move { respond(responder, session.write_text_file(request).await) },
+                    )
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let session = session.clone();
+                async move |request: CreateTerminalRequest,
+                            responder: agent_client_protocol::v1::Responder<_>,
+                            cx: ConnectionTo<Agent>| {
+                    let session = session.clone();
+                    cx.spawn(
+                        async move { respond(responder, session.create_terminal(request).await) },
+                    )
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let session = session.clone();
+                async move |request: TerminalOutputRequest,
+                            responder: agent_client_protocol::v1::Responder<_>,
+                            _cx: ConnectionTo<Agent>| {
+                    respond(responder, session.terminal_output(&request))
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let session = session.clone();
+                async move |request: WaitForTerminalExitRequest,
+                            responder: agent_client_protocol::v1::Responder<_>,
+                            cx: ConnectionTo<Agent>| {
+                    let session = session.clone();
+                    cx.spawn(async move {
+                        respond(responder, session.wait_for_terminal_exit(&request).await)
+                    })
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let session = session.clone();
+                async move |request: KillTerminalRequest,
+                            responder: agent_client_protocol::v1::Responder<_>,
+                            _cx: ConnectionTo<Agent>| {
+                    respond(responder, session.kill_terminal(&request))
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let session = session.clone();
+                async move |request: ReleaseTerminalRequest,
+                            responder: agent_client_protocol::v1::Responder<_>,
+                            _cx: ConnectionTo<Agent>| {
+                    respond(responder, session.release_terminal(&request))
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .connect_with(transport, async |cx: ConnectionTo<Agent>| {
+            Ok(talk(&cx, session, prompt, stop, deadline).await)
+        })
+        .await;
+    match connection {
+        Ok(turn) => turn,
+        Err(err) => Turn::Failed(format!("the connection to the agent broke: {err}")),
+    }
+}
+
+/// Answers a request; a connection already closing has nobody to answer.
+fn respond<T: agent_client_protocol::JsonRpcResponse>(
+    responder: agent_client_protocol::v1::Responder<T>,
+    answer: Result<T, agent_client_protocol::Error>,
+) -> Result<(), agent_client_protocol::Error> {
+    if let Err(err) = responder.respond_with_result(answer) {
+        tracing::debug!("an answer to the agent was not sent: {err}");
+    }
+    Ok(())
+}
+
+/// `initialize`, `session/new`, then the one `session/prompt` of the run, racing the run's
+/// stop and its time limit.
+async fn talk(
+    cx: &ConnectionTo<Agent>,
+    session: &Session,
+    prompt: &str,
+    stop: &RunStop,
+    deadline: Instant,
+) -> Turn {
+    let (agent, session_id) = tokio::select! {
+        ready = open_session(cx, session) => match ready {
+            Ok(ready) => ready,
+            Err(turn) => return turn,
+        },
+        reason = stop.raised() => return Turn::Stopped { reason, cooperated: false },
+        () = tokio::time::sleep_until(deadline) => return Turn::TimedOut,
+    };
+    session.started(session_id.clone());
+    if let Some(info) = &agent.agent_info {
+        session
+            .say(format!("agent: {} {}", info.name, info.version))
+            .await;
+    }
+    let request = PromptRequest::new(
+        session_id.clone(),
+        vec![ContentBlock::Text(TextContent::new(prompt.to_owned()))],
+    );
+    let answer = cx.send_request(request).block_task();
+    tokio::pin!(answer);
+    tokio::select! {
+        answered = &mut answer => prompt_ended(answered),
+        reason = stop.raised() => {
+            if reason >= StopReason::LeaseLost {
+                return Turn::Stopped { reason, cooperated: false };
+            }
+            let grace = if reason == StopReason::Cancel { CANCEL_GRACE } else { SHUTDOWN_GRACE };
+            let cooperated = cancel_turn(cx, session, session_id, grace, &mut answer).await;
+            Turn::Stopped { reason, cooperated }
+        }
+        () = tokio::time::sleep_until(deadline) => {
+            cancel_turn(cx, session, session_id, Duration::ZERO, &mut answer).await;
+            Turn::TimedOut
+        }
+    }
+}
+
+/// `initialize`, then `session/new` in the job's folder: what the agent said of itself and
+/// the session's id, or the failed turn.
+async fn open_session(
+    cx: &ConnectionTo<Agent>,
+    session: &Session,
+) -> Result<(InitializeResponse, SessionId), Turn> {
+    let agent = cx
+        .send_request(initialize_request())
+        .block_task()
+        .await
+        .map_err(|err| Turn::Failed(format!("the agent did not initialize: {}", describe(&err))))?;
+    check_version(&agent)?;
+    let new_session = cx
+        .send_request(NewSessionRequest::new(session.folder().to_path_buf()))
+        .block_task()
+        .await
+        .map_err(|err| Turn::Failed(session_refused(&agent, &err)))?;
+    Ok((agent, new_session.session_id))
+}
+
+/// Sends `session/cancel` and waits up to `grace` for the prompt to be answered; whether
+/// it was.
+async fn cancel_turn(
+    cx: &ConnectionTo<Agent>,
+    session: &Session,
+    session_id: SessionId,
+    grace: Duration,
+    answer: &mut (impl std::future::Future<Output = Result<PromptResponse, agent_client_protocol::Error>>
+              + Unpin),
+) -> bool {
+    session.cancel();
+    if let Err(err) = cx.send_notification(CancelNotification::new(session_id)) {
+        tracing::debug!("session/cancel not sent: {err}");
+        return false;
+    }
+    matches!(tokio::time::timeout(grace, answer).await, Ok(Ok(_)))
+}
+
+fn prompt_ended(answered: Result<PromptResponse, agent_client_protocol::Error>) -> Turn {
+    match answered {
+        Ok(response) => Turn::Ended(response.stop_reason),
+        Err(err) => Turn::Failed(format!(
+            "the agent did not finish the turn: {}",
+            describe(&err)
+        )),
+    }
+}
+
+/// What this computer offers the agent: exactly what [`client`] implements.
+fn initialize_request() -> InitializeRequest {
+    let capabilities = ClientCapabilities::new()
+        .fs(FileSystemCapabilities::new()
+            .read_text_file(true)
+            .write_text_file(true))
+        .terminal(true);
+    InitializeRequest::new(ProtocolVersion::V1)
+        .client_capabilities(capabilities)
+        .client_info(Implementation::new("tether-agent", AGENT_VERSION).title("Tether".to_owned()))
+}
+
+fn check_version(agent: &InitializeResponse) -> Result<(), Turn> {
+    if agent.protocol_version == ProtocolVersion::V1 {
+        return Ok(());
+    }
+    Err(Turn::Failed(format!(
+        "the agent speaks ACP version {}, this computer version 1",
+        serde_json::to_string(&agent.protocol_version).unwrap_or_default()
+    )))
+}
+
+/// Why `session/new` failed, in words; a sign-in the agent needs first is named as such.
+fn session_refused(agent: &InitializeResponse, err: &agent_client_protocol::Error) -> String {
+    if err.code == agent_client_protocol::ErrorCode::AUTH_REQUIRED {
+        let methods: Vec<String> = agent
+            .auth_methods
+            .iter()
+            .filter_map(|method| serde_json::to_value(method).ok())
+            .filter_map(|method| {
+                method
+                    .get("name")
+                    .and_then(|name| name.as_str())
+                    .map(str::to_owned)
+            })
+            .collect();
+        return format!(
+            "the agent needs a sign-in first ({}); sign it in on this computer, then run the job again",
+            if methods.is_empty() { "no method named".to_owned() } else { methods.join(", ") }
+        );
+    }
+    format!("the agent did not start a session: {}", describe(err))
+}
+
+/// An SDK error in words; the agent going away is said so.
+fn describe(err: &agent_client_protocol::Error) -> String {
+    if agent_client_protocol::is_incoming_transport_closed(err)
+        || agent_client_protocol::is_connection_terminated(err)
+    {
+        return "the agent exited".to_owned();
+    }
+    let mut text = err.message.clone();
+    if let Some(data) = &err.data {
+        text.push_str(&format!(" ({data})"));
+    }
+    text
+}
+
+/// Everything the completion is made of.
+#[derive(Debug)]
+struct Completion {
+    turn: Turn,
+    final_message: String,
+    choices: Vec<String>,
+    exit: Option<ExitStatus>,
+    stderr_tail: Vec<String>,
+    timeout_minutes: u32,
+    stop: Option<StopReason>,
+}
+
+/// Maps how the turn ended to the completion to report.
+fn completion(done: Completion) -> Result<CompleteParams, StopReason> {
+    // Once the lease or the token is gone, nothing more may be reported, however it ended.
+    if let Some(reason) = done.stop.filter(|reason| *reason >= StopReason::LeaseLost) {
+        return Err(reason);
+    }
+    let (outcome, summary, stop_reason) = match &done.turn {
+        Turn::Ended(reason) => ended_with(*reason, &done.final_message),
+        Turn::Stopped {
+            reason: StopReason::Cancel,
+            cooperated,
+        } => {
+            let summary = if *cooperated {
+                "cancelled".to_owned()
+            } else {
+                format!(
+                    "cancelled (the agent did not end its turn within {} s of session/cancel and was stopped)",
+                    CANCEL_GRACE.as_secs()
+                )
+            };
+            (Outcome::Cancelled, summary, Some("cancelled"))
+        }
+        Turn::Stopped { reason, .. } => return Err(*reason),
+        Turn::TimedOut => (
+            Outcome::Failed,
+            format!("timed out after {} min", done.timeout_minutes.max(1)),
+            None,
+        ),
+        Turn::Failed(why) => {
+            if done.exit.and_then(|status| status.code()) == Some(sandbox::SANDBOX_FAILED) {
+                return Ok(blocked(format!(
+                    "the sandbox could not be applied, so the agent never ran: {}",
+                    done.stderr_tail.join(" ")
+                )));
+            }
+            (Outcome::Failed, failure(why, &done), None)
+        }
+    };
+    let mut summary = summary;
+    if !done.choices.is_empty() {
+        summary.push_str("\nTaken without asking (unattended):");
+        for choice in &done.choices {
+            summary.push_str("\n- ");
+            summary.push_str(choice);
+        }
+    }
+    let report = json!({
+        "engine": "acp",
+        "stopReason": stop_reason,
+        "unattendedChoices": done.choices,
+    });
+    Ok(CompleteParams {
+        outcome,
+        summary: cut_chars(&summary, 9000),
+        exit_code: None,
+        report: Some(report),
+    })
+}
+
+fn ended_with(
+    reason: AcpStopReason,
+    final_message: &str,
+) -> (Outcome, String, Option<&'static str>) {
+    let said = |prefix: &str| {
+        if final_message.is_empty() {
+            prefix.to_owned()
+        } else {
+            format!("{prefix}: {final_message}")
+        }
+    };
+    match reason {
+        AcpStopReason::EndTurn => {
+            let summary = if final_message.is_empty() {
+                "the agent ended its turn without a message".to_owned()
+            } else {
+                final_message.to_owned()
+            };
+            (Outcome::Succeeded, summary, Some("end_turn"))
+        }
+        AcpStopReason::Cancelled => (
+            Outcome::Cancelled,
+            said("the agent cancelled its turn"),
+            Some("cancelled"),
+        ),
+        AcpStopReason::Refusal => (
+            Outcome::Failed,
+            said("the agent refused to go on (refusal)"),
+            Some("refusal"),
+        ),
+        AcpStopReason::MaxTokens => (
+            Outcome::Failed,
+            said("the agent stopped at its token limit (max_tokens)"),
+            Some("max_tokens"),
+        ),
+        AcpStopReason::MaxTurnRequests => (
+            Outcome::Failed,
+            said(
+                "the agent stopped at its limit of model requests for one turn (max_turn_requests)",
+            ),
+            Some("max_turn_requests"),
+        ),
+        _ => (
+            Outcome::Failed,
+            said("the agent stopped for a reason this computer does not know"),
+            None,
+        ),
+    }
+}
+
+/// A failed turn's summary: why, how the agent ended, what it last said on stderr.
+fn failure(why: &str, done: &Completion) -> String {
+    let mut summary = why.to_owned();
+    if let Some(status) = done.exit {
+        summary.push_str(&format!(" ({})", exit_words(status)));
+    }
+    let tail: Vec<&String> = done
+        .stderr_tail
+        .iter()
+        .rev()
+        .take(STDERR_IN_SUMMARY)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    if !tail.is_empty() {
+        summary.push_str("; it said: ");
+        summary.push_str(
+            &tail
+                .iter()
+                .map(|line| line.as_str())
+                .collect::<Vec<_>>()
+                .join(" / "),
+        );
+    }
+    summary
+}
+
+fn exit_words(status: ExitStatus) -> String {
+    match status.code() {
+        Some(code) => format!("exit code {code}"),
+        None => "killed by a signal".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn done(turn: Turn) -> Completion {
+        Completion {
+            turn,
+            final_message: "I fixed the tests.".to_owned(),
+            choices: Vec::new(),
+            exit: None,
+            stderr_tail: Vec::new(),
+            timeout_minutes: 7,
+            stop: None,
+        }
+    }
+
+    fn check(done: Completion) -> Result<(Outcome, String), StopReason> {
+        completion(done).map(|params| (params.outcome, params.summary))
+    }
+
+    #[test]
+    fn stop_reasons_become_outcomes() {
+        let ok = |outcome, summary: &str| Ok((outcome, summary.to_owned()));
+        assert_eq!(
+            check(done(Turn::Ended(AcpStopReason::EndTurn))),
+            ok(Outcome::Succeeded, "I fixed the tests.")
+        );
+        let mut silent = done(Turn::Ended(AcpStopReason::EndTurn));
+        silent.final_message.clear();
+        assert_eq!(
+            check(silent),
+            ok(
+                Outcome::Succeeded,
+                "the agent ended its turn without a message"
+            )
+        );
+        assert_eq!(
+            check(done(Turn::Ended(AcpStopReason::Refusal))),
+            ok(
+                Outcome::Failed,
+                "the agent refused to go on (refusal): I fixed the tests."
+            )
+        );
+        assert_eq!(
+            check(done(Turn::Ended(AcpStopReason::MaxTokens)))
+                .map(|(o, s)| (o, s.contains("max_tokens"))),
+            Ok((Outcome::Failed, true))
+        );
+        assert_eq!(
+            check(done(Turn::Ended(AcpStopReason::MaxTurnRequests)))
+                .map(|(o, s)| (o, s.contains("max_turn_requests"))),
+            Ok((Outcome::Failed, true))
+        );
+        assert_eq!(
+            check(done(Turn::Ended(AcpStopReason::Cancelled))).map(|(o, _)| o),
+            Ok(Outcome::Cancelled)
+        );
+        assert_eq!(
+            check(done(Turn::TimedOut)),
+            ok(Outcome::Failed, "timed out after 7 min")
+        );
+    }
+
+    #[test]
+    fn stops_are_cancelled_or_not_reported() {
+        let stopped = |reason, cooperated| done(Turn::Stopped { reason, cooperated });
+        assert_eq!(
+            check(stopped(StopReason::Cancel, true)),
+            Ok((Outcome::Cancelled, "cancelled".to_owned()))
+        );
+        assert_eq!(
+            check(stopped(StopReason::Cancel, false)).map(|(o, s)| (o, s.contains("was stopped"))),
+            Ok((Outcome::Cancelled, true))
+        );
+        assert_eq!(
+            check(stopped(StopReason::Shutdown, true)),
+            Err(StopReason::Shutdown)
+        );
+        let mut lost = done(Turn::Ended(AcpStopReason::EndTurn));
+        lost.stop = Some(StopReason::LeaseLost);
+        assert_eq!(check(lost), Err(StopReason::LeaseLost));
+    }
+
+    #[test]
+    fn failures_say_why_and_what_the_agent_said_last() {
+        let mut crashed = done(Turn::Failed(
+            "the agent did not finish the turn: the agent exited".to_owned(),
+        ));
+        crashed.stderr_tail = ["one", "two", "three", "four"].map(str::to_owned).to_vec();
+        let summary = check(crashed).map(|(_, summary)| summary);
+        assert_eq!(
+            summary.as_deref(),
+            Ok("the agent did not finish the turn: the agent exited; it said: two / three / four")
+        );
+    }
+
+    #[test]
+    fn unattended_choices_are_listed() {
+        let mut turn = done(Turn::Ended(AcpStopReason::EndTurn));
+        turn.choices = vec!["allowed without asking: Run `make`?".to_owned()];
+        let params = completion(turn);
+        let params = params.as_ref().map_err(|reason| *reason);
+        assert_eq!(
+            params.map(|params| params.summary.clone()),
+            Ok("I fixed the tests.\nTaken without asking (unattended):\n- allowed without asking: Run `make`?".to_owned())
+        );
+        assert_eq!(
+            params.ok().and_then(|params| params.report.clone()),
+            Some(json!({
+                "engine": "acp",
+                "stopReason": "end_turn",
+                "unattendedChoices": ["allowed without asking: Run `make`?"],
+            }))
+        );
+    }
+
+    #[test]
+    fn the_hard_floor_and_the_guard_refuse_before_the_agent_starts() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
+        let root = tmp.path().canonicalize().unwrap_or_default();
+        std::fs::create_dir_all(root.join("work")).unwrap_or_default();
+        let guard = Guard::new(None, &root.join("data"));
+        let engine = |program: &str, args: &[&str]| AcpEngine {
+            name: "agent".into(),
+            program: program.into(),
+            args: args.iter().map(|arg| (*arg).to_owned()).collect(),
+        };
+        let folder = |path: std::path::PathBuf| SharedFolder {
+            label: "work".into(),
+            path,
+        };
+        let work = folder(root.join("work"));
+        assert_eq!(
+            checked_before_start(&engine("agent-acp", &[]), &work, &guard),
+            Ok(root.join("work"))
+        );
+        let floor = checked_before_start(&engine("sudo", &["agent-acp"]), &work, &guard);
+        assert!(
+            floor.as_ref().is_err_and(|why| why.contains("hard floor")),
+            "{floor:?}"
+        );
+        let data = checked_before_start(
+            &engine("agent-acp", &[]),
+            &folder(root.join("data")),
+            &guard,
+        );
+        assert!(
+            data.as_ref()
+                .is_err_and(|why| why.starts_with("the guard refused")),
+            "{data:?}"
+        );
+    }
+
+    #[test]
+    fn the_client_offers_exactly_what_it_implements() {
+        let request = serde_json::to_value(initialize_request()).unwrap_or_default();
+        assert_eq!(request["protocolVersion"], json!(1));
+        assert_eq!(
+            request["clientCapabilities"]["fs"],
+            json!({"readTextFile": true, "writeTextFile": true})
+        );
+        assert_eq!(request["clientCapabilities"]["terminal"], json!(true));
+        assert_eq!(request["clientInfo"]["name"], json!("tether-agent"));
+    }
+}

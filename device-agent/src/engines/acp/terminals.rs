@@ -1,0 +1,393 @@
+//! The agent's terminals (`terminal/create`, `output`, `wait_for_exit`, `kill`, `release`):
+//! each command runs through the same confinement layer as recipes, in the job's folder (or
+//! a folder inside it), with the job's network choice and environment, and its output kept
+//! up to the byte limit the agent asked for.
+//!
+//! The hard floor and the policy are the caller's (they decide whether a command may start
+//! at all); this module only starts, watches and stops what was allowed.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use agent_client_protocol::v1::schema::TerminalExitStatus;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::task::JoinSet;
+
+use crate::policy::guard::Guard;
+use crate::run::process_group;
+use crate::sandbox;
+
+/// Output kept when the agent names no limit.
+pub const DEFAULT_OUTPUT_LIMIT: usize = 1 << 20;
+/// Output kept at most, whatever the agent asks.
+pub const MAX_OUTPUT_LIMIT: usize = 16 << 20;
+/// Terminals one run may hold at once.
+pub const MAX_TERMINALS: usize = 64;
+/// How long stopping every terminal at the end of a run may take.
+const STOP_ALL_WAIT: Duration = Duration::from_secs(5);
+
+/// What every terminal of a run shares: where and how commands start.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub guard: Guard,
+    /// The job's folder, canonical: a command's folder must be it or inside it.
+    pub folder: PathBuf,
+    pub network: bool,
+    /// The run's environment (allow-listed, plus the job's named secrets and the evidence
+    /// folder).
+    pub env: Vec<(String, String)>,
+    /// Folders every program of the run may write besides the job's (the evidence folder).
+    pub writable: Vec<PathBuf>,
+    /// Paths every program of the run may read besides the system's (the secrets broker's
+    /// socket and this agent's program, for `secret-http`).
+    pub readable: Vec<PathBuf>,
+}
+
+/// A command to start, as the agent asked for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandRequest {
+    pub argv: Vec<String>,
+    /// Absolute, inside the job's folder (checked by [`Terminals::create`]).
+    pub cwd: PathBuf,
+    pub env: Vec<(String, String)>,
+    pub output_limit: usize,
+}
+
+/// The terminals of one run.
+#[derive(Debug)]
+pub struct Terminals {
+    launch: Launch,
+    /// A std mutex: held only to look up, insert or remove.
+    open: Mutex<HashMap<String, Arc<Terminal>>>,
+    next_id: AtomicU64,
+    /// One task per terminal, watching its process until it ends.
+    watchers: tokio::sync::Mutex<JoinSet<()>>,
+    /// Where short notes about commands go (the job's output).
+    lines: mpsc::Sender<String>,
+}
+
+#[derive(Debug)]
+struct Terminal {
+    output: Mutex<Output>,
+    exit: watch::Sender<Option<TerminalExitStatus>>,
+    kill: Arc<Notify>,
+}
+
+#[derive(Debug)]
+struct Output {
+    bytes: VecDeque<u8>,
+    limit: usize,
+    truncated: bool,
+}
+
+/// What `terminal/output` answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub output: String,
+    pub truncated: bool,
+    pub exit: Option<TerminalExitStatus>,
+}
+
+impl Terminals {
+    pub fn new(launch: Launch, lines: mpsc::Sender<String>) -> Terminals {
+        Terminals {
+            launch,
+            open: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            watchers: tokio::sync::Mutex::new(JoinSet::new()),
+            lines,
+        }
+    }
+
+    pub fn folder(&self) -> &Path {
+        &self.launch.folder
+    }
+
+    /// Starts `request` confined; the new terminal's id.
+    ///
+    /// # Errors
+    /// A sentence for the agent: a folder outside the job's, too many terminals, or a
+    /// refusal of the sandbox.
+    pub async fn create(&self, request: CommandRequest) -> Result<String, String> {
+        if lock(&self.open).len() >= MAX_TERMINALS {
+            return Err(format!(
+                "at most {MAX_TERMINALS} terminals may be open at once; release some"
+            ));
+        }
+        let cwd = self.inside_folder(&request.cwd)?;
+        let mut env = self.launch.env.clone();
+        for (name, value) in &request.env {
+            env.retain(|(existing, _)| existing != name);
+            env.push((name.clone(), value.clone()));
+        }
+        let policy = sandbox::Policy {
+            work_folder: self.launch.folder.clone(),
+            writable: self.launch.writable.clone(),
+            readable: self.launch.readable.clone(),
+            denied: Vec::new(),
+            network: self.launch.network,
+            env,
+        };
+        let start = sandbox::Start {
+            argv: request.argv,
+            cwd: Some(cwd),
+            stdin: sandbox::Input::Null,
+        };
+        let mut prepared = sandbox::current()
+            .prepare(&self.launch.guard, &policy, &start)
+            .map_err(|refused| refused.0)?;
+        let mut child = prepared
+            .command
+            .spawn()
+            .map_err(|err| format!("could not start the command: {err}"))?;
+        let id = format!("term-{}", self.next_id.fetch_add(1, Ordering::Relaxed));
+        let terminal = Arc::new(Terminal {
+            output: Mutex::new(Output::new(request.output_limit)),
+            exit: watch::channel(None).0,
+            kill: Arc::new(Notify::new()),
+        });
+        let mut readers = JoinSet::new();
+        if let Some(stdout) = child.stdout.take() {
+            readers.spawn(collect(stdout, terminal.clone()));
+        }
+        if let Some(stderr) = child.stderr.take() {
+            readers.spawn(collect(stderr, terminal.clone()));
+        }
+        lock(&self.open).insert(id.clone(), terminal.clone());
+        let lines = self.lines.clone();
+        let shown = id.clone();
+        self.watchers.lock().await.spawn(async move {
+            let status = watch_until_exit(child, &terminal.kill).await;
+            // The launcher ends the program's whole tree before it exits, so the pipes close.
+            while readers.join_next().await.is_some() {}
+            let notes = prepared.finish();
+            let exit = exit_status(status);
+            let _ = lines.send(format!("{shown}: {}", describe(&exit))).await;
+            for note in notes {
+                let _ = lines.send(note).await;
+            }
+            terminal.exit.send_replace(Some(exit));
+        });
+        Ok(id)
+    }
+
+    /// The output so far and, once it ended, how the command ended.
+    ///
+    /// # Errors
+    /// An unknown (or released) terminal.
+    pub fn output(&self, id: &str) -> Result<Snapshot, String> {
+        let terminal = self.get(id)?;
+        let exit = terminal.exit.borrow().clone();
+        let output = lock(&terminal.output);
+        Ok(Snapshot {
+            output: output.text(),
+            truncated: output.truncated,
+            exit,
+        })
+    }
+
+    /// Waits until the command ends.
+    ///
+    /// # Errors
+    /// An unknown terminal, or one released while waiting.
+    pub async fn wait_for_exit(&self, id: &str) -> Result<TerminalExitStatus, String> {
+        let terminal = self.get(id)?;
+        let mut exit = terminal.exit.subscribe();
+        let ended = exit
+            .wait_for(Option::is_some)
+            .await
+            .map_err(|_| format!("terminal {id} was released"))?;
+        ended
+            .clone()
+            .ok_or_else(|| format!("terminal {id} was released"))
+    }
+
+    /// Kills the command (its whole tree), keeping the terminal and its output.
+    ///
+    /// # Errors
+    /// An unknown terminal.
+    pub fn kill(&self, id: &str) -> Result<(), String> {
+        self.get(id)?.kill.notify_one();
+        Ok(())
+    }
+
+    /// Kills the command if it still runs and forgets the terminal.
+    ///
+    /// # Errors
+    /// An unknown terminal.
+    pub fn release(&self, id: &str) -> Result<(), String> {
+        let terminal = lock(&self.open).remove(id).ok_or_else(|| unknown(id))?;
+        terminal.kill.notify_one();
+        Ok(())
+    }
+
+    /// The end of the run: kills every command still running and waits (bounded) until
+    /// their trees are gone.
+    pub async fn stop_all(&self) {
+        for terminal in lock(&self.open).drain().map(|(_, terminal)| terminal) {
+            terminal.kill.notify_one();
+        }
+        let mut watchers = self.watchers.lock().await;
+        let all_ended = async { while watchers.join_next().await.is_some() {} };
+        if tokio::time::timeout(STOP_ALL_WAIT, all_ended)
+            .await
+            .is_err()
+        {
+            tracing::warn!("terminals did not stop in time");
+            watchers.abort_all();
+        }
+    }
+
+    fn get(&self, id: &str) -> Result<Arc<Terminal>, String> {
+        lock(&self.open).get(id).cloned().ok_or_else(|| unknown(id))
+    }
+
+    /// `cwd`, canonical, when it is the job's folder or inside it.
+    fn inside_folder(&self, cwd: &Path) -> Result<PathBuf, String> {
+        let real = cwd
+            .canonicalize()
+            .map_err(|_| format!("{} does not exist", cwd.display()))?;
+        if !real.starts_with(&self.launch.folder) {
+            return Err(format!(
+                "{} is outside the job's folder ({}); commands run only there",
+                cwd.display(),
+                self.launch.folder.display()
+            ));
+        }
+        if !real.is_dir() {
+            return Err(format!("{} is not a folder", cwd.display()));
+        }
+        Ok(real)
+    }
+}
+
+fn unknown(id: &str) -> String {
+    format!("there is no terminal {id:?}")
+}
+
+/// Waits for the launcher to exit, killing its tree when asked.
+async fn watch_until_exit(mut child: tokio::process::Child, kill: &Notify) -> Option<ExitStatus> {
+    let pgid = child.id().unwrap_or(0);
+    tokio::select! {
+        status = child.wait() => status.ok(),
+        () = kill.notified() => {
+            // SIGHUP: the launcher kills the whole tree at once, then exits.
+            process_group::terminate(&mut child, pgid, Duration::ZERO).await;
+            child.wait().await.ok()
+        }
+    }
+}
+
+async fn collect(mut pipe: impl AsyncRead + Unpin, terminal: Arc<Terminal>) {
+    let mut buffer = vec![0u8; 16 * 1024];
+    loop {
+        match pipe.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(read) => lock(&terminal.output).push(&buffer[..read]),
+        }
+    }
+}
+
+impl Output {
+    fn new(limit: usize) -> Output {
+        Output {
+            bytes: VecDeque::new(),
+            limit: limit.clamp(1, MAX_OUTPUT_LIMIT),
+            truncated: false,
+        }
+    }
+
+    /// Appends, dropping the oldest bytes past the limit, then any partial character left
+    /// at the front, so the text always starts on a character boundary.
+    fn push(&mut self, bytes: &[u8]) {
+        self.bytes.extend(bytes);
+        if self.bytes.len() > self.limit {
+            let excess = self.bytes.len() - self.limit;
+            self.bytes.drain(..excess);
+            while self.bytes.front().is_some_and(|byte| byte & 0xC0 == 0x80) {
+                self.bytes.pop_front();
+            }
+            self.truncated = true;
+        }
+    }
+
+    fn text(&self) -> String {
+        let (front, back) = self.bytes.as_slices();
+        let mut bytes = Vec::with_capacity(self.bytes.len());
+        bytes.extend_from_slice(front);
+        bytes.extend_from_slice(back);
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+/// How the program ended, as ACP reports it. The launcher exits with the program's code, or
+/// ends by the program's signal.
+fn exit_status(status: Option<ExitStatus>) -> TerminalExitStatus {
+    let Some(status) = status else {
+        return TerminalExitStatus::new().signal("SIGKILL".to_owned());
+    };
+    if let Some(code) = status.code() {
+        return TerminalExitStatus::new().exit_code(u32::try_from(code).unwrap_or(u32::MAX));
+    }
+    TerminalExitStatus::new().signal(signal_name(&status))
+}
+
+#[cfg(unix)]
+fn signal_name(status: &ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status.signal() {
+        Some(libc::SIGKILL) => "SIGKILL".to_owned(),
+        Some(libc::SIGTERM) => "SIGTERM".to_owned(),
+        Some(libc::SIGHUP) => "SIGHUP".to_owned(),
+        Some(libc::SIGINT) => "SIGINT".to_owned(),
+        Some(libc::SIGSEGV) => "SIGSEGV".to_owned(),
+        Some(libc::SIGABRT) => "SIGABRT".to_owned(),
+        Some(other) => format!("signal {other}"),
+        None => "unknown".to_owned(),
+    }
+}
+
+#[cfg(not(unix))]
+fn signal_name(_status: &ExitStatus) -> String {
+    "unknown".to_owned()
+}
+
+fn describe(exit: &TerminalExitStatus) -> String {
+    match (&exit.exit_code, &exit.signal) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(signal)) => format!("killed by {signal}"),
+        (None, None) => "ended".to_owned(),
+    }
+}
+
+/// A poisoned lock only means a task panicked while holding it; the data stays valid.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kept(limit: usize, chunks: &[&str]) -> (String, bool) {
+        let mut output = Output::new(limit);
+        for chunk in chunks {
+            output.push(chunk.as_bytes());
+        }
+        (output.text(), output.truncated)
+    }
+
+    #[test]
+    fn output_keeps_the_latest_bytes_on_a_character_boundary() {
+        assert_eq!(kept(10, &["abc", "def"]), ("abcdef".to_owned(), false));
+        assert_eq!(kept(4, &["abc", "def"]), ("cdef".to_owned(), true));
+        // "é" is two bytes: cutting through it drops its second half too.
+        assert_eq!(kept(4, &["aé", "xyz"]), ("xyz".to_owned(), true));
+        assert_eq!(kept(5, &["aé", "xyz"]), ("éxyz".to_owned(), true));
+    }
+}

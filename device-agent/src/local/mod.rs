@@ -1,0 +1,25 @@
+//! What this computer keeps on its own disk, in the data dir (mode 0700, every file 0600 and
+//! written atomically through [`state`]):
+//!
+//! - [`state`]: the data dir itself, `config.json` (server, device, folders, recipes,
+//!   engines, trusted folders, the approvals and evidence switches) and the device token;
+//! - [`folders`], [`recipes`], [`acp_engines`]: what the owner shares, by label and by name;
+//! - [`seal_key`]: the device's P-256 key pair, the private half encrypted under the local
+//!   key;
+//! - [`vault`]: the saved secrets, encrypted under the local key;
+//! - [`journal`]: the runs this computer holds or has yet to report, and the folder each
+//!   recent job used;
+//! - [`decisions`]: the questions runs wait on, and the answers given on the computer.
+//!
+//! **Architecture Invariant:** nothing here talks to the server or runs anything; every
+//! other wing reads this computer's configuration from here, and the server's word never
+//! becomes a path or a program without going through it.
+
+pub mod acp_engines;
+pub mod decisions;
+pub mod folders;
+pub mod journal;
+pub mod recipes;
+pub mod seal_key;
+pub mod state;
+pub mod vault;

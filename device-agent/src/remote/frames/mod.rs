@@ -1,0 +1,25 @@
+//! The frames of the event stream that are answered outside any run: each handler does its
+//! work off the stream's task and answers the server itself.
+//!
+//! - [`file_request`]: a listing or a file of a job's folder, read live for the web;
+//! - [`secret_save`]: a sealed secret, opened into the vault and answered (saved or refused,
+//!   never the value).
+
+pub mod file_request;
+pub mod secret_save;
+
+use std::sync::Arc;
+
+use crate::local::journal::Journal;
+use crate::local::state::{Config, DataDir};
+use crate::remote::client::DeviceClient;
+
+/// What a frame handler works with: the server to answer, the data dir, the run journal, and
+/// the owner's configuration as it is on disk when the handler gets to it.
+pub struct FrameContext {
+    pub client: DeviceClient,
+    pub data_dir: DataDir,
+    pub journal: Arc<Journal>,
+    /// Reads the configuration now (the last good one when it cannot be read).
+    pub config: Box<dyn FnOnce() -> Config + Send>,
+}

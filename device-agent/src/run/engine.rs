@@ -1,0 +1,57 @@
+//! What an engine is to a run: the run's context it gets, the one entry point every engine
+//! has ([`Engine::run`]), and the completions both engines end with.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tether_protocol::jobs::{ClaimedJob, CompleteParams, Outcome};
+
+use crate::local::state::{Config, SharedFolder};
+use crate::local::vault::NamedSecrets;
+use crate::remote::client::DeviceClient;
+use crate::run::grant::RunSecrets;
+use crate::run::lease::RunLease;
+use crate::run::stop::{RunStop, StopReason};
+
+/// Everything one run of an engine works with, resolved against this computer's
+/// configuration before the engine starts.
+pub struct RunContext<'a> {
+    pub client: &'a DeviceClient,
+    pub job: &'a ClaimedJob,
+    /// The owner's configuration at claim time (trusted folders, web answers, evidence).
+    pub config: &'a Config,
+    /// The shared folder the job names, which exists.
+    pub folder: &'a SharedFolder,
+    pub stop: &'a RunStop,
+    pub lease: &'a Arc<RunLease>,
+    pub secrets: &'a RunSecrets,
+    /// The secrets the job names, all of them saved: the environment ones for the
+    /// environment of everything the run starts, the others by reference.
+    pub named: NamedSecrets,
+}
+
+/// What runs a job: a recipe, or an ACP coding agent.
+pub trait Engine {
+    /// Runs the job of `ctx`: the completion to report, or why nothing may be reported (the
+    /// lease is gone, the device revoked, or the agent is shutting down).
+    fn run(
+        &self,
+        ctx: RunContext<'_>,
+    ) -> impl Future<Output = Result<CompleteParams, StopReason>> + Send;
+}
+
+/// The completion of a job that could not run; `summary` says why.
+pub fn blocked(summary: String) -> CompleteParams {
+    CompleteParams {
+        outcome: Outcome::Blocked,
+        summary,
+        exit_code: None,
+        report: None,
+    }
+}
+
+/// The job's time limit (at least a minute).
+pub fn time_limit(job: &ClaimedJob) -> Duration {
+    Duration::from_secs(u64::from(job.spec.timeout_minutes.max(1)) * 60)
+}

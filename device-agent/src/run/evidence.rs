@@ -1,0 +1,729 @@
+//! Evidence: the files a run leaves in its evidence folder (`TETHER_EVIDENCE_DIR`), sent to
+//! the server under the run's lease after the program ends and before the run completes
+//! (seed 003 §4.11). Recipe runs and ACP runs share [`RunEvidence`]: the same folder, the
+//! same variable in the environment of everything the run starts, the same delivery.
+//!
+//! - Each attempt gets its own folder, `<data dir>-evidence/<job id>/<attempt>/`: beside the
+//!   data dir, never inside it, since the guard keeps the whole data dir from runs.
+//! - Only regular files directly in that folder are sent, at most 100, none over 100 MB.
+//!   Links, hard links (a second name of a file that may live elsewhere), key and
+//!   credential files, and binary files holding a saved secret value are refused and named
+//!   in the job's output, never sent. Text has every saved secret value hidden first, as
+//!   the run's output does.
+//! - A file is read and hashed once when the folder is scanned, and read again right before
+//!   it is sent: it goes only if it is still the same file with the same bytes.
+//! - Each file's id is stable for its job, attempt and name, so a retry after a lost answer
+//!   is a repeat (200) on the server, not a second copy.
+//! - With `tether-agent evidence off` the files stay on this computer and only their
+//!   description goes up (`local`, no bytes).
+//! - A `stale_lease` stops the uploads (after the one reattach an outage allows).
+
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use sha2::{Digest, Sha256};
+use tether_protocol::credential_files::credential_kind;
+use tether_protocol::jobs::{
+    ClaimedJob, EvidenceKind, EvidenceMeta, MAX_EVIDENCE_BYTES, MAX_EVIDENCE_FILES,
+};
+use tether_protocol::JobId;
+use tokio::sync::mpsc;
+
+use crate::local::state::Config;
+use crate::local::vault::redact;
+use crate::remote::backoff::Backoff;
+use crate::remote::client::{DeviceClient, RemoteError};
+use crate::run::lease::{Recovery, RunLease};
+use crate::run::stop::{RunStop, StopReason};
+
+/// The variable that tells a run where to leave its evidence.
+pub const EVIDENCE_DIR_VAR: &str = "TETHER_EVIDENCE_DIR";
+/// Tries of one upload while the server cannot be reached, before it is given up.
+const MAX_TRANSIENT_TRIES: u32 = 5;
+
+/// Where this agent's evidence folders live: `<data dir>-evidence`.
+pub fn root(data_dir: &Path) -> PathBuf {
+    let data_dir = crate::policy::guard::absolute(data_dir);
+    let name = data_dir
+        .file_name()
+        .map_or_else(|| "tether-agent".into(), |name| name.to_string_lossy());
+    data_dir.with_file_name(format!("{name}-evidence"))
+}
+
+/// Creates (mode 0700) and returns the real path of the folder of `job`'s attempt.
+///
+/// # Errors
+/// When it cannot be created.
+pub fn create_run_folder(data_dir: &Path, job: &ClaimedJob) -> io::Result<PathBuf> {
+    let folder = root(data_dir)
+        .join(job.id.as_str())
+        .join(job.attempt.to_string());
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(&folder)?;
+    folder.canonicalize()
+}
+
+/// The evidence folder of one run attempt, from before its program starts until it is
+/// delivered: shown as [`EVIDENCE_DIR_VAR`] to every program the run starts (a recipe; an
+/// ACP agent and each of its terminals), writable in their sandbox.
+#[derive(Debug)]
+pub struct RunEvidence {
+    folder: PathBuf,
+}
+
+impl RunEvidence {
+    /// Makes the attempt's folder beside the agent's data dir (the guard knows which: `run`
+    /// installed it), accepted by the guard. `None`, logged, when it cannot be: the run goes
+    /// on without one.
+    pub fn prepare(job: &ClaimedJob) -> Option<RunEvidence> {
+        let guard = crate::sandbox::guard();
+        let folder = match create_run_folder(guard.data_dir(), job) {
+            Ok(folder) => folder,
+            Err(err) => {
+                tracing::warn!(job = %job.id, "no evidence folder for this run: {err}");
+                return None;
+            }
+        };
+        match guard.check_access(&folder) {
+            Ok(()) => Some(RunEvidence { folder }),
+            Err(refusal) => {
+                tracing::warn!(job = %job.id, "no evidence folder for this run: {refusal}");
+                remove_run_folder(&folder);
+                None
+            }
+        }
+    }
+
+    pub fn folder(&self) -> &Path {
+        &self.folder
+    }
+
+    /// Shows the folder to a program of the run: [`EVIDENCE_DIR_VAR`] in `env` (replacing
+    /// an inherited one), the folder among the `writable` paths of its sandbox policy.
+    pub fn grant(&self, env: &mut Vec<(String, String)>, writable: &mut Vec<PathBuf>) {
+        env.retain(|(name, _)| name != EVIDENCE_DIR_VAR);
+        env.push((
+            EVIDENCE_DIR_VAR.to_owned(),
+            self.folder.display().to_string(),
+        ));
+        writable.push(self.folder.clone());
+    }
+
+    /// Nothing ran: the folder goes.
+    pub fn discard(self) {
+        remove_run_folder(&self.folder);
+    }
+
+    /// After the run's programs ended and before it completes: [`deliver`]s the folder as
+    /// the owner's `evidence on|off` in `config` says, every saved value in `hidden` hidden.
+    pub async fn deliver(
+        self,
+        client: &DeviceClient,
+        lease: &RunLease,
+        config: &Config,
+        hidden: &[String],
+        stop: &RunStop,
+        notes: &mpsc::Sender<String>,
+    ) {
+        let delivery = Delivery {
+            upload: config.evidence_upload,
+            hidden: hidden.to_vec(),
+        };
+        deliver(client, lease, self.folder, delivery, stop, notes).await;
+    }
+}
+
+/// How the run's evidence goes.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// `false` after `tether-agent evidence off`: descriptions only.
+    pub upload: bool,
+    /// Every saved secret value: hidden in text, and a binary file holding one is refused.
+    pub hidden: Vec<String>,
+}
+
+/// Sends what the run left in `folder`, naming in `notes` (the run's output) every file
+/// left out and why. Stops at once on a lost lease, a revocation or a shutdown. The folder
+/// is removed once everything in it reached the server.
+pub async fn deliver(
+    client: &DeviceClient,
+    lease: &RunLease,
+    folder: PathBuf,
+    delivery: Delivery,
+    stop: &RunStop,
+    notes: &mpsc::Sender<String>,
+) {
+    let scan_folder = folder.clone();
+    let Ok(scan) = tokio::task::spawn_blocking(move || scan(&scan_folder)).await else {
+        return;
+    };
+    if scan.found.is_empty() && scan.refused.is_empty() {
+        remove_run_folder(&folder);
+        return;
+    }
+    for refusal in &scan.refused {
+        note(notes, refusal).await;
+    }
+    let mut sent = 0_usize;
+    let mut complete = scan.refused.is_empty();
+    for found in scan.found {
+        if stop
+            .current()
+            .is_some_and(|reason| reason >= StopReason::Shutdown)
+        {
+            return;
+        }
+        let (job_id, attempt, settings) =
+            (lease.job_id().clone(), lease.attempt(), delivery.clone());
+        let prepared = tokio::task::spawn_blocking(move || {
+            prepare(&found, &job_id, attempt, &settings.hidden, settings.upload)
+        })
+        .await;
+        let ready = match prepared {
+            Ok(Ok(ready)) => ready,
+            Ok(Err(refusal)) => {
+                complete = false;
+                note(notes, &refusal).await;
+                continue;
+            }
+            Err(_) => return,
+        };
+        match send(client, lease, &ready, stop).await {
+            Sent::Stored => sent += 1,
+            Sent::Refused(why) => {
+                complete = false;
+                note(notes, &format!("{} was not stored: {why}", ready.meta.name)).await;
+            }
+            Sent::Stopped => return,
+        }
+    }
+    let summary = if delivery.upload {
+        format!("{sent} evidence file(s) sent")
+    } else {
+        format!(
+            "{sent} evidence file(s) kept on this computer (evidence upload is off); only their descriptions were sent"
+        )
+    };
+    note(notes, &summary).await;
+    if complete && delivery.upload {
+        remove_run_folder(&folder);
+    } else {
+        tracing::info!(job = %lease.job_id(), folder = %folder.display(), "evidence kept on this computer");
+    }
+}
+
+/// One file of the evidence folder as first read.
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub name: String,
+    path: PathBuf,
+    stamp: Stamp,
+    raw_sha256: [u8; 32],
+}
+
+/// What identifies a file's version without reading it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    size: u64,
+    modified: Option<SystemTime>,
+    device: u64,
+    inode: u64,
+}
+
+/// What the folder holds: files to send (in name order), and a sentence for each file left
+/// out.
+#[derive(Debug, Default)]
+pub struct Scan {
+    pub found: Vec<Found>,
+    pub refused: Vec<String>,
+}
+
+/// Reads the folder: regular files directly in it, checked and hashed.
+pub fn scan(folder: &Path) -> Scan {
+    let mut scan = Scan::default();
+    let Ok(entries) = fs::read_dir(folder) else {
+        return scan;
+    };
+    let mut entries: Vec<fs::DirEntry> = entries.flatten().collect();
+    entries.sort_by_key(fs::DirEntry::file_name);
+    for entry in entries {
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            scan.refused.push(format!(
+                "{:?}: a file name that is not UTF-8, not sent",
+                entry.file_name()
+            ));
+            continue;
+        };
+        if scan.found.len() as u64 >= MAX_EVIDENCE_FILES {
+            scan.refused.push(format!(
+                "{name}: over the limit of {MAX_EVIDENCE_FILES} files, not sent"
+            ));
+            continue;
+        }
+        match check(&name, &entry.path()) {
+            Ok(found) => scan.found.push(found),
+            Err(why) => scan.refused.push(format!("{name}: {why}, not sent")),
+        }
+    }
+    scan
+}
+
+/// A file's description, and the bytes to send with it (none for a `local` one).
+#[derive(Debug, Clone)]
+pub struct Ready {
+    pub meta: EvidenceMeta,
+    pub body: Vec<u8>,
+}
+
+/// Reads `found` again and makes it ready to send, if it is still the file that was
+/// scanned. Text has every saved value in `hidden` replaced; a binary file holding one is
+/// refused. With `upload` off, only the description of the file as it is here.
+///
+/// # Errors
+/// A sentence naming the file and why it is not sent.
+pub fn prepare(
+    found: &Found,
+    job_id: &JobId,
+    attempt: u32,
+    hidden: &[String],
+    upload: bool,
+) -> Result<Ready, String> {
+    let name = &found.name;
+    let bytes = read_again(found).map_err(|why| format!("{name}: {why}, not sent"))?;
+    let text = is_text(&bytes);
+    let body = if !upload {
+        bytes
+    } else if text {
+        redact(&String::from_utf8_lossy(&bytes), hidden).into_bytes()
+    } else if holds_any(&bytes, hidden) {
+        return Err(format!("{name}: holds a saved secret value, not sent"));
+    } else {
+        bytes
+    };
+    let meta = EvidenceMeta {
+        id: evidence_id(job_id, attempt, name),
+        kind: kind_of(name, text),
+        name: name.clone(),
+        size: body.len() as u64,
+        sha256: hex(&Sha256::digest(&body)),
+        mime: None,
+        caption: None,
+        local: !upload,
+    };
+    let body = if upload { body } else { Vec::new() };
+    Ok(Ready { meta, body })
+}
+
+/// Stable for one file name of one attempt of a job: 32 hex digits.
+pub fn evidence_id(job_id: &JobId, attempt: u32, name: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(job_id.as_str().as_bytes());
+    hasher.update([0]);
+    hasher.update(attempt.to_string().as_bytes());
+    hasher.update([0]);
+    hasher.update(name.as_bytes());
+    hex(&hasher.finalize()[..16])
+}
+
+/// The kind a file's name suggests; text under a name that says nothing is a log, a
+/// binary file under a text name is a plain file.
+pub fn kind_of(name: &str, text: bool) -> EvidenceKind {
+    let lower = name.to_ascii_lowercase();
+    let extension = lower
+        .rsplit_once('.')
+        .map_or("", |(_, extension)| extension);
+    match extension {
+        "png" | "jpg" | "jpeg" | "gif" | "webp" if lower.starts_with("screen") => {
+            EvidenceKind::Screenshot
+        }
+        "png" | "jpg" | "jpeg" | "gif" | "webp" => EvidenceKind::Image,
+        "mp4" | "webm" | "mov" => EvidenceKind::Video,
+        "zip" if lower.contains("trace") => EvidenceKind::Trace,
+        "pdf" => EvidenceKind::Report,
+        "md" | "markdown" | "csv" | "json" | "html" | "htm" if text => EvidenceKind::Report,
+        "log" | "txt" | "out" | "" if text => EvidenceKind::Log,
+        _ => EvidenceKind::File,
+    }
+}
+
+/// How one upload ended.
+enum Sent {
+    Stored,
+    /// The server refused this file for good (415, 413, …); the others still go.
+    Refused(String),
+    /// The lease is lost, the device revoked or the agent stopping: nothing more goes.
+    Stopped,
+}
+
+async fn send(client: &DeviceClient, lease: &RunLease, ready: &Ready, stop: &RunStop) -> Sent {
+    let mut backoff = Backoff::new();
+    let mut tries = 0;
+    loop {
+        let token = lease.token();
+        let wait = match client
+            .upload_evidence(lease.job_id(), &token, &ready.meta, ready.body.clone())
+            .await
+        {
+            Ok(_) => {
+                lease.confirmed(&token);
+                return Sent::Stored;
+            }
+            Err(RemoteError::StaleLease) => match lease.recover(&token).await {
+                Recovery::Renewed => continue,
+                Recovery::Later(at_least) => backoff.next_delay().max(at_least),
+                Recovery::Lost => {
+                    stop.raise(StopReason::LeaseLost);
+                    return Sent::Stopped;
+                }
+                Recovery::Revoked => {
+                    stop.raise(StopReason::Revoked);
+                    return Sent::Stopped;
+                }
+            },
+            Err(RemoteError::Revoked) => {
+                stop.raise(StopReason::Revoked);
+                return Sent::Stopped;
+            }
+            Err(err) if err.is_transient() && tries < MAX_TRANSIENT_TRIES => {
+                tries += 1;
+                tracing::warn!(job = %lease.job_id(), file = %ready.meta.name, "evidence not delivered, retrying: {err}");
+                backoff.next_delay().max(err.retry_after())
+            }
+            Err(err) => return Sent::Refused(err.to_string()),
+        };
+        if stop.wait_at_least(StopReason::Shutdown, wait).await {
+            return Sent::Stopped;
+        }
+    }
+}
+
+async fn note(notes: &mpsc::Sender<String>, text: &str) {
+    let _ = notes.send(format!("evidence: {text}")).await;
+}
+
+/// The first look at one entry: a regular file with one name, not a credential, within the
+/// size limit, hashed.
+fn check(name: &str, path: &Path) -> Result<Found, String> {
+    let listed = fs::symlink_metadata(path).map_err(|_| "cannot be read".to_owned())?;
+    if listed.file_type().is_symlink() {
+        return Err("a link".to_owned());
+    }
+    if listed.is_dir() {
+        return Err("a folder (only files directly in the evidence folder are sent)".to_owned());
+    }
+    if credential_like(name) {
+        return Err("a key or credential file".to_owned());
+    }
+    let (mut file, stamp) = open_checked(path)?;
+    let mut hasher = Sha256::new();
+    io::copy(&mut (&mut file).take(MAX_EVIDENCE_BYTES + 1), &mut hasher)
+        .map_err(|_| "cannot be read".to_owned())?;
+    Ok(Found {
+        name: name.to_owned(),
+        path: path.to_path_buf(),
+        stamp,
+        raw_sha256: hasher.finalize().into(),
+    })
+}
+
+/// Keys, environment files and credential stores by name ([`credential_kind`], the names
+/// the live file view and the server refuse too), `.git` (as the live file view refuses it),
+/// shell histories, and names made of a word that says it holds a credential
+/// (`api_token.txt`, `db-password.log`). Whole words only: the environment's deny list
+/// (`KEY`, `SESSION`, `AUTH` anywhere) would refuse `session.webm` or `oauth-flow.png`.
+fn credential_like(name: &str) -> bool {
+    const WORDS: &[&str] = &[
+        "token",
+        "tokens",
+        "secret",
+        "secrets",
+        "password",
+        "passwords",
+        "passwd",
+        "passphrase",
+        "credential",
+        "credentials",
+        "apikey",
+        "private",
+    ];
+    let lower = name.to_ascii_lowercase();
+    credential_kind(name).is_some()
+        || lower == ".git"
+        || lower.ends_with("history")
+        || lower
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .any(|word| WORDS.contains(&word))
+}
+
+/// The file's bytes, if it is still the one [`check`] saw: same file (device and inode,
+/// also under its name), same size and time, same digest.
+fn read_again(found: &Found) -> Result<Vec<u8>, String> {
+    let changed = || "changed after the run ended".to_owned();
+    let (mut file, stamp) = open_checked(&found.path)?;
+    if stamp != found.stamp {
+        return Err(changed());
+    }
+    let mut bytes = Vec::new();
+    (&mut file)
+        .take(MAX_EVIDENCE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|_| "cannot be read".to_owned())?;
+    let digest: [u8; 32] = Sha256::digest(&bytes).into();
+    let listed = fs::symlink_metadata(&found.path).map_err(|_| changed())?;
+    if digest != found.raw_sha256 || stamp_of(&listed) != found.stamp {
+        return Err(changed());
+    }
+    Ok(bytes)
+}
+
+/// Opens without following a final link (and without blocking on a FIFO), then checks what
+/// was opened: a regular file, one name, at most the size limit.
+fn open_checked(path: &Path) -> Result<(fs::File, Stamp), String> {
+    let mut options = fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    }
+    let file = options
+        .open(path)
+        .map_err(|_| "cannot be opened (a link, or gone)".to_owned())?;
+    let meta = file.metadata().map_err(|_| "cannot be read".to_owned())?;
+    if !meta.is_file() {
+        return Err("not a regular file".to_owned());
+    }
+    if link_count(&meta) > 1 {
+        return Err("a file with other names (hard links) that may belong elsewhere".to_owned());
+    }
+    if meta.len() > MAX_EVIDENCE_BYTES {
+        return Err(format!("over {MAX_EVIDENCE_BYTES} bytes"));
+    }
+    Ok((file, stamp_of(&meta)))
+}
+
+fn stamp_of(meta: &fs::Metadata) -> Stamp {
+    #[cfg(unix)]
+    let (device, inode) = {
+        use std::os::unix::fs::MetadataExt;
+        (meta.dev(), meta.ino())
+    };
+    #[cfg(not(unix))]
+    let (device, inode) = (0, 0);
+    Stamp {
+        size: meta.len(),
+        modified: meta.modified().ok(),
+        device,
+        inode,
+    }
+}
+
+#[cfg(unix)]
+fn link_count(meta: &fs::Metadata) -> u64 {
+    std::os::unix::fs::MetadataExt::nlink(meta)
+}
+
+#[cfg(not(unix))]
+fn link_count(_meta: &fs::Metadata) -> u64 {
+    1
+}
+
+/// UTF-8 without NUL bytes, as the server tells text.
+fn is_text(bytes: &[u8]) -> bool {
+    !bytes.contains(&0) && std::str::from_utf8(bytes).is_ok()
+}
+
+/// Whether any non-empty value occurs in `bytes`.
+fn holds_any(bytes: &[u8], values: &[String]) -> bool {
+    values
+        .iter()
+        .map(String::as_bytes)
+        .filter(|value| !value.is_empty())
+        .any(|value| bytes.windows(value.len()).any(|window| window == value))
+}
+
+/// Removes an attempt's folder, and its job's folder when that is left empty.
+pub fn remove_run_folder(folder: &Path) {
+    let _ = fs::remove_dir_all(folder);
+    if let Some(job_folder) = folder.parent() {
+        let _ = fs::remove_dir(job_folder);
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+    const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+
+    fn job_id() -> JobId {
+        JobId::parse("job-1").unwrap_or_else(|_| JobId::generate())
+    }
+
+    fn names(scan: &Scan) -> Vec<&str> {
+        scan.found.iter().map(|found| found.name.as_str()).collect()
+    }
+
+    #[test]
+    fn only_plain_files_directly_in_the_folder_are_taken() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let folder = dir.path();
+        fs::write(folder.join("b.log"), "second\n")?;
+        fs::write(folder.join("a.png"), PNG)?;
+        fs::write(folder.join(".env"), "TOKEN=x\n")?;
+        fs::write(folder.join("id_rsa"), "key\n")?;
+        fs::write(folder.join("api_token.txt"), "x\n")?;
+        fs::write(folder.join(".bash_history"), "x\n")?;
+        fs::write(folder.join("session.webm"), "x\n")?;
+        fs::create_dir(folder.join("sub"))?;
+        fs::write(folder.join("sub/deep.log"), "deep\n")?;
+        let outside = dir.path().join("sub/outside.txt");
+        fs::write(&outside, "outside\n")?;
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink("/etc/passwd", folder.join("link.txt"))?;
+            fs::hard_link(&outside, folder.join("hard.txt"))?;
+        }
+        let scan = scan(folder);
+        assert_eq!(names(&scan), ["a.png", "b.log", "session.webm"]);
+        let refused = scan.refused.join("\n");
+        for expected in [
+            ".env: a key or credential file, not sent",
+            "id_rsa: a key or credential file, not sent",
+            "api_token.txt: a key or credential file, not sent",
+            ".bash_history: a key or credential file, not sent",
+            "sub: a folder",
+            #[cfg(unix)]
+            "link.txt: a link, not sent",
+            #[cfg(unix)]
+            "hard.txt: a file with other names",
+        ] {
+            assert!(refused.contains(expected), "{expected:?} in {refused}");
+        }
+        assert!(super::scan(&folder.join("missing")).found.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn at_most_100_files_are_taken() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        for index in 0..102 {
+            fs::write(dir.path().join(format!("{index:03}.log")), "x\n")?;
+        }
+        let scan = scan(dir.path());
+        assert_eq!(scan.found.len(), 100);
+        assert_eq!(scan.refused.len(), 2);
+        assert!(scan.refused[0].starts_with("100.log: over the limit"));
+        Ok(())
+    }
+
+    #[test]
+    fn text_is_redacted_and_binary_holding_a_secret_is_refused() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let hidden = vec!["tok-123-secret".to_owned()];
+        fs::write(dir.path().join("run.log"), "token is tok-123-secret\n")?;
+        fs::write(dir.path().join("dump.bin"), b"\0\x01tok-123-secret\xff")?;
+        fs::write(dir.path().join("screen.png"), PNG)?;
+        let scan = scan(dir.path());
+        let ready: Vec<_> = scan
+            .found
+            .iter()
+            .map(|found| prepare(found, &job_id(), 1, &hidden, true))
+            .collect();
+        assert_eq!(
+            ready[0].clone().map(|ready| ready.meta.name),
+            Err("dump.bin: holds a saved secret value, not sent".to_owned())
+        );
+        let log = ready[1].as_ref().map_err(Clone::clone)?;
+        assert_eq!(log.body, b"token is [hidden]\n");
+        assert_eq!(log.meta.kind, EvidenceKind::Log);
+        assert_eq!(log.meta.size, log.body.len() as u64);
+        assert_eq!(log.meta.sha256, hex(&Sha256::digest(&log.body)));
+        assert!(!log.meta.local);
+        let png = ready[2].as_ref().map_err(Clone::clone)?;
+        assert_eq!(
+            (png.body.as_slice(), png.meta.kind),
+            (PNG, EvidenceKind::Screenshot)
+        );
+
+        // Kept here: the description of the file as it is, no bytes.
+        let kept = prepare(&scan.found[1], &job_id(), 1, &hidden, false)?;
+        assert!(kept.meta.local && kept.body.is_empty());
+        assert_eq!(kept.meta.size, 24);
+        assert_eq!(
+            kept.meta.sha256,
+            hex(&Sha256::digest(b"token is tok-123-secret\n"))
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_file_changed_or_swapped_after_the_scan_is_not_sent() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("run.log");
+        fs::write(&path, "first\n")?;
+        let found = scan(dir.path()).found.remove(0);
+        fs::write(&path, "other\n")?;
+        let changed = prepare(&found, &job_id(), 1, &[], true).map(drop);
+        assert_eq!(
+            changed,
+            Err("run.log: changed after the run ended, not sent".to_owned())
+        );
+
+        fs::write(&path, "first\n")?;
+        let found = scan(dir.path()).found.remove(0);
+        fs::remove_file(&path)?;
+        #[cfg(unix)]
+        std::os::unix::fs::symlink("/etc/hostname", &path)?;
+        assert!(prepare(&found, &job_id(), 1, &[], true).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn ids_are_stable_per_job_attempt_and_name() {
+        let id = evidence_id(&job_id(), 1, "run.log");
+        assert_eq!(id.len(), 32);
+        assert_eq!(id, evidence_id(&job_id(), 1, "run.log"));
+        assert_ne!(id, evidence_id(&job_id(), 2, "run.log"));
+        assert_ne!(id, evidence_id(&job_id(), 1, "run2.log"));
+    }
+
+    #[test]
+    fn kinds_follow_the_name_and_the_content() {
+        let cases = [
+            ("screenshot-1.png", true, EvidenceKind::Screenshot),
+            ("chart.JPG", false, EvidenceKind::Image),
+            ("session.webm", false, EvidenceKind::Video),
+            ("trace.zip", false, EvidenceKind::Trace),
+            ("build.zip", false, EvidenceKind::File),
+            ("report.pdf", false, EvidenceKind::Report),
+            ("summary.md", true, EvidenceKind::Report),
+            ("run.log", true, EvidenceKind::Log),
+            ("run.log", false, EvidenceKind::File),
+            ("README", true, EvidenceKind::Log),
+            ("tool.exe", false, EvidenceKind::File),
+        ];
+        for (name, text, kind) in cases {
+            assert_eq!(kind_of(name, text), kind, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_folder_sits_beside_the_data_dir() {
+        assert_eq!(
+            root(Path::new("/home/me/.local/share/tether-agent")),
+            PathBuf::from("/home/me/.local/share/tether-agent-evidence")
+        );
+    }
+}

@@ -1,0 +1,177 @@
+//! One run of a claimed job: everything it is made of except the engine that runs it.
+//!
+//! - [`run_job`] (here): resolve the job against this computer's configuration, hand it to
+//!   its [`Engine`] with a [`RunContext`], hide every saved value in the summary, journal
+//!   the outcome and report it;
+//! - [`stop`]: how a run stops ([`RunStop`], [`StopReason`]) and how a run task ended;
+//! - [`grant`]: what it is granted ([`RunSecrets`], [`Granted`], the broker's start);
+//! - [`lease`]: its lease, the one place the token lives, reattached after an outage;
+//! - [`progress`]: its output, in numbered batches; [`evidence`]: its evidence folder;
+//! - [`decisions`]: asking the owner, the run's side of the policy's [`Ask`];
+//! - [`secret_http`]: secrets used by reference, through a broker the run's programs call;
+//! - [`environment`]: the allow list of the child environment;
+//! - [`process_group`]: signalling a run's whole process tree.
+//!
+//! **Architecture Invariant:** nothing the server sends becomes argv or a path. The job's
+//! `folder` and `engine` are looked up among the owner's shared folders, recipes and
+//! engines; an unknown one ends the job `blocked`.
+//!
+//! [`Ask`]: crate::policy::asking::Ask
+//! [`Granted`]: grant::Granted
+
+pub mod decisions;
+pub mod engine;
+pub mod environment;
+pub mod evidence;
+pub mod grant;
+pub mod lease;
+pub mod process_group;
+pub mod progress;
+pub mod secret_http;
+pub mod stop;
+
+pub use engine::{Engine, RunContext};
+pub use grant::RunSecrets;
+pub use stop::{RunEnd, RunStop, StopReason};
+
+use std::sync::Arc;
+
+use tether_protocol::jobs::{ClaimedJob, CompleteParams};
+
+use crate::local::state::Config;
+use crate::local::vault::{redact, Missing};
+use crate::remote::backoff::Backoff;
+use crate::remote::client::{DeviceClient, RemoteError};
+use engine::blocked;
+use lease::{Recovery, RunLease};
+
+/// Runs a claimed job to its end with `engine`, the one its engine name selects on this
+/// computer (`None`: there is none), and reports it. `config` is the owner's configuration
+/// at claim time; `lease` fences every write and journals the run's process and outcome.
+pub async fn run_job<E: Engine>(
+    client: DeviceClient,
+    job: ClaimedJob,
+    config: Config,
+    stop: RunStop,
+    lease: Arc<RunLease>,
+    secrets: RunSecrets,
+    engine: Option<E>,
+) -> RunEnd {
+    let ctx = Claimed {
+        client: &client,
+        job: &job,
+        config: &config,
+        stop: &stop,
+        lease: &lease,
+        secrets: &secrets,
+    };
+    match execute(ctx, engine.as_ref()).await {
+        Ok(mut params) => {
+            params.summary = redact(&params.summary, &secrets.hidden);
+            tracing::info!(job = %job.id, outcome = ?params.outcome, "{}", params.summary);
+            lease.finished(&params);
+            complete(&client, &lease, &params, &stop).await
+        }
+        Err(reason) => {
+            tracing::warn!(job = %job.id, ?reason, "run stopped without completing");
+            RunEnd::Abandoned(reason)
+        }
+    }
+}
+
+/// The run as claimed, before its folder and secrets are looked up.
+#[derive(Clone, Copy)]
+struct Claimed<'a> {
+    client: &'a DeviceClient,
+    job: &'a ClaimedJob,
+    config: &'a Config,
+    stop: &'a RunStop,
+    lease: &'a Arc<RunLease>,
+    secrets: &'a RunSecrets,
+}
+
+/// Runs the job; the completion to report, or why nothing may be reported.
+async fn execute<E: Engine>(
+    run: Claimed<'_>,
+    engine: Option<&E>,
+) -> Result<CompleteParams, StopReason> {
+    let spec = &run.job.spec;
+    let named = match &run.secrets.named {
+        Ok(named) => named.clone(),
+        Err(Missing(name)) => {
+            return Ok(blocked(format!(
+                "the secret {name} is not saved on this computer; send it from the Computers page"
+            )))
+        }
+    };
+    let Some(folder) = run.config.folder(&spec.folder) else {
+        return Ok(blocked(format!(
+            "this computer shares no folder labelled {:?}",
+            spec.folder
+        )));
+    };
+    if !folder.path.is_dir() {
+        return Ok(blocked(format!(
+            "the folder shared as {:?} ({}) no longer exists",
+            folder.label,
+            folder.path.display()
+        )));
+    }
+    let Some(engine) = engine else {
+        return Ok(blocked(format!(
+            "this computer has no recipe or engine named {:?}",
+            spec.engine
+        )));
+    };
+    let ctx = RunContext {
+        client: run.client,
+        job: run.job,
+        config: run.config,
+        folder,
+        stop: run.stop,
+        lease: run.lease,
+        secrets: run.secrets,
+        named,
+    };
+    engine.run(ctx).await
+}
+
+/// Reports the outcome, retrying while the server cannot be reached, until it answers. A
+/// lease that ran out while this computer was cut off is reattached first (the completion
+/// is idempotent under one lease, so a repeat after a lost answer is harmless).
+async fn complete(
+    client: &DeviceClient,
+    lease: &RunLease,
+    params: &CompleteParams,
+    stop: &RunStop,
+) -> RunEnd {
+    let job_id = lease.job_id();
+    let mut backoff = Backoff::new();
+    loop {
+        let token = lease.token();
+        let wait = match client.complete(job_id, &token, params).await {
+            Ok(()) => return RunEnd::Completed,
+            Err(RemoteError::StaleLease) => match lease.recover(&token).await {
+                Recovery::Renewed => continue,
+                Recovery::Later(at_least) => backoff.next_delay().max(at_least),
+                Recovery::Lost => {
+                    tracing::warn!(job = %job_id, "the server no longer holds this run's lease; outcome not recorded");
+                    return RunEnd::Abandoned(StopReason::LeaseLost);
+                }
+                Recovery::Revoked => return RunEnd::Abandoned(StopReason::Revoked),
+            },
+            Err(RemoteError::Revoked) => return RunEnd::Abandoned(StopReason::Revoked),
+            Err(err) if err.is_transient() => {
+                tracing::warn!(job = %job_id, "completion not delivered, retrying: {err}");
+                backoff.next_delay().max(err.retry_after())
+            }
+            Err(err) => {
+                tracing::error!(job = %job_id, "the server refused the completion: {err}");
+                return RunEnd::Completed;
+            }
+        };
+        if stop.wait_at_least(StopReason::Shutdown, wait).await {
+            return RunEnd::Abandoned(stop.current().unwrap_or(StopReason::Shutdown));
+        }
+    }
+}

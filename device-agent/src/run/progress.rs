@@ -1,0 +1,267 @@
+//! Streaming a run's output to the server in numbered batches.
+//!
+//! Lines are batched (at most [`MAX_LINES_PER_PROGRESS`] lines and about 64 KiB per call) and
+//! flushed every [`FLUSH_EVERY`] or when a batch is full. Each call carries a `seq` one higher
+//! than the last; a call that got no answer is sent again with the same `seq`, which the
+//! server treats as a repeat, so no line is recorded twice.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tether_protocol::jobs::{ProgressParams, MAX_LINES_PER_PROGRESS, MAX_LINE_BYTES};
+use tokio::sync::mpsc;
+
+use crate::local::vault::redact;
+use crate::remote::backoff::Backoff;
+use crate::remote::client::{DeviceClient, RemoteError};
+use crate::run::lease::{Recovery, RunLease};
+use crate::run::stop::{RunStop, StopReason};
+
+/// Most bytes of line text one progress call carries.
+pub const MAX_BATCH_BYTES: usize = 64 * 1024;
+/// How long a line may wait before it is sent.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(250);
+
+/// One progress call's worth of lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    pub seq: u64,
+    pub lines: Vec<String>,
+}
+
+/// Collects lines into batches and numbers them. Pure: no I/O, no clock.
+#[derive(Debug)]
+pub struct ProgressBatcher {
+    lines: Vec<String>,
+    bytes: usize,
+    next_seq: u64,
+}
+
+impl ProgressBatcher {
+    /// Numbering starts at 1, so a server that keeps "last seq seen" starting at 0 accepts
+    /// the first call.
+    pub fn new() -> ProgressBatcher {
+        ProgressBatcher {
+            lines: Vec::new(),
+            bytes: 0,
+            next_seq: 1,
+        }
+    }
+
+    /// Adds a line (cut to [`MAX_LINE_BYTES`]). Returns a batch that must be sent now when
+    /// the line filled the current one or did not fit in it.
+    pub fn push(&mut self, line: String) -> Option<Batch> {
+        let line = cut_line(line);
+        let ready = if !self.lines.is_empty() && self.bytes + line.len() > MAX_BATCH_BYTES {
+            self.take()
+        } else {
+            None
+        };
+        self.bytes += line.len();
+        self.lines.push(line);
+        // A line is at most 4 KiB, so a batch started by a cut holds one line and cannot be
+        // full by count as well.
+        ready.or_else(|| {
+            (self.lines.len() >= MAX_LINES_PER_PROGRESS)
+                .then(|| self.take())
+                .flatten()
+        })
+    }
+
+    /// The lines collected so far as a numbered batch, if there are any.
+    pub fn take(&mut self) -> Option<Batch> {
+        if self.lines.is_empty() {
+            return None;
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.bytes = 0;
+        Some(Batch {
+            seq,
+            lines: std::mem::take(&mut self.lines),
+        })
+    }
+}
+
+impl Default for ProgressBatcher {
+    fn default() -> Self {
+        ProgressBatcher::new()
+    }
+}
+
+/// Cuts a line to [`MAX_LINE_BYTES`] on a character boundary.
+fn cut_line(mut line: String) -> String {
+    if line.len() > MAX_LINE_BYTES {
+        let mut end = MAX_LINE_BYTES;
+        while !line.is_char_boundary(end) {
+            end -= 1;
+        }
+        line.truncate(end);
+    }
+    line
+}
+
+/// Whether the reporter should go on after a delivery attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Delivery {
+    Delivered,
+    /// The run lost its lease or the device its token: nothing more may be sent.
+    Abandoned,
+}
+
+/// Sends the run's output until `lines` closes, then flushes what is left.
+///
+/// Stops early when the lease is lost for good or the device revoked (raising that on
+/// `stop`), and raises a cancel when an answer says the owner asked to stop. A lease found
+/// stale after an outage is reattached ([`RunLease::recover`]) and the batch sent again
+/// under the new lease, with the same `seq`.
+pub async fn report_output(
+    client: DeviceClient,
+    lease: Arc<RunLease>,
+    mut lines: mpsc::Receiver<String>,
+    stop: RunStop,
+    hidden: Arc<Vec<String>>,
+) {
+    let mut batcher = ProgressBatcher::new();
+    let mut tick = tokio::time::interval(FLUSH_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let (batch, closed) = tokio::select! {
+            line = lines.recv() => match line {
+                // Saved secret values never leave this computer.
+                Some(line) => (batcher.push(redact(&line, &hidden)), false),
+                None => (batcher.take(), true),
+            },
+            _ = tick.tick() => (batcher.take(), false),
+        };
+        if let Some(batch) = batch {
+            let delivery = deliver(&client, &lease, batch, &stop).await;
+            if delivery == Delivery::Abandoned {
+                return;
+            }
+        }
+        if closed {
+            return;
+        }
+    }
+}
+
+/// Sends one batch, retrying with the same `seq` while the server cannot be reached.
+async fn deliver(
+    client: &DeviceClient,
+    lease: &RunLease,
+    batch: Batch,
+    stop: &RunStop,
+) -> Delivery {
+    let job_id = lease.job_id();
+    let params = ProgressParams {
+        seq: batch.seq,
+        lines: batch.lines,
+        status: None,
+    };
+    let mut backoff = Backoff::new();
+    loop {
+        let token = lease.token();
+        let wait = match client.progress(job_id, &token, &params).await {
+            Ok(answer) => {
+                lease.confirmed(&token);
+                if answer.cancel_requested {
+                    stop.raise(StopReason::Cancel);
+                }
+                return Delivery::Delivered;
+            }
+            Err(RemoteError::StaleLease) => match lease.recover(&token).await {
+                Recovery::Renewed => continue,
+                Recovery::Later(at_least) => backoff.next_delay().max(at_least),
+                Recovery::Lost => {
+                    stop.raise(StopReason::LeaseLost);
+                    return Delivery::Abandoned;
+                }
+                Recovery::Revoked => {
+                    stop.raise(StopReason::Revoked);
+                    return Delivery::Abandoned;
+                }
+            },
+            Err(RemoteError::Revoked) => {
+                stop.raise(StopReason::Revoked);
+                return Delivery::Abandoned;
+            }
+            Err(err) if err.is_transient() => {
+                tracing::warn!(job = %job_id, seq = params.seq, "progress not delivered, retrying: {err}");
+                backoff.next_delay().max(err.retry_after())
+            }
+            Err(err) => {
+                // The server refused this batch for good; holding the run hostage to it would
+                // help nobody, so the lines are dropped and the run goes on.
+                tracing::warn!(job = %job_id, seq = params.seq, "progress refused, lines dropped: {err}");
+                return Delivery::Delivered;
+            }
+        };
+        if stop.wait_at_least(StopReason::Shutdown, wait).await {
+            return Delivery::Abandoned;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(n: usize, width: usize) -> Vec<String> {
+        (0..n).map(|i| format!("{i:0width$}")).collect()
+    }
+
+    /// Feeds `input`, then flushes; returns (seq, line count, bytes) per batch.
+    fn check(input: Vec<String>, expected: &[(u64, usize)]) {
+        let mut batcher = ProgressBatcher::new();
+        let mut batches: Vec<Batch> = input
+            .into_iter()
+            .filter_map(|line| batcher.push(line))
+            .collect();
+        batches.extend(batcher.take());
+        let shape: Vec<(u64, usize)> = batches.iter().map(|b| (b.seq, b.lines.len())).collect();
+        assert_eq!(shape, expected);
+        for batch in &batches {
+            assert!(batch.lines.len() <= MAX_LINES_PER_PROGRESS);
+            assert!(batch.lines.iter().map(String::len).sum::<usize>() <= MAX_BATCH_BYTES);
+        }
+    }
+
+    #[test]
+    fn batches_are_cut_by_count_and_by_size() {
+        check(Vec::new(), &[]);
+        check(lines(3, 1), &[(1, 3)]);
+        check(lines(200, 3), &[(1, 200)]);
+        check(lines(450, 3), &[(1, 200), (2, 200), (3, 50)]);
+        // 1000-byte lines: 65 fit in 64 KiB (65 000 bytes), the 66th starts a new batch.
+        check(lines(100, 1000), &[(1, 65), (2, 35)]);
+        // Lines longer than the limit are cut to 4 KiB: 16 per batch.
+        check(lines(20, 10_000), &[(1, 16), (2, 4)]);
+    }
+
+    #[test]
+    fn seq_goes_up_by_one_per_batch_and_survives_empty_flushes() {
+        let mut batcher = ProgressBatcher::new();
+        assert_eq!(batcher.take(), None);
+        assert_eq!(batcher.push("a".into()), None);
+        assert_eq!(
+            batcher.take(),
+            Some(Batch {
+                seq: 1,
+                lines: vec!["a".into()]
+            })
+        );
+        assert_eq!(batcher.take(), None);
+        assert_eq!(batcher.push("b".into()), None);
+        assert_eq!(batcher.take().map(|b| b.seq), Some(2));
+    }
+
+    #[test]
+    fn long_lines_are_cut_on_a_char_boundary() {
+        let line = "é".repeat(MAX_LINE_BYTES); // 2 bytes each
+        let cut = cut_line(line);
+        assert_eq!(cut.len(), MAX_LINE_BYTES);
+        let odd = format!("a{}", "é".repeat(MAX_LINE_BYTES));
+        assert_eq!(cut_line(odd).len(), MAX_LINE_BYTES - 1);
+    }
+}

@@ -1,0 +1,805 @@
+//! The rows of `jobs` and every change to them: a job's states, its attempts and its lease.
+//!
+//! This is the only module that writes `jobs`, so each transition is stored in one place:
+//! queue ([`insert_queued`]), claim ([`claim`]), progress ([`record_progress`]), extend a
+//! lease ([`extend_lease`], and the outage grace [`extend_running_leases`]), wait for a
+//! decision and back ([`start_waiting`], [`resume_if_idle`]), cancel requested
+//! ([`request_cancel`]), revive ([`revive`], for reattach and resume), and end ([`finish`],
+//! settling the run's open decisions with [`settle_open`]). The callers (`jobs`, `leases`,
+//! `decisions`, `evidence`, `devices`, the sweeper) decide *whether* a transition is
+//! allowed; this module knows how each is stored.
+//!
+//! **Invariant:** every end of a job goes through [`finish`], which writes the outcome, a
+//! `system` event, settles the run's pending decisions and records `job.ended`, all in the
+//! caller's transaction.
+//!
+//! **Invariant:** a transaction that changes a job or its decisions first locks the job's
+//! row ([`lock_for_device`], [`lock_for_account`], [`fenced`], [`oldest_queued`],
+//! [`expired_leases`]), so such transactions never wait on each other in opposite orders.
+
+use serde_json::json;
+use tether_protocol::decisions::DecisionState;
+use tether_protocol::jobs::{Job, JobEvent, JobOutcome, JobSpec, JobState, Outcome};
+use tether_protocol::{AccountId, Code, DeviceId, JobId, LeaseToken};
+
+use crate::clock::{to_time, Millis};
+use crate::credentials;
+use crate::error::ApiError;
+use crate::ledger::{self, LedgerKind};
+use crate::store::{on_read, on_tx, stored_id, Store, Tx};
+
+const JOB_COLUMNS: &str = "id, account_id, device_id, title, spec_json, state, attempt, \
+    cancel_requested, outcome_json, lease_token_hash, lease_expires_at, progress_seq, \
+    created_at, started_at, ended_at, last_lease_hash, end_cause, resumes";
+
+/// A `jobs` row. Not `Serialize`: [`JobRow::into_job`] builds the wire type. Only this
+/// module reads or writes one; the fields are for callers' decisions.
+#[derive(sqlx::FromRow)]
+pub(crate) struct JobRow {
+    pub(crate) id: String,
+    pub(crate) account_id: String,
+    pub(crate) device_id: String,
+    pub(crate) title: String,
+    pub(crate) spec_json: String,
+    pub(crate) state: String,
+    pub(crate) attempt: i64,
+    pub(crate) cancel_requested: i64,
+    pub(crate) outcome_json: Option<String>,
+    pub(crate) lease_token_hash: Option<String>,
+    pub(crate) lease_expires_at: Option<i64>,
+    pub(crate) progress_seq: i64,
+    pub(crate) created_at: i64,
+    pub(crate) started_at: Option<i64>,
+    pub(crate) ended_at: Option<i64>,
+    pub(crate) last_lease_hash: Option<String>,
+    pub(crate) end_cause: Option<String>,
+    pub(crate) resumes: i64,
+}
+
+impl JobRow {
+    pub(crate) fn state(&self) -> Result<JobState, ApiError> {
+        JobState::parse(&self.state)
+            .ok_or_else(|| ApiError::internal(&format_args!("stored job state {:?}", self.state)))
+    }
+
+    pub(crate) fn spec(&self) -> Result<JobSpec, ApiError> {
+        Ok(serde_json::from_str(&self.spec_json)?)
+    }
+
+    pub(crate) fn account_id(&self) -> Result<AccountId, ApiError> {
+        stored_id(self.account_id.clone())
+    }
+
+    /// The wire job with `events`; its decisions and evidence are the caller's to add.
+    pub(crate) fn into_job(self, events: Vec<JobEvent>) -> Result<Job, ApiError> {
+        Ok(Job {
+            state: self.state()?,
+            spec: self.spec()?,
+            id: stored_id(self.id)?,
+            device_id: stored_id(self.device_id)?,
+            title: self.title,
+            attempt: u32::try_from(self.attempt).unwrap_or(u32::MAX),
+            cancel_requested: self.cancel_requested != 0,
+            outcome: match self.outcome_json {
+                Some(json) => Some(serde_json::from_str(&json)?),
+                None => None,
+            },
+            created_at: to_time(self.created_at),
+            started_at: self.started_at.map(to_time),
+            ended_at: self.ended_at.map(to_time),
+            events,
+            decisions: Vec::new(),
+            evidence: Vec::new(),
+        })
+    }
+}
+
+/// Who or what ended a job, stored as `jobs.end_cause`: reattach and resume revive only a
+/// run whose lease expired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EndCause {
+    /// The device completed it.
+    Device,
+    /// The owner cancelled it before it started.
+    Owner,
+    /// The sweeper found its lease expired.
+    LeaseExpired,
+    /// Its device was revoked or removed.
+    Revoked,
+}
+
+impl EndCause {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            EndCause::Device => "device",
+            EndCause::Owner => "owner",
+            EndCause::LeaseExpired => "lease_expired",
+            EndCause::Revoked => "revoked",
+        }
+    }
+}
+
+/// What becomes of a run's pending decisions when it no longer waits for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OpenDecisions {
+    /// Its lease ran out: nobody answered in time.
+    Expire,
+    /// It ended otherwise, was cancelled, or goes on as a new attempt.
+    Withdraw,
+}
+
+/// An outcome recorded by the server or the device.
+pub(crate) fn outcome(outcome: Outcome, summary: &str) -> JobOutcome {
+    JobOutcome {
+        outcome,
+        summary: summary.to_owned(),
+        exit_code: None,
+        report: None,
+    }
+}
+
+/// 409 `stale_lease`: the device must stop this run's side effects.
+pub(crate) fn stale_lease() -> ApiError {
+    ApiError::new(
+        Code::StaleLease,
+        "This lease is wrong, old or expired; stop this run's side effects.",
+    )
+}
+
+/// Whether `lease` is the job's current, unexpired lease on a running or waiting job.
+pub(crate) fn holds_lease(job: &JobRow, lease: &LeaseToken, now: Millis) -> bool {
+    let live = matches!(job.state(), Ok(JobState::Running | JobState::Waiting))
+        && job.lease_expires_at.is_some_and(|expires| expires > now);
+    live && is_hash_of(job.lease_token_hash.as_deref(), lease)
+}
+
+/// Whether `stored` is the hash of `lease` (compared in constant time).
+pub(crate) fn is_hash_of(stored: Option<&str>, lease: &LeaseToken) -> bool {
+    let presented = credentials::hash_token(lease.expose());
+    stored.is_some_and(|hash| credentials::hashes_match(hash, &presented))
+}
+
+/// Cuts `text` to at most `max_bytes`, on a character boundary (event lines, messages).
+pub fn truncate(text: &str, max_bytes: usize) -> String {
+    if text.len() <= max_bytes {
+        return text.to_owned();
+    }
+    let mut end = max_bytes;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
+
+// ---- Reads outside a transaction ----
+
+/// One job of `account_id`, or `None`.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn read_for_account(
+    store: &Store,
+    account_id: &AccountId,
+    job_id: &JobId,
+) -> Result<Option<JobRow>, ApiError> {
+    let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND account_id = $2");
+    let row = on_read!(store, |pool| sqlx::query_as::<_, JobRow>(&sql)
+        .bind(job_id.as_str())
+        .bind(account_id.as_str())
+        .fetch_optional(pool)
+        .await)?;
+    Ok(row)
+}
+
+/// The account's jobs, newest first, at most `limit`; `device` and `state` filter.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn list_for_account(
+    store: &Store,
+    account_id: &AccountId,
+    device: Option<&DeviceId>,
+    state: Option<JobState>,
+    limit: i64,
+) -> Result<Vec<JobRow>, ApiError> {
+    let sql = format!(
+        "SELECT {JOB_COLUMNS} FROM jobs WHERE account_id = $1 \
+         AND ($2 = '' OR device_id = $2) AND ($3 = '' OR state = $3) \
+         ORDER BY created_at DESC, id DESC LIMIT $4"
+    );
+    let rows = on_read!(store, |pool| sqlx::query_as::<_, JobRow>(&sql)
+        .bind(account_id.as_str())
+        .bind(device.map_or("", DeviceId::as_str))
+        .bind(state.map_or("", JobState::as_str))
+        .bind(limit)
+        .fetch_all(pool)
+        .await)?;
+    Ok(rows)
+}
+
+/// A job's timeline, in order.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn events(store: &Store, job_id: &JobId) -> Result<Vec<JobEvent>, ApiError> {
+    let rows = on_read!(store, |pool| sqlx::query_as::<_, EventRow>(
+        "SELECT seq, at, kind, text FROM job_events WHERE job_id = $1 ORDER BY seq"
+    )
+    .bind(job_id.as_str())
+    .fetch_all(pool)
+    .await)?;
+    Ok(rows.into_iter().map(EventRow::into_event).collect())
+}
+
+/// The devices of `account_id` with queued jobs: the ones to wake when a run slot frees.
+///
+/// # Errors
+/// A database error.
+pub async fn devices_with_queued_work(
+    store: &Store,
+    account_id: &AccountId,
+) -> Result<Vec<DeviceId>, ApiError> {
+    let rows = on_read!(store, |pool| sqlx::query_scalar::<_, String>(
+        "SELECT DISTINCT device_id FROM jobs WHERE account_id = $1 AND state = 'queued'"
+    )
+    .bind(account_id.as_str())
+    .fetch_all(pool)
+    .await)?;
+    rows.into_iter().map(stored_id).collect()
+}
+
+/// The device a job of `account_id` belongs to.
+///
+/// # Errors
+/// 404 `not_found` for an unknown job or another account's.
+pub async fn device_of(
+    store: &Store,
+    account_id: &AccountId,
+    job_id: &JobId,
+) -> Result<DeviceId, ApiError> {
+    let row = on_read!(store, |pool| sqlx::query_scalar::<_, String>(
+        "SELECT device_id FROM jobs WHERE id = $1 AND account_id = $2"
+    )
+    .bind(job_id.as_str())
+    .bind(account_id.as_str())
+    .fetch_optional(pool)
+    .await)?;
+    stored_id(row.ok_or_else(|| ApiError::not_found("job"))?)
+}
+
+/// [`count_queued`] outside a transaction (on SQLite, from the read pool, not the writer).
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn count_queued_now(store: &Store, device_id: &DeviceId) -> Result<i64, ApiError> {
+    let count = on_read!(store, |pool| sqlx::query_scalar::<_, i64>(
+        "SELECT COUNT(*) FROM jobs WHERE device_id = $1 AND state = 'queued'"
+    )
+    .bind(device_id.as_str())
+    .fetch_one(pool)
+    .await)?;
+    Ok(count)
+}
+
+// ---- Reads in a transaction (locking the rows they return on PostgreSQL) ----
+
+/// A job of this device, row-locked.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn lock_for_device(
+    tx: &mut Tx,
+    device_id: &DeviceId,
+    job_id: &JobId,
+) -> Result<Option<JobRow>, ApiError> {
+    let sql = format!(
+        "SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND device_id = $2{}",
+        tx.lock_clause()
+    );
+    let row = on_tx!(tx, |conn| sqlx::query_as::<_, JobRow>(&sql)
+        .bind(job_id.as_str())
+        .bind(device_id.as_str())
+        .fetch_optional(conn)
+        .await)?;
+    Ok(row)
+}
+
+/// A job of this account, row-locked.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn lock_for_account(
+    tx: &mut Tx,
+    account_id: &AccountId,
+    job_id: &JobId,
+) -> Result<Option<JobRow>, ApiError> {
+    let sql = format!(
+        "SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND account_id = $2{}",
+        tx.lock_clause()
+    );
+    let row = on_tx!(tx, |conn| sqlx::query_as::<_, JobRow>(&sql)
+        .bind(job_id.as_str())
+        .bind(account_id.as_str())
+        .fetch_optional(conn)
+        .await)?;
+    Ok(row)
+}
+
+/// The job, row-locked, if it is this device's and `lease` holds it: the fence every write
+/// about a run passes.
+///
+/// # Errors
+/// 404 for a job not of this device, 409 `stale_lease`.
+pub(crate) async fn fenced(
+    tx: &mut Tx,
+    device_id: &DeviceId,
+    job_id: &JobId,
+    lease: &LeaseToken,
+    now: Millis,
+) -> Result<JobRow, ApiError> {
+    let job = lock_for_device(tx, device_id, job_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("job"))?;
+    if holds_lease(&job, lease, now) {
+        Ok(job)
+    } else {
+        Err(stale_lease())
+    }
+}
+
+/// The device's oldest queued job, skipping one another claim holds.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn oldest_queued(
+    tx: &mut Tx,
+    device_id: &DeviceId,
+) -> Result<Option<JobRow>, ApiError> {
+    let sql = format!(
+        "SELECT {JOB_COLUMNS} FROM jobs WHERE device_id = $1 AND state = 'queued' \
+         ORDER BY created_at, id LIMIT 1{}",
+        tx.skip_locked_clause()
+    );
+    let row = on_tx!(tx, |conn| sqlx::query_as::<_, JobRow>(&sql)
+        .bind(device_id.as_str())
+        .fetch_optional(conn)
+        .await)?;
+    Ok(row)
+}
+
+/// Running or waiting jobs whose lease expired at or before `now`, oldest expiry first, at
+/// most `limit`, skipping rows another sweeper holds.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn expired_leases(
+    tx: &mut Tx,
+    now: Millis,
+    limit: i64,
+) -> Result<Vec<JobRow>, ApiError> {
+    let sql = format!(
+        "SELECT {JOB_COLUMNS} FROM jobs WHERE state IN ('running', 'waiting') \
+         AND lease_expires_at <= $1 ORDER BY lease_expires_at LIMIT $2{}",
+        tx.skip_locked_clause()
+    );
+    let rows = on_tx!(tx, |conn| sqlx::query_as::<_, JobRow>(&sql)
+        .bind(now)
+        .bind(limit)
+        .fetch_all(conn)
+        .await)?;
+    Ok(rows)
+}
+
+/// How many jobs wait for this device.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn count_queued(tx: &mut Tx, device_id: &DeviceId) -> Result<i64, ApiError> {
+    let count = on_tx!(tx, |conn| sqlx::query_scalar::<_, i64>(
+        "SELECT COUNT(*) FROM jobs WHERE device_id = $1 AND state = 'queued'"
+    )
+    .bind(device_id.as_str())
+    .fetch_one(conn)
+    .await)?;
+    Ok(count)
+}
+
+/// How many runs of the account are going (running or waiting).
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn running_in_account(
+    tx: &mut Tx,
+    account_id: &AccountId,
+) -> Result<i64, ApiError> {
+    let count = on_tx!(tx, |conn| sqlx::query_scalar::<_, i64>(
+        "SELECT COUNT(*) FROM jobs WHERE account_id = $1 AND state IN ('running', 'waiting')"
+    )
+    .bind(account_id.as_str())
+    .fetch_one(conn)
+    .await)?;
+    Ok(count)
+}
+
+// ---- Transitions ----
+
+/// Stores a new `queued` job.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn insert_queued(
+    tx: &mut Tx,
+    job_id: &JobId,
+    account_id: &AccountId,
+    device_id: &DeviceId,
+    spec: &JobSpec,
+    now: Millis,
+) -> Result<(), ApiError> {
+    let sql = "INSERT INTO jobs (id, account_id, device_id, title, spec_json, state, created_at) \
+               VALUES ($1, $2, $3, $4, $5, 'queued', $6)";
+    let spec_json = serde_json::to_string(spec)?;
+    on_tx!(tx, |conn| sqlx::query(sql)
+        .bind(job_id.as_str())
+        .bind(account_id.as_str())
+        .bind(device_id.as_str())
+        .bind(&spec.title)
+        .bind(&spec_json)
+        .bind(now)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
+/// A queued job becomes `running` as its next attempt under `lease` until `lease_until`.
+/// Returns that attempt.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn claim(
+    tx: &mut Tx,
+    job: &JobRow,
+    lease: &LeaseToken,
+    lease_until: Millis,
+    now: Millis,
+) -> Result<i64, ApiError> {
+    let attempt = job.attempt + 1;
+    let sql = "UPDATE jobs SET state = 'running', attempt = $1, lease_token_hash = $2, \
+               last_lease_hash = $2, lease_expires_at = $3, \
+               started_at = COALESCE(started_at, $4), progress_seq = 0 WHERE id = $5";
+    on_tx!(tx, |conn| sqlx::query(sql)
+        .bind(attempt)
+        .bind(credentials::hash_token(lease.expose()))
+        .bind(lease_until)
+        .bind(now)
+        .bind(&job.id)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    Ok(attempt)
+}
+
+/// Notes the last progress batch applied, so a retried one changes nothing.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn record_progress(tx: &mut Tx, job: &JobRow, seq: i64) -> Result<(), ApiError> {
+    on_tx!(tx, |conn| sqlx::query(
+        "UPDATE jobs SET progress_seq = $1 WHERE id = $2"
+    )
+    .bind(seq)
+    .bind(&job.id)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
+/// Moves the job's lease expiry to `until`.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn extend_lease(tx: &mut Tx, job: &JobRow, until: Millis) -> Result<(), ApiError> {
+    on_tx!(tx, |conn| sqlx::query(
+        "UPDATE jobs SET lease_expires_at = $1 WHERE id = $2"
+    )
+    .bind(until)
+    .bind(&job.id)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
+/// The outage grace: every running or waiting lease that would expire before `until` runs
+/// until then. Returns how many were extended.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn extend_running_leases(tx: &mut Tx, until: Millis) -> Result<u64, ApiError> {
+    let extended = on_tx!(tx, |conn| sqlx::query(
+        "UPDATE jobs SET lease_expires_at = $1 \
+         WHERE state IN ('running', 'waiting') AND lease_expires_at < $1"
+    )
+    .bind(until)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    Ok(extended)
+}
+
+/// The run asked a question: `running` → `waiting`, the lease extended to `lease_until`
+/// like by progress.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn start_waiting(
+    tx: &mut Tx,
+    job: &JobRow,
+    lease_until: Millis,
+) -> Result<(), ApiError> {
+    on_tx!(tx, |conn| sqlx::query(
+        "UPDATE jobs SET state = 'waiting', lease_expires_at = $1 WHERE id = $2"
+    )
+    .bind(lease_until)
+    .bind(&job.id)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
+/// A waiting job with nothing pending (and unexpired) any more is running again.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn resume_if_idle(tx: &mut Tx, job: &JobRow, now: Millis) -> Result<(), ApiError> {
+    on_tx!(tx, |conn| sqlx::query(
+        "UPDATE jobs SET state = 'running' WHERE id = $1 AND state = 'waiting' \
+         AND NOT EXISTS (SELECT 1 FROM decisions WHERE account_id = $2 AND job_id = $1 \
+         AND state = 'pending' AND expires_at > $3)"
+    )
+    .bind(&job.id)
+    .bind(&job.account_id)
+    .bind(now)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
+/// The owner asked a running or waiting job to stop; its device completes it `cancelled`.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn request_cancel(tx: &mut Tx, job: &JobRow) -> Result<(), ApiError> {
+    on_tx!(tx, |conn| sqlx::query(
+        "UPDATE jobs SET cancel_requested = 1 WHERE id = $1"
+    )
+    .bind(&job.id)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
+/// Puts `job` back to running (a waiting job stays waiting) under `lease` until
+/// `lease_until`; with `new_attempt` = `(attempt, resumes)`, as a new attempt.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn revive(
+    tx: &mut Tx,
+    job: &JobRow,
+    lease: &LeaseToken,
+    lease_until: Millis,
+    new_attempt: Option<(i64, i64)>,
+) -> Result<(), ApiError> {
+    let (attempt, resumes, progress_seq) = match new_attempt {
+        Some((attempt, resumes)) => (attempt, resumes, 0),
+        None => (job.attempt, job.resumes, job.progress_seq),
+    };
+    let sql = "UPDATE jobs SET state = CASE WHEN state = 'waiting' AND $1 = 0 THEN 'waiting' \
+               ELSE 'running' END, attempt = $2, resumes = $3, progress_seq = $4, \
+               lease_token_hash = $5, last_lease_hash = $5, lease_expires_at = $6, \
+               outcome_json = NULL, ended_at = NULL, end_cause = NULL WHERE id = $7";
+    on_tx!(tx, |conn| sqlx::query(sql)
+        .bind(i64::from(new_attempt.is_some()))
+        .bind(attempt)
+        .bind(resumes)
+        .bind(progress_seq)
+        .bind(credentials::hash_token(lease.expose()))
+        .bind(lease_until)
+        .bind(&job.id)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
+/// Ends `job` with `outcome`: state, outcome, end time, cause, lease expiry cleared, a
+/// `system` event, its pending decisions settled and the ledger entry. The lease token hash
+/// is kept only for a device's own completion (so it can be answered again); other ends
+/// clear it. `last_lease_hash` is kept either way, for reattach.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn finish(
+    tx: &mut Tx,
+    job: &JobRow,
+    outcome: &JobOutcome,
+    cause: EndCause,
+    now: Millis,
+) -> Result<(), ApiError> {
+    let state = outcome.outcome.state();
+    // Only the device completes with something other than `interrupted`; a queued job has
+    // no lease hash to keep.
+    let keep_lease = outcome.outcome != Outcome::Interrupted;
+    let sql = "UPDATE jobs SET state = $1, outcome_json = $2, ended_at = $3, \
+               lease_expires_at = NULL, \
+               lease_token_hash = CASE WHEN $4 = 1 THEN lease_token_hash ELSE NULL END, \
+               end_cause = $5 WHERE id = $6";
+    on_tx!(tx, |conn| sqlx::query(sql)
+        .bind(state.as_str())
+        .bind(serde_json::to_string(outcome)?)
+        .bind(now)
+        .bind(i64::from(keep_lease))
+        .bind(cause.as_str())
+        .bind(&job.id)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    let text = format!("Ended {}: {}", state.as_str(), outcome.summary);
+    append_events(tx, job, now, "system", &[truncate(&text, 4096)]).await?;
+    let open_decisions = if cause == EndCause::LeaseExpired {
+        OpenDecisions::Expire
+    } else {
+        OpenDecisions::Withdraw
+    };
+    settle_open(tx, job, open_decisions, now).await?;
+    let detail = json!({ "jobId": job.id, "deviceId": job.device_id, "outcome": state.as_str(),
+                         "attempt": job.attempt });
+    ledger::record(
+        tx,
+        &job.account_id()?,
+        now,
+        LedgerKind::JobEnded,
+        &job.id,
+        detail,
+    )
+    .await
+}
+
+/// Ends every unfinished job of a revoked device: running and waiting ones `interrupted`,
+/// queued ones `cancelled`. Returns how many ended.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn end_for_revoked_device(
+    tx: &mut Tx,
+    device_id: &DeviceId,
+    now: Millis,
+) -> Result<usize, ApiError> {
+    let sql = format!(
+        "SELECT {JOB_COLUMNS} FROM jobs WHERE device_id = $1 \
+         AND state IN ('queued', 'running', 'waiting') ORDER BY created_at{}",
+        tx.lock_clause()
+    );
+    let rows = on_tx!(tx, |conn| sqlx::query_as::<_, JobRow>(&sql)
+        .bind(device_id.as_str())
+        .fetch_all(conn)
+        .await)?;
+    for job in &rows {
+        let ended = if job.state()? == JobState::Queued {
+            outcome(
+                Outcome::Cancelled,
+                "The device was revoked before the job started.",
+            )
+        } else {
+            outcome(
+                Outcome::Interrupted,
+                "The device was revoked while the job ran.",
+            )
+        };
+        finish(tx, job, &ended, EndCause::Revoked, now).await?;
+    }
+    Ok(rows.len())
+}
+
+/// Settles every pending decision of `job` (expired or withdrawn) and puts a waiting job
+/// back to running. The caller holds the job's row lock. Returns how many it settled.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn settle_open(
+    tx: &mut Tx,
+    job: &JobRow,
+    how: OpenDecisions,
+    now: Millis,
+) -> Result<u64, ApiError> {
+    let state = match how {
+        OpenDecisions::Expire => DecisionState::Expired,
+        OpenDecisions::Withdraw => DecisionState::Withdrawn,
+    };
+    let settled = on_tx!(tx, |conn| sqlx::query(
+        "UPDATE decisions SET state = $1, answered_at = $2 \
+         WHERE account_id = $3 AND job_id = $4 AND state = 'pending'"
+    )
+    .bind(state.as_str())
+    .bind(now)
+    .bind(&job.account_id)
+    .bind(&job.id)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    if settled > 0 {
+        resume_if_idle(tx, job, now).await?;
+    }
+    Ok(settled)
+}
+
+/// Appends timeline lines of one kind, numbering them after the job's last event.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn append_events(
+    tx: &mut Tx,
+    job: &JobRow,
+    now: Millis,
+    kind: &str,
+    texts: &[String],
+) -> Result<(), ApiError> {
+    if texts.is_empty() {
+        return Ok(());
+    }
+    let count = i64::try_from(texts.len()).unwrap_or(i64::MAX);
+    // The UPDATE also locks the job row, so concurrent appends cannot reuse a seq.
+    let last = on_tx!(tx, |conn| sqlx::query_scalar::<_, i64>(
+        "UPDATE jobs SET event_seq = event_seq + $1 WHERE id = $2 RETURNING event_seq"
+    )
+    .bind(count)
+    .bind(&job.id)
+    .fetch_one(conn)
+    .await)?;
+    let first = last - count + 1;
+    let mut sql =
+        String::from("INSERT INTO job_events (job_id, account_id, at, kind, seq, text) VALUES ");
+    for index in 0..texts.len() {
+        let param = 5 + 2 * index;
+        if index > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(&format!("($1, $2, $3, $4, ${param}, ${})", param + 1));
+    }
+    on_tx!(tx, |conn| {
+        let mut query = sqlx::query(&sql)
+            .bind(&job.id)
+            .bind(&job.account_id)
+            .bind(now)
+            .bind(kind);
+        for (offset, text) in (0_i64..).zip(texts) {
+            query = query.bind(first + offset).bind(text);
+        }
+        query.execute(conn).await.map(|done| done.rows_affected())
+    })?;
+    Ok(())
+}
+
+#[derive(sqlx::FromRow)]
+struct EventRow {
+    seq: i64,
+    at: i64,
+    kind: String,
+    text: String,
+}
+
+impl EventRow {
+    fn into_event(self) -> JobEvent {
+        JobEvent {
+            seq: self.seq,
+            at: to_time(self.at),
+            kind: self.kind,
+            text: self.text,
+        }
+    }
+}
