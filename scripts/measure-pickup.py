@@ -42,9 +42,9 @@ def main():
                 break
             except OSError:
                 time.sleep(0.1)
-        call("POST", "/api/auth/signup", {"email": "m@example.com", "password": "measure-it", "name": "M"})
+        call("POST", "/api/auth/signup", {"email": "m@example.com", "password": "measure pickup latency", "name": "M"})
         login = urllib.request.Request(BASE + "/api/auth/login", method="POST",
-                                       data=json.dumps({"email": "m@example.com", "password": "measure-it"}).encode(),
+                                       data=json.dumps({"email": "m@example.com", "password": "measure pickup latency"}).encode(),
                                        headers={"content-type": "application/json"})
         with urllib.request.urlopen(login) as answer:
             cookie = answer.headers["set-cookie"].split(";")[0]

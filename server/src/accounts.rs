@@ -1,23 +1,23 @@
-//! Accounts, users, sessions and API tokens.
+//! Accounts, users and sessions (API tokens are `api_tokens`).
 //!
 //! Signup makes a user and a new account named after them; the first user of a fresh
-//! server is the platform admin. Sessions and API tokens are stored as hashes.
+//! server is the platform admin. Sessions are stored as hashes. Passwords are checked and
+//! hashed in the bounded queue of `passwords`; sign-in attempts are counted per email by
+//! `login_failures`.
 
-use tether_protocol::auth::{CreatedToken, LoginParams, Me, NewTokenParams, SignupParams, User};
-use tether_protocol::routes::USER_TOKEN_PREFIX;
-use tether_protocol::{AccountId, Code, TokenId, UserId};
+use tether_protocol::auth::{LoginParams, Me, SignupParams, User};
+use tether_protocol::text::{self, TextKind};
+use tether_protocol::{AccountId, Code, UserId};
 
 use crate::clock::{secs, Millis};
 use crate::credentials;
 use crate::error::ApiError;
+use crate::login_failures;
+use crate::passwords::{self, PasswordQueue, MAX_PASSWORD_CHARS};
 use crate::store::{on_read, on_tx, stored_id, Store, Tx};
 
 /// How long a browser session lasts.
 pub const SESSION_SECS: u64 = 30 * 24 * 3600;
-/// Passwords shorter than this are refused.
-pub const MIN_PASSWORD_CHARS: usize = 8;
-/// Longer passwords are refused: argon2 on megabytes is a denial of service.
-pub const MAX_PASSWORD_CHARS: usize = 1024;
 
 /// A freshly opened browser session. The token goes into the cookie and nowhere else.
 pub struct NewSession {
@@ -33,7 +33,8 @@ pub struct Resolved {
 }
 
 /// Signup input after validation: a normalised email, a password of acceptable length and
-/// a display name. (No `Debug`: it holds the password.)
+/// a display name. Whether the password is too easy to guess is judged by [`signup`], in
+/// the hashing queue (it is CPU work). (No `Debug`: it holds the password.)
 pub struct NewUser {
     email: String,
     password: String,
@@ -68,34 +69,49 @@ impl From<LoginParams> for LoginAttempt {
     }
 }
 
-/// A checked [`NewTokenParams`]: the token's name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewApiToken {
-    name: String,
-}
-
-impl TryFrom<NewTokenParams> for NewApiToken {
-    type Error = ApiError;
-    fn try_from(params: NewTokenParams) -> Result<NewApiToken, ApiError> {
-        Ok(NewApiToken {
-            name: parse_name("name", &params.name, 100)?,
-        })
-    }
-}
-
-/// Creates a user, their account and a session.
+/// Creates a user, their account and a session. The password is judged
+/// ([`passwords::check_strength`], with the email and name as the person's own words) and
+/// hashed in the queue before anything is written.
+///
+/// Signups are serialised (SQLite's one writer; on PostgreSQL a lock on `users` for the
+/// transaction), so two at once with one email give one account and one 409, and only the
+/// very first user is the admin.
 ///
 /// # Errors
-/// 409 `email_taken`, or a database error.
-pub async fn signup(store: &Store, new_user: NewUser) -> Result<(Me, NewSession), ApiError> {
-    let password_hash = hash_password_blocking(new_user.password.clone()).await?;
+/// 503 `unavailable` when the hashing queue is full, 422 naming `password` when it is too
+/// easy to guess, 409 `email_taken`, or a database error.
+pub async fn signup(
+    store: &Store,
+    queue: &PasswordQueue,
+    new_user: NewUser,
+) -> Result<(Me, NewSession), ApiError> {
+    let ticket = queue.admit()?;
+    let password = new_user.password.clone();
+    let local_part = new_user
+        .email
+        .split('@')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let personal = [new_user.email.clone(), local_part, new_user.name.clone()];
+    let password_hash = ticket
+        .run(move || {
+            let personal: Vec<&str> = personal.iter().map(String::as_str).collect();
+            passwords::check_strength(&password, &personal)?;
+            credentials::hash_password(&password)
+        })
+        .await??;
     let now = store.now();
     let mut tx = store.begin().await?;
+    if let Tx::Postgres(pg) = &mut tx {
+        // Conflicts with itself and with writes to users, not with reads or foreign-key
+        // checks: one signup at a time sees the users table.
+        sqlx::query("LOCK TABLE users IN SHARE ROW EXCLUSIVE MODE")
+            .execute(&mut **pg)
+            .await?;
+    }
     if user_by_email(&mut tx, &new_user.email).await?.is_some() {
-        return Err(ApiError::new(
-            Code::EmailTaken,
-            "An account with this email exists.",
-        ));
+        return Err(email_taken());
     }
     let first_user = count_users(&mut tx).await? == 0;
     let account_id = AccountId::generate();
@@ -109,9 +125,11 @@ pub async fn signup(store: &Store, new_user: NewUser) -> Result<(Me, NewSession)
     .execute(conn)
     .await
     .map(|done| done.rows_affected()))?;
-    on_tx!(&mut tx, |conn| sqlx::query(
+    // The lock above already keeps a second signup of this email out; ON CONFLICT is the
+    // answer should anything else ever insert users.
+    let inserted = on_tx!(&mut tx, |conn| sqlx::query(
         "INSERT INTO users (id, account_id, email, name, password_hash, is_admin, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7)"
+         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (email) DO NOTHING"
     )
     .bind(user_id.as_str())
     .bind(account_id.as_str())
@@ -123,6 +141,9 @@ pub async fn signup(store: &Store, new_user: NewUser) -> Result<(Me, NewSession)
     .execute(conn)
     .await
     .map(|done| done.rows_affected()))?;
+    if inserted == 0 {
+        return Err(email_taken());
+    }
     let session = open_session(&mut tx, &user_id, &account_id, now).await?;
     tx.commit().await?;
     let me = Me {
@@ -141,13 +162,23 @@ pub async fn signup(store: &Store, new_user: NewUser) -> Result<(Me, NewSession)
     Ok((me, session))
 }
 
-/// Checks a password and opens a session.
+/// Checks a password and opens a session. The attempt takes a place in the hashing queue
+/// first, then is counted for its email ([`login_failures::charge`]); a success clears the
+/// count.
 ///
 /// # Errors
-/// 401 `invalid_credentials` for an unknown email or a wrong password (the same answer and
-/// about the same time for both), or a database error.
-pub async fn login(store: &Store, attempt: LoginAttempt) -> Result<(Me, NewSession), ApiError> {
+/// 503 `unavailable` when the hashing queue is full, 429 `rate_limited` while the email is
+/// blocked after repeated failures, 401 `invalid_credentials` for an unknown email or a
+/// wrong password (the same answer and about the same time for both), or a database error.
+pub async fn login(
+    store: &Store,
+    queue: &PasswordQueue,
+    attempt: LoginAttempt,
+) -> Result<(Me, NewSession), ApiError> {
     let LoginAttempt { email, password } = attempt;
+    let ticket = queue.admit()?;
+    let email_key = login_failures::key(&email);
+    login_failures::charge(store, &email_key).await?;
     let row = on_read!(store, |pool| sqlx::query_as::<_, UserRow>(USER_BY_EMAIL)
         .bind(&email)
         .fetch_optional(pool)
@@ -157,11 +188,12 @@ pub async fn login(store: &Store, attempt: LoginAttempt) -> Result<(Me, NewSessi
         .map_or(credentials::DECOY_PASSWORD_HASH.to_owned(), |row| {
             row.password_hash.clone()
         });
-    let verified = with_password_slot(move || {
-        password.chars().count() <= MAX_PASSWORD_CHARS
-            && credentials::verify_password(&password, &stored_hash)
-    })
-    .await?;
+    let verified = ticket
+        .run(move || {
+            password.chars().count() <= MAX_PASSWORD_CHARS
+                && credentials::verify_password(&password, &stored_hash)
+        })
+        .await?;
     let row = match row {
         Some(row) if verified => row,
         _ => {
@@ -174,6 +206,7 @@ pub async fn login(store: &Store, attempt: LoginAttempt) -> Result<(Me, NewSessi
     let me = row.into_me()?;
     let mut tx = store.begin().await?;
     let session = open_session(&mut tx, &me.user.id, &me.account.id, store.now()).await?;
+    login_failures::clear(&mut tx, &email_key).await?;
     tx.commit().await?;
     Ok((me, session))
 }
@@ -195,36 +228,6 @@ pub async fn logout(store: &Store, session_token: &str) -> Result<(), ApiError> 
     tx.commit().await
 }
 
-/// Makes an API token (`tut_…`) for the user; the plaintext is returned this once.
-///
-/// # Errors
-/// A database error.
-pub async fn create_api_token(
-    store: &Store,
-    me: &Me,
-    new: NewApiToken,
-) -> Result<CreatedToken, ApiError> {
-    let NewApiToken { name } = new;
-    let id = TokenId::generate();
-    let token = credentials::random_token(USER_TOKEN_PREFIX);
-    let mut tx = store.begin().await?;
-    on_tx!(&mut tx, |conn| sqlx::query(
-        "INSERT INTO api_tokens (id, account_id, user_id, name, token_hash, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6)"
-    )
-    .bind(id.as_str())
-    .bind(me.account.id.as_str())
-    .bind(me.user.id.as_str())
-    .bind(&name)
-    .bind(credentials::hash_token(&token))
-    .bind(store.now())
-    .execute(conn)
-    .await
-    .map(|done| done.rows_affected()))?;
-    tx.commit().await?;
-    Ok(CreatedToken { id, name, token })
-}
-
 /// The caller behind a session cookie, if the session exists and has not expired.
 ///
 /// # Errors
@@ -243,31 +246,6 @@ pub async fn by_session(store: &Store, session_token: &str) -> Result<Option<Res
         .await)?;
     row.filter(|row| credentials::hashes_match(&row.token_hash, &token_hash))
         .map(CallerRow::into_resolved)
-        .transpose()
-}
-
-/// The caller behind an API token.
-///
-/// # Errors
-/// A database error.
-pub async fn by_api_token(store: &Store, token: &str) -> Result<Option<Resolved>, ApiError> {
-    let token_hash = credentials::hash_token(token);
-    let sql = format!(
-        "SELECT {CALLER_COLUMNS}, t.token_hash AS token_hash, NULL AS csrf_token \
-         FROM api_tokens t JOIN users u ON u.id = t.user_id JOIN accounts a ON a.id = u.account_id \
-         WHERE t.token_hash = $1"
-    );
-    let row = on_read!(store, |pool| sqlx::query_as::<_, CallerRow>(&sql)
-        .bind(&token_hash)
-        .fetch_optional(pool)
-        .await)?;
-    row.filter(|row| credentials::hashes_match(&row.token_hash, &token_hash))
-        .map(|row| {
-            row.into_resolved().map(|resolved| Resolved {
-                csrf_token: None,
-                ..resolved
-            })
-        })
         .transpose()
 }
 
@@ -296,28 +274,18 @@ pub fn parse_email(raw: &str) -> Result<String, ApiError> {
     }
 }
 
-/// Checks a password's length (in characters).
+/// Checks a new password's length (in characters; see [`passwords::check_length`]).
 ///
 /// # Errors
 /// 422 naming `password`.
 pub fn parse_password(password: String) -> Result<String, ApiError> {
-    let chars = password.chars().count();
-    if chars < MIN_PASSWORD_CHARS {
-        return Err(ApiError::invalid_field(
-            "password",
-            "must be at least 8 characters.",
-        ));
-    }
-    if chars > MAX_PASSWORD_CHARS {
-        return Err(ApiError::invalid_field(
-            "password",
-            "must be at most 1024 characters.",
-        ));
-    }
+    passwords::check_length(&password)?;
     Ok(password)
 }
 
-/// Checks a display name: trimmed, 1 to `max_chars` characters, no control characters.
+/// Checks a display name: trimmed, 1 to `max_chars` characters, every character visible
+/// (`tether_protocol::text`, [`TextKind::Name`]: no control character, no direction
+/// override, nothing invisible, no noncharacter).
 ///
 /// # Errors
 /// 422 naming `field`.
@@ -332,13 +300,18 @@ pub fn parse_name(field: &str, raw: &str, max_chars: usize) -> Result<String, Ap
             &format!("must be at most {max_chars} characters."),
         ));
     }
-    if name.chars().any(char::is_control) {
-        return Err(ApiError::invalid_field(
-            field,
-            "must not contain control characters.",
-        ));
-    }
+    check_text(field, name, TextKind::Name)?;
     Ok(name.to_owned())
+}
+
+/// Checks stored text of `kind` (a prompt, a summary: [`TextKind::MultiLine`] keeps
+/// newlines and tabs and refuses every other control character).
+///
+/// # Errors
+/// 422 naming `field` and the first character refused.
+pub fn check_text(field: &str, text: &str, kind: TextKind) -> Result<(), ApiError> {
+    text::check(text, kind)
+        .map_err(|refused| ApiError::invalid_field(field, &format!("{refused}.")))
 }
 
 const USER_BY_EMAIL: &str = "SELECT u.id AS user_id, u.email AS email, u.name AS user_name, \
@@ -346,7 +319,8 @@ const USER_BY_EMAIL: &str = "SELECT u.id AS user_id, u.email AS email, u.name AS
     u.password_hash AS password_hash \
     FROM users u JOIN accounts a ON a.id = u.account_id WHERE u.email = $1";
 
-const CALLER_COLUMNS: &str = "u.id AS user_id, u.email AS email, u.name AS user_name, \
+/// The caller's columns of `users u JOIN accounts a`, for [`CallerRow`].
+pub(crate) const CALLER_COLUMNS: &str = "u.id AS user_id, u.email AS email, u.name AS user_name, \
     u.is_admin AS is_admin, a.id AS account_id, a.name AS account_name";
 
 #[derive(sqlx::FromRow)]
@@ -373,20 +347,22 @@ impl UserRow {
     }
 }
 
+/// [`CALLER_COLUMNS`] with the presented credential's stored hash (and the session's CSRF
+/// token).
 #[derive(sqlx::FromRow)]
-struct CallerRow {
-    user_id: String,
-    email: String,
-    user_name: String,
-    is_admin: i64,
-    account_id: String,
-    account_name: String,
-    token_hash: String,
-    csrf_token: Option<String>,
+pub(crate) struct CallerRow {
+    pub(crate) user_id: String,
+    pub(crate) email: String,
+    pub(crate) user_name: String,
+    pub(crate) is_admin: i64,
+    pub(crate) account_id: String,
+    pub(crate) account_name: String,
+    pub(crate) token_hash: String,
+    pub(crate) csrf_token: Option<String>,
 }
 
 impl CallerRow {
-    fn into_resolved(self) -> Result<Resolved, ApiError> {
+    pub(crate) fn into_resolved(self) -> Result<Resolved, ApiError> {
         Ok(Resolved {
             me: me_from_parts(
                 self.user_id,
@@ -470,26 +446,6 @@ async fn open_session(
     Ok(session)
 }
 
-async fn hash_password_blocking(password: String) -> Result<String, ApiError> {
-    with_password_slot(move || credentials::hash_password(&password)).await?
-}
-
-/// Runs an argon2id hash or check off the async threads, at most one per core at a time:
-/// each takes 19 MiB and a core for tens of milliseconds, so a burst of sign-ins queues here
-/// instead of taking every core and leaving that memory behind in the allocator.
-async fn with_password_slot<T: Send + 'static>(
-    work: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, ApiError> {
-    static SLOTS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
-    let slots = SLOTS.get_or_init(|| {
-        let cores = std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get);
-        tokio::sync::Semaphore::new(cores)
-    });
-    let _slot = slots
-        .acquire()
-        .await
-        .map_err(|error| ApiError::internal(&error))?;
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|error| ApiError::internal(&error))
+fn email_taken() -> ApiError {
+    ApiError::new(Code::EmailTaken, "An account with this email exists.")
 }

@@ -16,7 +16,7 @@ use tether_protocol::{Code, PROTOCOL_VERSION};
 
 use crate::devices::{self, DeviceIdentity};
 use crate::error::ApiError;
-use crate::{accounts, AppState};
+use crate::{accounts, api_tokens, AppState};
 
 /// The session cookie's name.
 pub const SESSION_COOKIE: &str = "tether_session";
@@ -173,7 +173,7 @@ async fn caller_from_request(req: &HttpRequest) -> Result<Caller, ApiError> {
         if !token.starts_with(USER_TOKEN_PREFIX) {
             return Err(unauthorized());
         }
-        let resolved = accounts::by_api_token(&state.store, &token)
+        let resolved = api_tokens::authenticate(&state.store, &token)
             .await?
             .ok_or_else(unauthorized)?;
         return Ok(caller(resolved, Via::ApiToken));

@@ -53,9 +53,23 @@ pub struct Config {
     pub rate_limits: RateLimitConfig,
     /// Largest evidence file accepted (protocol: 100 MB); tests shrink it.
     pub evidence_max_bytes: u64,
+    /// argon2id hashes run at once (default one per core; see `passwords`).
+    pub password_slots: usize,
+    /// Password checks that may wait for a slot; past them sign-in and sign-up answer 503
+    /// (`TETHER_PASSWORD_QUEUE`, default 16 per slot).
+    pub password_queue: usize,
     /// Peers whose `X-Forwarded-For` / `Forwarded` headers name the client
     /// (`TETHER_TRUSTED_PROXIES`); empty believes none (see `routes::client`).
     pub trusted_proxies: TrustedProxies,
+    /// How long a request body may take to arrive, extended by a second per 16 KiB received
+    /// (`TETHER_BODY_TIMEOUT_SECS`; see `routes::edge`); past it, 408 `request_timeout`.
+    pub body_timeout_ms: u64,
+    /// Open connections this replica serves (`TETHER_MAX_CONNECTIONS`); a connection past
+    /// them is answered 503 `unavailable`. Lowered to fit the open-files limit.
+    pub max_connections: usize,
+    /// Address of the Prometheus `/metrics` listener (`TETHER_METRICS_LISTEN`); `None`
+    /// serves no metrics. Never the public listener: the counts are platform-wide.
+    pub metrics_listen: Option<String>,
 }
 
 impl Config {
@@ -82,7 +96,12 @@ impl Config {
             events_idle_secs: 60,
             rate_limits: RateLimitConfig::defaults(),
             evidence_max_bytes: tether_protocol::jobs::MAX_EVIDENCE_BYTES,
+            password_slots: crate::passwords::default_slots(),
+            password_queue: crate::passwords::QUEUE_PER_SLOT * crate::passwords::default_slots(),
             trusted_proxies: TrustedProxies::default(),
+            body_timeout_ms: 20_000,
+            max_connections: 20_000,
+            metrics_listen: None,
         }
     }
 
@@ -98,7 +117,8 @@ impl Config {
         format!("sqlite://{}", self.data_dir.join("tether.db").display())
     }
 
-    /// Whether cookies must be `Secure`: only when the public URL is https.
+    /// Whether cookies must be `Secure` (and answers carry HSTS): only when the public URL
+    /// is https.
     pub fn secure_cookies(&self) -> bool {
         self.public_url
             .as_deref()
@@ -164,6 +184,9 @@ struct Cli {
     /// Apply the database migrations and exit (for a deploy's migration step).
     #[arg(long)]
     migrate_only: bool,
+    /// Password checks that may wait for a hashing slot (default 16 per core).
+    #[arg(long, env = "TETHER_PASSWORD_QUEUE")]
+    password_queue: Option<usize>,
     /// `off`, or changes such as `heartbeat=120/min,files=30/min` (units s, min, h).
     #[arg(long, env = "TETHER_RATE_LIMITS", default_value = "on", value_parser = RateLimitConfig::parse)]
     rate_limits: RateLimitConfig,
@@ -171,6 +194,15 @@ struct Cli {
     /// comma-separated (e.g. `10.0.0.0/8,127.0.0.1`). Empty: none, the peer is the client.
     #[arg(long, env = "TETHER_TRUSTED_PROXIES", default_value = "", value_parser = TrustedProxies::parse)]
     trusted_proxies: TrustedProxies,
+    /// Seconds a request body may take to arrive (plus one per 16 KiB received).
+    #[arg(long, env = "TETHER_BODY_TIMEOUT_SECS", default_value_t = 20)]
+    body_timeout_secs: u64,
+    /// Open connections served at once; past them a connection is answered 503.
+    #[arg(long, env = "TETHER_MAX_CONNECTIONS", default_value_t = 20_000)]
+    max_connections: usize,
+    /// Address for Prometheus `/metrics`, e.g. 127.0.0.1:9090; unset: no metrics listener.
+    #[arg(long, env = "TETHER_METRICS_LISTEN")]
+    metrics_listen: Option<String>,
 }
 
 impl Cli {
@@ -191,7 +223,13 @@ impl Cli {
         config.presence_flush_ms = self.presence_flush_ms.clamp(10, 60_000);
         config.relay_timeout_secs = self.relay_timeout_secs.max(1);
         config.rate_limits = self.rate_limits;
+        if let Some(waiting) = self.password_queue {
+            config.password_queue = waiting;
+        }
         config.trusted_proxies = self.trusted_proxies;
+        config.body_timeout_ms = self.body_timeout_secs.clamp(1, 3_600) * 1_000;
+        config.max_connections = self.max_connections.max(1);
+        config.metrics_listen = self.metrics_listen.filter(|addr| !addr.is_empty());
         config.evidence_max_bytes = self
             .evidence_max_bytes
             .min(tether_protocol::jobs::MAX_EVIDENCE_BYTES);

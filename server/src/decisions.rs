@@ -31,6 +31,7 @@ use tether_protocol::decisions::{
     DecisionChange, DecisionState, DeviceDecision, Scope, KINDS, MAX_ACTION_BYTES,
     MAX_EXPIRES_IN_SECS, MAX_QUESTION_CHARS,
 };
+use tether_protocol::text::{self, TextKind};
 use tether_protocol::{AccountId, Code, DecisionId, DeviceId, JobId, LeaseToken};
 
 use crate::accounts::parse_name;
@@ -137,7 +138,10 @@ impl TryFrom<AskRequest> for NewDecision {
                 &format!("must be one of {}.", KINDS.join(", ")),
             ));
         }
-        let question = parse_name("question", &request.question, MAX_QUESTION_CHARS)?;
+        // The computer words the question from the action (a command line may hold a tab, a
+        // newline or a terminal code): made visible rather than refused, so the run can ask.
+        let question = text::sanitize(&request.question, TextKind::Name);
+        let question = parse_name("question", &question, MAX_QUESTION_CHARS)?;
         if !request.action.is_object() {
             return Err(ApiError::invalid_field("action", "must be a JSON object."));
         }

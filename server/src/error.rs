@@ -9,6 +9,9 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use tether_protocol::{Code, ErrorBody};
 
+/// `Retry-After` of a 429 that was given no time of its own.
+const DEFAULT_RETRY_AFTER_SECS: u64 = 60;
+
 /// An error answered as `{"error": {"code", "message"}}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
@@ -79,7 +82,13 @@ impl ResponseError for ApiError {
     fn error_response(&self) -> HttpResponse {
         let mut answer = HttpResponse::build(self.status_code());
         answer.insert_header(("cache-control", "no-store"));
-        if let Some(secs) = self.retry_after {
+        // Every 429 and 503 says when to come back, even one whose maker gave no time.
+        let retry_after = self.retry_after.or(match self.code.status() {
+            429 => Some(DEFAULT_RETRY_AFTER_SECS),
+            503 => Some(1),
+            _ => None,
+        });
+        if let Some(secs) = retry_after {
             answer.insert_header(("retry-after", secs.to_string()));
         }
         answer.json(ErrorBody::new(self.code, self.message.clone()))
@@ -92,6 +101,15 @@ impl From<sqlx::Error> for ApiError {
             sqlx::Error::PoolTimedOut => {
                 tracing::warn!("database pool timed out");
                 ApiError::new(Code::Unavailable, "The database is busy; try again.")
+            }
+            // A race the code did not settle itself (those it expects are answered where
+            // they happen, such as `email_taken`): a conflict, never a 500.
+            sqlx::Error::Database(database) if database.is_unique_violation() => {
+                tracing::warn!(constraint = ?database.constraint(), "unique violation");
+                ApiError::new(
+                    Code::InvalidState,
+                    "Another request changed this at the same moment; try again.",
+                )
             }
             other => ApiError::internal(&other),
         }

@@ -20,6 +20,7 @@ use serde_json::json;
 use tether_protocol::credential_files::{credential_kind, CredentialKind};
 use tether_protocol::jobs::{Evidence, EvidenceKind, EvidenceMeta, MAX_EVIDENCE_FILES};
 use tether_protocol::routes::EVIDENCE_HEADER;
+use tether_protocol::text::{self, TextKind};
 use tether_protocol::{AccountId, Code, JobId, LeaseToken};
 
 use crate::devices::DeviceIdentity;
@@ -107,7 +108,7 @@ impl Upload {
         };
         let caption = meta.caption.filter(|caption| !caption.trim().is_empty());
         if let Some(caption) = &caption {
-            let printable = caption.chars().all(|c| c == '\n' || !c.is_control());
+            let printable = text::check(caption, TextKind::MultiLine).is_ok();
             if caption.chars().count() > MAX_CAPTION_CHARS || !printable {
                 return Err(bad(
                     "caption must be at most 1000 characters, without control characters.",
@@ -643,14 +644,15 @@ fn check_name(name: &str) -> Result<(), ApiError> {
         && name != "."
         && name != ".."
         && name.trim() == name
-        && !name
-            .chars()
-            .any(|c| matches!(c, '/' | '\\') || c.is_control());
+        && !name.chars().any(|c| matches!(c, '/' | '\\'))
+        // No control character, and nothing invisible or direction-changing: `a\u{202E}fdp.exe`
+        // must not read as `aexe.pdf` on the job page.
+        && text::check(name, TextKind::Name).is_ok();
     if ok {
         Ok(())
     } else {
         Err(bad(
-            "name must be a file name (at most 255 bytes, no folder, no control characters).",
+            "name must be a file name (at most 255 bytes, no folder, every character visible).",
         ))
     }
 }

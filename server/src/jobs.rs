@@ -8,9 +8,10 @@
 
 use serde_json::json;
 use tether_protocol::jobs::{Job, JobSpec, JobState, NewJobParams, Outcome};
+use tether_protocol::text::TextKind;
 use tether_protocol::{AccountId, Code, DeviceId, JobId};
 
-use crate::accounts::parse_name;
+use crate::accounts::{check_text, parse_name};
 use crate::clock::to_time;
 use crate::error::ApiError;
 use crate::job_rows::{self, EndCause, OpenDecisions};
@@ -51,6 +52,7 @@ impl TryFrom<NewJobParams> for NewJob {
                 "must be at most 20000 characters.",
             ));
         }
+        check_text("prompt", &params.prompt, TextKind::MultiLine)?;
         let folder = parse_name("folder", &params.folder, 100)?;
         let engine = parse_name("engine", &params.engine, 100)?;
         if !(1..=1440).contains(&params.timeout_minutes) {

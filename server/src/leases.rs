@@ -18,6 +18,7 @@ use tether_protocol::jobs::{
     ClaimedJob, CompleteParams, Job, JobOutcome, JobState, LeaseGrant, Outcome, ProgressParams,
     ProgressResponse, MAX_AUTO_RESUMES, MAX_LINES_PER_PROGRESS, MAX_LINE_BYTES, RESUME_WINDOW_SECS,
 };
+use tether_protocol::text::{self, TextKind};
 use tether_protocol::{Code, JobId, LeaseToken};
 
 use crate::clock::{secs, to_time, Millis};
@@ -119,9 +120,12 @@ impl TryFrom<CompleteParams> for Completion {
                 "must be at most 10000 characters.",
             ));
         }
+        // What the computer reports is kept, made visible, never refused: a refused
+        // completion would cost the run its outcome.
+        let summary = text::sanitize(&params.summary, TextKind::MultiLine).into_owned();
         Ok(Completion(JobOutcome {
             outcome: params.outcome,
-            summary: params.summary,
+            summary,
             exit_code: params.exit_code,
             report: params.report,
         }))

@@ -20,6 +20,7 @@ use anyhow::Context;
 use tracing::Instrument;
 
 pub mod accounts;
+pub mod api_tokens;
 pub mod auth;
 pub mod blobs;
 pub mod clock;
@@ -34,10 +35,12 @@ pub mod job_rows;
 pub mod jobs;
 pub mod leases;
 pub mod ledger;
+pub mod login_failures;
 pub mod metrics;
 pub mod notices;
 pub mod pages;
 pub mod pairing;
+pub mod passwords;
 pub mod presence;
 pub mod proxies;
 pub mod rate_limits;
@@ -66,6 +69,8 @@ pub struct AppState {
     pub hub: Hub,
     /// This replica's rate limits.
     pub limits: RateLimits,
+    /// The bounded queue password hashing runs in (sign-in, sign-up).
+    pub passwords: passwords::PasswordQueue,
     /// This replica's metrics (`/metrics`).
     pub metrics: Metrics,
     /// Device contact times not yet written (heartbeats are written in batches).
@@ -76,6 +81,12 @@ pub struct AppState {
 pub struct Application {
     listener: TcpListener,
     port: u16,
+    /// The `/metrics` listener (`TETHER_METRICS_LISTEN`), when configured.
+    metrics_listener: Option<TcpListener>,
+    /// Open connections and the cap in force.
+    connections: routes::edge::Connections,
+    /// actix's per-worker connection limit, under the open-files limit.
+    worker_connections: usize,
     state: web::Data<AppState>,
 }
 
@@ -101,10 +112,25 @@ impl Application {
         blobs::Blobs::new(&config.data_dir).remove_stale_temporaries();
         let hub = Hub::connect(config.redis_url.as_deref()).await?;
         let limits = RateLimits::new(config.rate_limits.clone());
+        let passwords = passwords::PasswordQueue::new(config.password_slots, config.password_queue);
         let listener = TcpListener::bind(&config.listen)
             .with_context(|| format!("binding {}", config.listen))?;
         listener.set_nonblocking(true)?;
         let port = listener.local_addr()?.port();
+        let metrics_listener = match config.metrics_listen.as_deref() {
+            Some(address) => {
+                let metrics_listener = TcpListener::bind(address)
+                    .with_context(|| format!("binding the metrics listener {address}"))?;
+                metrics_listener.set_nonblocking(true)?;
+                Some(metrics_listener)
+            }
+            None => None,
+        };
+        let (cap, worker_connections) = routes::edge::connection_limits(
+            config.max_connections,
+            routes::edge::raise_open_files_limit(),
+            config.http_workers.max(1),
+        );
         tracing::info!(
             port,
             backend = store.backend_name(),
@@ -114,11 +140,15 @@ impl Application {
         Ok(Application {
             listener,
             port,
+            metrics_listener,
+            connections: routes::edge::Connections::new(cap),
+            worker_connections,
             state: web::Data::new(AppState {
                 store,
                 config,
                 hub,
                 limits,
+                passwords,
                 metrics: Metrics::new(),
                 presence: Presence::new(),
             }),
@@ -132,6 +162,20 @@ impl Application {
     /// `http://127.0.0.1:PORT`.
     pub fn base_url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// `http://ADDR` of the `/metrics` listener, when one is configured.
+    pub fn metrics_url(&self) -> Option<String> {
+        self.metrics_listener
+            .as_ref()
+            .and_then(|listener| listener.local_addr().ok())
+            .map(|addr| format!("http://{addr}"))
+    }
+
+    /// The connection cap in force (`TETHER_MAX_CONNECTIONS`, lowered to fit the open-files
+    /// limit).
+    pub fn connection_cap(&self) -> usize {
+        self.connections.cap()
     }
 
     /// The store, for tests that call domain steps (such as the sweeper) directly.
@@ -166,6 +210,11 @@ impl Application {
     ) -> anyhow::Result<()> {
         let state = self.state.clone();
         let workers = state.config.http_workers.max(1);
+        let connections = self.connections.clone();
+        let metrics_server = match self.metrics_listener {
+            Some(listener) => Some(metrics_server(self.state.clone(), listener)?),
+            None => None,
+        };
         let server = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
@@ -176,6 +225,9 @@ impl Application {
                 .configure(pages::configure)
                 .default_service(web::to(routes::not_found))
                 .wrap(routes::error_bodies())
+                .wrap_fn(routes::edge::bound_body)
+                .wrap_fn(routes::edge::limit_connections)
+                .wrap(routes::edge::security_headers(&state.config))
                 .wrap_fn(|req, srv| {
                     let request_id = telemetry::request_id(&req);
                     let metrics = req
@@ -212,10 +264,21 @@ impl Application {
                 })
         })
         .workers(workers)
+        .max_connections(self.worker_connections)
+        .on_connect(move |_, data| {
+            data.insert(connections.slot());
+        })
         .disable_signals()
         .listen(self.listener)?
         .run();
         let handle = server.handle();
+        let metrics_handle = metrics_server.as_ref().map(actix_web::dev::Server::handle);
+        let metrics_served = async {
+            match metrics_server {
+                Some(server) => server.await,
+                None => std::future::pending().await,
+            }
+        };
         let sweeper = sweeper::run(
             self.state.store.clone(),
             self.state.config.clone(),
@@ -231,11 +294,15 @@ impl Application {
         // server future then completes.
         let stopper = async {
             shutdown.await;
+            if let Some(metrics_handle) = &metrics_handle {
+                metrics_handle.stop(false).await;
+            }
             handle.stop(false).await;
             std::future::pending::<()>().await;
         };
         let ended = tokio::select! {
             served = server => served.context("HTTP server stopped"),
+            served = metrics_served => served.context("metrics listener stopped"),
             swept = sweeper => swept.context("sweeper stopped"),
             listened = listener => listened.context("relay listener stopped"),
             () = presence => Ok(()),
@@ -247,4 +314,25 @@ impl Application {
         }
         ended
     }
+}
+
+/// The `/metrics` listener: Prometheus text on its own address, one worker, nothing else
+/// served (the public listener answers `/metrics` with 404).
+fn metrics_server(
+    state: web::Data<AppState>,
+    listener: TcpListener,
+) -> anyhow::Result<actix_web::dev::Server> {
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .route("/metrics", web::get().to(routes::metrics))
+            .default_service(web::to(routes::not_found))
+            .wrap(routes::error_bodies())
+            .wrap(routes::edge::security_headers(&state.config))
+    })
+    .workers(1)
+    .disable_signals()
+    .listen(listener)?
+    .run();
+    Ok(server)
 }

@@ -169,7 +169,8 @@ pub async fn register(store: &Store, device_code: &str) -> Result<RegisterRespon
 /// old token dead until the agent redeems its new one).
 ///
 /// # Errors
-/// 429 `too_many_attempts` after [`MAX_LINK_FAILURES`] wrong codes in 15 minutes,
+/// 429 `too_many_attempts` (with `Retry-After`: until the oldest of them leaves the window)
+/// after [`MAX_LINK_FAILURES`] wrong codes in 15 minutes,
 /// 404 `unknown_code` for a wrong, used or expired code.
 pub async fn link(
     store: &Store,
@@ -178,11 +179,20 @@ pub async fn link(
 ) -> Result<LinkedDevice, ApiError> {
     let now = store.now();
     let mut tx = store.begin().await?;
-    if recent_link_failures(&mut tx, account_id, now).await? >= MAX_LINK_FAILURES {
+    let (failures, oldest) = recent_link_failures(&mut tx, account_id, now).await?;
+    if failures >= MAX_LINK_FAILURES {
+        let frees_at = oldest.unwrap_or(now) + secs(LINK_WINDOW_SECS);
+        let wait = u64::try_from((frees_at - now + 999) / 1000)
+            .unwrap_or(1)
+            .max(1);
         return Err(ApiError::new(
             Code::TooManyAttempts,
-            "Too many wrong codes; wait a few minutes and try again.",
-        ));
+            format!(
+                "Too many wrong codes; try again in {} min.",
+                wait.div_ceil(60)
+            ),
+        )
+        .with_retry_after(wait));
     }
     let pending = match normalize_user_code(typed_code) {
         Some(code) => pending_for_link(&mut tx, &code, now).await?,
@@ -345,19 +355,20 @@ async fn redeem(
     Ok(())
 }
 
+/// Wrong codes of the account within the window, and when the oldest of them was typed.
 async fn recent_link_failures(
     tx: &mut Tx,
     account_id: &AccountId,
     now: Millis,
-) -> Result<i64, ApiError> {
-    let count = on_tx!(tx, |conn| sqlx::query_scalar::<_, i64>(
-        "SELECT COUNT(*) FROM link_failures WHERE account_id = $1 AND at > $2"
+) -> Result<(i64, Option<Millis>), ApiError> {
+    let counted = on_tx!(tx, |conn| sqlx::query_as::<_, (i64, Option<i64>)>(
+        "SELECT COUNT(*), MIN(at) FROM link_failures WHERE account_id = $1 AND at > $2"
     )
     .bind(account_id.as_str())
     .bind(now - secs(LINK_WINDOW_SECS))
     .fetch_one(conn)
     .await)?;
-    Ok(count)
+    Ok(counted)
 }
 
 async fn record_link_failure(
@@ -394,39 +405,24 @@ async fn pending_for_link(
     Ok(row)
 }
 
-/// The device row for this account and installation: reused (and reset) or created.
+/// The device row for this account and installation: reused (and reset) or created. Two
+/// links of one installation at once (two pairings of the same computer) both answer with
+/// the one row: the insert does nothing when the other made it first, and this one reuses it.
 async fn upsert_device(
     tx: &mut Tx,
     account_id: &AccountId,
     pending: &PendingRow,
     now: Millis,
 ) -> Result<(DeviceId, bool), ApiError> {
-    let existing = on_tx!(tx, |conn| sqlx::query_scalar::<_, String>(
-        "SELECT id FROM devices WHERE account_id = $1 AND install_id = $2"
-    )
-    .bind(account_id.as_str())
-    .bind(&pending.install_id)
-    .fetch_optional(conn)
-    .await)?;
-    if let Some(id) = existing {
-        let sql = "UPDATE devices SET name = $1, platform = $2, agent_version = $3, \
-                   seal_key_json = $4, seal_key_mismatch = 0, revoked_at = NULL, token_hash = NULL \
-                   WHERE id = $5";
-        on_tx!(tx, |conn| sqlx::query(sql)
-            .bind(&pending.name)
-            .bind(&pending.platform)
-            .bind(&pending.agent_version)
-            .bind(&pending.seal_key_json)
-            .bind(&id)
-            .execute(conn)
-            .await
-            .map(|done| done.rows_affected()))?;
+    if let Some(id) = device_of_install(tx, account_id, &pending.install_id).await? {
+        reset_device(tx, &id, pending).await?;
         return Ok((stored_id(id)?, true));
     }
     let device_id = DeviceId::generate();
     let sql = "INSERT INTO devices (id, account_id, install_id, name, platform, agent_version, \
-               seal_key_json, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
-    on_tx!(tx, |conn| sqlx::query(sql)
+               seal_key_json, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+               ON CONFLICT (account_id, install_id) DO NOTHING";
+    let inserted = on_tx!(tx, |conn| sqlx::query(sql)
         .bind(device_id.as_str())
         .bind(account_id.as_str())
         .bind(&pending.install_id)
@@ -438,7 +434,50 @@ async fn upsert_device(
         .execute(conn)
         .await
         .map(|done| done.rows_affected()))?;
-    Ok((device_id, false))
+    if inserted == 1 {
+        return Ok((device_id, false));
+    }
+    // Another link of this installation committed its row meanwhile.
+    let id = device_of_install(tx, account_id, &pending.install_id)
+        .await?
+        .ok_or_else(|| ApiError::internal(&"a conflicting device row is not visible"))?;
+    reset_device(tx, &id, pending).await?;
+    Ok((stored_id(id)?, true))
+}
+
+async fn device_of_install(
+    tx: &mut Tx,
+    account_id: &AccountId,
+    install_id: &str,
+) -> Result<Option<String>, ApiError> {
+    let sql = format!(
+        "SELECT id FROM devices WHERE account_id = $1 AND install_id = $2{}",
+        tx.lock_clause()
+    );
+    let id = on_tx!(tx, |conn| sqlx::query_scalar::<_, String>(&sql)
+        .bind(account_id.as_str())
+        .bind(install_id)
+        .fetch_optional(conn)
+        .await)?;
+    Ok(id)
+}
+
+/// Pairing again: the new name, platform and seal key, revocation cleared, the old token
+/// dead until the agent redeems its new one.
+async fn reset_device(tx: &mut Tx, id: &str, pending: &PendingRow) -> Result<(), ApiError> {
+    let sql = "UPDATE devices SET name = $1, platform = $2, agent_version = $3, \
+               seal_key_json = $4, seal_key_mismatch = 0, revoked_at = NULL, token_hash = NULL \
+               WHERE id = $5";
+    on_tx!(tx, |conn| sqlx::query(sql)
+        .bind(&pending.name)
+        .bind(&pending.platform)
+        .bind(&pending.agent_version)
+        .bind(&pending.seal_key_json)
+        .bind(id)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    Ok(())
 }
 
 /// An opaque identifier field: 1 to `max` printable ASCII characters without spaces.

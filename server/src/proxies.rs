@@ -203,7 +203,10 @@ mod tests {
         assert!(nets.contains(ip("fd12::1")));
         assert!(nets.contains(ip("172.31.255.255")));
         assert!(!nets.contains(ip("172.32.0.0")));
-        assert!(nets.contains(ip("::ffff:10.1.2.3")), "IPv4-mapped counts as IPv4");
+        assert!(
+            nets.contains(ip("::ffff:10.1.2.3")),
+            "IPv4-mapped counts as IPv4"
+        );
         assert!(trusted("0.0.0.0/0").contains(ip("8.8.8.8")));
         assert!(TrustedProxies::parse("").is_ok_and(|nets| nets.is_empty()));
         for bad in ["10.0.0.0/33", "nginx", "10.0.0.0/x", "::/129"] {
@@ -216,7 +219,11 @@ mod tests {
         let nets = trusted("10.0.0.1");
         let forwarded = ["1.1.1.1"];
         assert_eq!(
-            client_ip(ip("203.0.113.9"), Forwarded::XForwardedFor(&forwarded), &nets),
+            client_ip(
+                ip("203.0.113.9"),
+                Forwarded::XForwardedFor(&forwarded),
+                &nets
+            ),
             ip("203.0.113.9")
         );
     }
@@ -237,7 +244,11 @@ mod tests {
         );
         let all_trusted = ["10.0.0.9, 10.0.0.8"];
         assert_eq!(
-            client_ip(ip("10.0.0.1"), Forwarded::XForwardedFor(&all_trusted), &nets),
+            client_ip(
+                ip("10.0.0.1"),
+                Forwarded::XForwardedFor(&all_trusted),
+                &nets
+            ),
             ip("10.0.0.9")
         );
         assert_eq!(

@@ -1,7 +1,7 @@
 //! Rate limits: one token bucket per (bucket, key), in this replica's memory.
 //!
 //! Each bucket has a burst of N requests refilled at N per period; a request past it is 429
-//! `rate_limited` with `Retry-After`. Keys are the device, the account or the peer address,
+//! `rate_limited` with `Retry-After`. Keys are the device, the account or the client address,
 //! as each route chooses. **Each replica limits independently**: behind a load balancer with
 //! R replicas a client may get up to R times the rate. That is enough to stop a runaway loop
 //! or a guessing script; the limits that must hold globally (the account's concurrent runs,
@@ -33,16 +33,23 @@ pub enum Bucket {
     Progress,
     /// `GET /api/jobs/{id}/tree|file`, per account.
     Files,
+    /// `POST /api/auth/signup`, per client address.
+    Signup,
+    /// `POST /api/auth/login`, per client address (the per-email backoff is
+    /// `login_failures`, in the database).
+    Login,
 }
 
 impl Bucket {
-    pub const ALL: [Bucket; 6] = [
+    pub const ALL: [Bucket; 8] = [
         Bucket::Pairing,
         Bucket::Link,
         Bucket::Register,
         Bucket::Heartbeat,
         Bucket::Progress,
         Bucket::Files,
+        Bucket::Signup,
+        Bucket::Login,
     ];
 
     /// The name used in `TETHER_RATE_LIMITS`.
@@ -54,6 +61,8 @@ impl Bucket {
             Bucket::Heartbeat => "heartbeat",
             Bucket::Progress => "progress",
             Bucket::Files => "files",
+            Bucket::Signup => "signup",
+            Bucket::Login => "login",
         }
     }
 }
@@ -72,6 +81,13 @@ impl Rate {
             per: Duration::from_secs(60),
         }
     }
+
+    pub const fn per_hour(burst: u32) -> Rate {
+        Rate {
+            burst,
+            per: Duration::from_secs(3600),
+        }
+    }
 }
 
 /// Which limits apply. `TETHER_RATE_LIMITS=off` disables them all; a list such as
@@ -85,11 +101,15 @@ pub struct RateLimitConfig {
     pub heartbeat: Rate,
     pub progress: Rate,
     pub files: Rate,
+    pub signup: Rate,
+    pub login: Rate,
 }
 
 impl RateLimitConfig {
     /// The defaults: generous for one agent's normal pace (a heartbeat every 30 s, a progress
-    /// batch every half second per run), tight for guessing.
+    /// batch every half second per run), tight for guessing. Sign-up and sign-in are per
+    /// hour: a burst for a shared address (an office behind one NAT), then one every 3
+    /// minutes (sign-up) or every minute (sign-in).
     pub fn defaults() -> RateLimitConfig {
         RateLimitConfig {
             enabled: true,
@@ -99,6 +119,8 @@ impl RateLimitConfig {
             heartbeat: Rate::per_minute(60),
             progress: Rate::per_minute(600),
             files: Rate::per_minute(60),
+            signup: Rate::per_hour(20),
+            login: Rate::per_hour(60),
         }
     }
 
@@ -117,6 +139,8 @@ impl RateLimitConfig {
             Bucket::Heartbeat => self.heartbeat,
             Bucket::Progress => self.progress,
             Bucket::Files => self.files,
+            Bucket::Signup => self.signup,
+            Bucket::Login => self.login,
         }
     }
 
@@ -128,6 +152,8 @@ impl RateLimitConfig {
             Bucket::Heartbeat => &mut self.heartbeat,
             Bucket::Progress => &mut self.progress,
             Bucket::Files => &mut self.files,
+            Bucket::Signup => &mut self.signup,
+            Bucket::Login => &mut self.login,
         }
     }
 
@@ -258,6 +284,9 @@ mod tests {
             }
         );
         assert_eq!(config.files.per, Duration::from_secs(3600));
+        let config = RateLimitConfig::parse("signup=3/h,login=10/min").unwrap();
+        assert_eq!(config.signup, Rate::per_hour(3));
+        assert_eq!(config.login, Rate::per_minute(10));
         assert!(RateLimitConfig::parse("naps=1/s").is_err());
         assert!(RateLimitConfig::parse("files=0/s").is_err());
         assert!(RateLimitConfig::parse("files=3/week").is_err());

@@ -574,6 +574,8 @@ impl Hub {
             job_id: job_id.clone(),
             op,
             path,
+            // The device stops working on the request by then.
+            timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
         };
         let receivers = self.send(device_id, &frame).await?;
         if receivers == 0 {

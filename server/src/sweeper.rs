@@ -18,6 +18,7 @@ use crate::config::Config;
 use crate::decisions::{self, Settled};
 use crate::error::ApiError;
 use crate::job_rows::{self, EndCause};
+use crate::login_failures;
 use crate::metrics::Metrics;
 use crate::notices;
 use crate::pairing;
@@ -176,6 +177,7 @@ async fn sweep_once(
     let mut tx = store.begin().await?;
     let now_ms = now.timestamp_millis();
     pairing::delete_stale(&mut tx, now_ms).await?;
+    login_failures::delete_stale(&mut tx, now_ms).await?;
     delete_expired_sessions(&mut tx, now_ms).await?;
     tx.commit().await?;
     Ok((swept, expired_decisions))

@@ -1,5 +1,6 @@
 //! Accounts, sign-in and API tokens.
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -56,11 +57,19 @@ pub struct LoginResponse {
     pub user: User,
 }
 
-/// `POST /api/tokens`.
+/// The longest life an API token can be given, in days.
+pub const MAX_TOKEN_DAYS: u32 = 365;
+
+/// `POST /api/tokens` (with a browser session only: an API token cannot make tokens).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NewTokenParams {
     pub name: String,
+    /// Days until the token stops working, 1 to [`MAX_TOKEN_DAYS`]; absent or null: it
+    /// works until it is revoked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 365)]
+    pub expires_in_days: Option<i64>,
 }
 
 /// A freshly made API token; `token` is shown this once and stored only as a hash.
@@ -70,4 +79,20 @@ pub struct CreatedToken {
     pub id: TokenId,
     pub name: String,
     pub token: String,
+    /// When it stops working; null when it works until revoked.
+    #[serde(default)]
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// One API token as `GET /api/tokens` lists it: never the token or its hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiToken {
+    pub id: TokenId,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+    /// The last request it authenticated, to the minute; null if never used.
+    pub last_used_at: Option<DateTime<Utc>>,
+    /// When it stops working (past: it answers 401 now); null when it works until revoked.
+    pub expires_at: Option<DateTime<Utc>>,
 }

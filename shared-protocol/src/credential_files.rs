@@ -7,7 +7,8 @@
 /// Why a name is a credential file, for each caller's own message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CredentialKind {
-    /// `.env`, `.env.production`, `prod.env`: environment files.
+    /// `.env`, `.env.production`, `.envrc`, `.env~`, `prod.env`, `env.sh`: environment
+    /// files (every name that starts with `.env` or ends with `.env`).
     Environment,
     /// `.ssh`, `.aws`, …: a folder that holds credentials.
     CredentialFolder,
@@ -28,6 +29,8 @@ pub const CREDENTIAL_FILES: &[&str] = &[
     ".pypirc",
     ".pgpass",
     ".git-credentials",
+    // Git's settings often carry a token (`url.….insteadOf = https://TOKEN@…`, helpers).
+    ".gitconfig",
     ".htpasswd",
     "credentials",
     "credentials.json",
@@ -103,7 +106,9 @@ pub const HOME_CREDENTIALS: &[&str] = &[
 /// Whether a file or folder name (one path component) is a credential, and which kind.
 pub fn credential_kind(name: &str) -> Option<CredentialKind> {
     let lower = name.to_ascii_lowercase();
-    if lower == ".env" || lower.starts_with(".env.") || lower.ends_with(".env") {
+    // `.env*` is every name that starts with `.env` (`.envrc`, `.env~`, `.env-prod`,
+    // `.env.local.bak`), not only `.env` and `.env.…`; `env.sh` is the shell spelling.
+    if lower.starts_with(".env") || lower.ends_with(".env") || lower == "env.sh" {
         return Some(CredentialKind::Environment);
     }
     if CREDENTIAL_FOLDERS.contains(&lower.as_str()) {
@@ -143,6 +148,13 @@ mod tests {
         check(".env", Some(Environment));
         check(".ENV.production", Some(Environment));
         check("prod.env", Some(Environment));
+        // Every `.env*` name, however it goes on (issue 13, finding 8).
+        for name in [".envrc", ".env~", ".env-prod", ".env_prod", ".ENV.bak", ".environment"] {
+            check(name, Some(Environment));
+        }
+        check("env.sh", Some(Environment));
+        check(".gitconfig", Some(CredentialFile));
+        check(".GitConfig", Some(CredentialFile));
         check(".ssh", Some(CredentialFolder));
         check("known_hosts", Some(CredentialFile));
         check("authorized_keys", Some(CredentialFile));
@@ -158,7 +170,19 @@ mod tests {
 
     #[test]
     fn leaves_ordinary_files_alone() {
-        for name in ["README.md", "environment.rs", "keys.rs", "credentials.md", "env", "ssh"] {
+        for name in [
+            "README.md",
+            "environment.rs",
+            "keys.rs",
+            "credentials.md",
+            "env",
+            "ssh",
+            "env.rs",
+            "setenv.sh",
+            "my.envelope",
+            ".gitignore",
+            ".gitattributes",
+        ] {
             check(name, None);
         }
     }

@@ -92,6 +92,8 @@ error_codes! {
     UnknownCode = ("unknown_code", 404);
     /// The method is not served on this path.
     MethodNotAllowed = ("method_not_allowed", 405);
+    /// The request body did not arrive within the server's deadline; the connection is closed.
+    RequestTimeout = ("request_timeout", 408);
     /// An account with this email exists.
     EmailTaken = ("email_taken", 409);
     /// The lease is wrong, old or expired; stop this run's side effects.

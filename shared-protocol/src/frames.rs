@@ -31,6 +31,10 @@ pub enum ServerFrame {
         op: FileOp,
         /// Relative to the job's folder; `""` is the folder itself.
         path: String,
+        /// How long the server waits for the answer, in milliseconds: the device gives up
+        /// on the request (and stops its work) before then. Absent from older servers.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_ms: Option<u64>,
     },
     /// A sealed secret for this device; answer at
     /// `POST /api/devices/self/secret-deliveries/{id}`.
@@ -61,5 +65,27 @@ mod tests {
         assert!(json["jobId"].is_string());
         let wake: Result<ServerFrame, _> = serde_json::from_str(r#"{"type":"wake"}"#);
         assert_eq!(wake.ok(), Some(ServerFrame::Wake));
+    }
+
+    #[test]
+    fn a_file_request_carries_its_timeout_when_known() {
+        let frame = |timeout_ms| ServerFrame::FileRequest {
+            id: "frq_1".into(),
+            job_id: JobId::generate(),
+            op: FileOp::File,
+            path: "README.md".into(),
+            timeout_ms,
+        };
+        let json = serde_json::to_value(frame(Some(10_000))).unwrap_or_default();
+        assert_eq!(json["timeoutMs"], 10_000);
+        let json = serde_json::to_value(frame(None)).unwrap_or_default();
+        assert!(json.get("timeoutMs").is_none(), "{json}");
+        // A frame from a server that does not send it still parses.
+        let old = r#"{"type":"file.request","id":"r","jobId":"job1","op":"tree","path":""}"#;
+        let parsed: Result<ServerFrame, _> = serde_json::from_str(old);
+        assert!(
+            matches!(parsed, Ok(ServerFrame::FileRequest { timeout_ms: None, .. })),
+            "{parsed:?}"
+        );
     }
 }

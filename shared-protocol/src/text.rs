@@ -45,6 +45,24 @@ pub fn check(text: &str, kind: TextKind) -> Result<(), TextError> {
     Ok(())
 }
 
+/// `text` with every character [`check`] would refuse replaced by U+FFFD, for text a
+/// computer reports (a run's summary, a question before an action): a terminal colour code
+/// in a summary must not cost the run its outcome, and a direction override in a question
+/// must still show as something odd rather than reorder what the owner reads.
+pub fn sanitize(text: &str, kind: TextKind) -> std::borrow::Cow<'_, str> {
+    if check(text, kind).is_ok() {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let replaced = text
+        .chars()
+        .map(|character| match refusal(character, kind) {
+            Some(_) => char::REPLACEMENT_CHARACTER,
+            None => character,
+        })
+        .collect();
+    std::borrow::Cow::Owned(replaced)
+}
+
 fn refusal(character: char, kind: TextKind) -> Option<&'static str> {
     if character.is_control() {
         let layout = matches!(character, '\n' | '\t' | '\r');
@@ -98,7 +116,9 @@ mod tests {
     use super::*;
 
     fn refused(text: &str, kind: TextKind) -> Option<u32> {
-        check(text, kind).err().map(|error| u32::from(error.character))
+        check(text, kind)
+            .err()
+            .map(|error| u32::from(error.character))
     }
 
     #[test]
@@ -120,14 +140,46 @@ mod tests {
 
     #[test]
     fn names_keep_every_visible_script() {
-        for text in ["laptop", "Bürorechner", "ноутбук", "笔记本电脑", "laptop 🚀", "a-b_c.d"] {
+        for text in [
+            "laptop",
+            "Bürorechner",
+            "ноутбук",
+            "笔记本电脑",
+            "laptop 🚀",
+            "a-b_c.d",
+        ] {
             assert_eq!(refused(text, TextKind::Name), None, "{text:?}");
         }
     }
 
     #[test]
+    fn sanitizing_replaces_only_what_check_refuses() {
+        let summary = "\u{1b}[31mfailed\u{1b}[0m: 2 tests\n\tsee log";
+        assert_eq!(
+            sanitize(summary, TextKind::MultiLine),
+            "\u{FFFD}[31mfailed\u{FFFD}[0m: 2 tests\n\tsee log"
+        );
+        assert_eq!(
+            sanitize("Run `rm x\u{202E}gpj`?", TextKind::Name),
+            "Run `rm x\u{FFFD}gpj`?"
+        );
+        assert!(matches!(
+            sanitize("fine as it is", TextKind::Name),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert!(check(
+            &sanitize("a\u{0}b\u{FFFF}", TextKind::MultiLine),
+            TextKind::MultiLine
+        )
+        .is_ok());
+    }
+
+    #[test]
     fn multi_line_text_keeps_layout_and_joiners() {
-        assert_eq!(refused("fix it\n\tthen test\r\n", TextKind::MultiLine), None);
+        assert_eq!(
+            refused("fix it\n\tthen test\r\n", TextKind::MultiLine),
+            None
+        );
         // A family emoji is joined by U+200D: fine in a prompt.
         assert_eq!(refused("👨\u{200D}👩\u{200D}👧", TextKind::MultiLine), None);
         assert_eq!(refused("nul\u{0}here", TextKind::MultiLine), Some(0));

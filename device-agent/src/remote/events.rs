@@ -68,6 +68,8 @@ pub struct FileRequest {
     pub job_id: JobId,
     pub op: FileOp,
     pub path: String,
+    /// How long the server waits for the answer (`timeoutMs`), when it says.
+    pub timeout: Option<Duration>,
 }
 
 /// Why one connection ended.
@@ -257,11 +259,13 @@ fn handle_text(text: &str, sink: &dyn EventSink) -> Handled {
             job_id,
             op,
             path,
+            timeout_ms,
         } => sink.file_request(FileRequest {
             id,
             job_id,
             op,
             path,
+            timeout: timeout_ms.map(Duration::from_millis),
         }),
         ServerFrame::Ping => return Handled::Reply(r#"{"type":"pong"}"#.to_owned()),
         ServerFrame::SecretSave { id, name, sealed } => {
@@ -318,8 +322,8 @@ mod tests {
         }
         fn file_request(&self, request: FileRequest) {
             self.push(format!(
-                "file {} {} {:?} {}",
-                request.id, request.job_id, request.op, request.path
+                "file {} {} {:?} {} {:?}",
+                request.id, request.job_id, request.op, request.path, request.timeout
             ));
         }
         fn decision_answered(&self, decision_id: &DecisionId) {
@@ -340,6 +344,10 @@ mod tests {
             Handled::Done,
         );
         check(
+            r#"{"type":"file.request","id":"r2","jobId":"job1","op":"file","path":"a","timeoutMs":1500}"#,
+            Handled::Done,
+        );
+        check(
             r#"{"type":"ping"}"#,
             Handled::Reply(r#"{"type":"pong"}"#.into()),
         );
@@ -356,7 +364,13 @@ mod tests {
         );
         assert_eq!(
             recorder.seen(),
-            ["wake", "cancel job1", "file r1 job1 Tree ", "answered d1"]
+            [
+                "wake",
+                "cancel job1",
+                "file r1 job1 Tree  None",
+                "file r2 job1 File a Some(1.5s)",
+                "answered d1"
+            ]
         );
     }
 

@@ -17,6 +17,7 @@ mod phone;
 mod postgres;
 mod proxy;
 mod recovery;
+mod redirect;
 mod seal;
 mod secret_http;
 mod secrets;

@@ -253,7 +253,10 @@ async fn a_dropped_event_stream_costs_at_most_a_heartbeat() {
 }
 
 /// The web reads a job's folder live from the device, after the job ended, within the
-/// device's rules: no secrets, no `.git`, no links leading out, text redacted.
+/// device's rules: no secrets (every `.env*` name, `.gitconfig`), no `.git`, no links
+/// leading out, text redacted (also each secret pair of a one-line JSON and URL passwords),
+/// and the hostile inputs of issue 13 (a 1 MiB line of base64, 1 MiB of 64 KiB lines of
+/// `a.`) answered well within the relay's wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_web_reads_a_jobs_folder_live_within_the_devices_rules() {
     let server = spawn_server(None).await;
@@ -271,6 +274,25 @@ async fn the_web_reads_a_jobs_folder_live_within_the_devices_rules() {
     )
     .unwrap();
     std::os::unix::fs::symlink("/etc/hostname", work.join("escape")).unwrap();
+    for secret in [".envrc", ".env-prod", ".gitconfig"] {
+        std::fs::write(work.join(secret), "TOKEN=x\n").unwrap();
+    }
+    std::fs::write(
+        work.join("settings.json"),
+        r#"{"client_secret": "s3cr3t", "password": "p@ss", "db": "postgres://u:secret@db/app"}"#,
+    )
+    .unwrap();
+    let base64: String = (0..1024 * 1024u32)
+        .map(|i| {
+            char::from(
+                b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+                    [(i.wrapping_mul(2_654_435_761) >> 26) as usize],
+            )
+        })
+        .collect();
+    std::fs::write(work.join("blob.txt"), &base64).unwrap();
+    let dots = format!("{}\n", "a.".repeat(32 * 1024 - 1));
+    std::fs::write(work.join("hostile.txt"), dots.repeat(16)).unwrap();
     let daemon = rig.start_daemon().await;
     let job = rig.web.create_job(&rig.device_id, "echo", "hi").await;
     let job_id = job.id.to_string();
@@ -287,7 +309,19 @@ async fn the_web_reads_a_jobs_folder_live_within_the_devices_rules() {
         .iter()
         .map(|entry| entry["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["src", "README.md", "deploy.sh", "escape"], "{tree}");
+    assert_eq!(
+        names,
+        [
+            "src",
+            "README.md",
+            "blob.txt",
+            "deploy.sh",
+            "escape",
+            "hostile.txt",
+            "settings.json"
+        ],
+        "{tree}"
+    );
 
     let read = |path: &str| {
         let web = &rig.web;
@@ -309,7 +343,30 @@ async fn the_web_reads_a_jobs_folder_live_within_the_devices_rules() {
         file["text"],
         "export API_TOKEN=[redacted]\ncurl -H 'x: [redacted]'\n"
     );
-    for refused in [".env", ".git/config", "escape"] {
+    let (status, file) = read("settings.json").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        file["text"],
+        r#"{"client_secret": "[redacted]", "password": "[redacted]", "db": "postgres://u:[redacted]@db/app"}"#
+    );
+    // Before issue 13 these held an agent core for minutes and the web got a 504.
+    let (status, file) = read("blob.txt").await;
+    assert_eq!(status, StatusCode::OK, "{file}");
+    assert_eq!(
+        file["text"],
+        "[redacted: a line of 1048576 bytes is too long to check]"
+    );
+    let (status, file) = read("hostile.txt").await;
+    assert_eq!(status, StatusCode::OK, "{file}");
+    assert_eq!(file["text"].as_str().map(str::len), Some(dots.len() * 16));
+    for refused in [
+        ".env",
+        ".git/config",
+        "escape",
+        ".envrc",
+        ".env-prod",
+        ".gitconfig",
+    ] {
         let (status, body) = read(refused).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{refused}: {body}");
         assert_eq!(body["error"]["code"], "path_refused", "{refused}: {body}");

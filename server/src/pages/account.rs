@@ -1,11 +1,16 @@
-//! Sign-in and sign-up pages.
+//! Sign-in and sign-up pages, and the Account page with the API tokens.
 
 use actix_web::{web, HttpResponse};
-use maud::html;
+use chrono::{DateTime, Utc};
+use maud::{html, Markup};
 use serde::Deserialize;
+use tether_protocol::auth::ApiToken;
 
-use super::layout::page;
-use super::redirects::{escape_query_value, safe_next};
+use super::layout::{ago, error_page, page};
+use super::redirects::{escape_query_value, safe_next, signin_redirect};
+use crate::api_tokens;
+use crate::auth::Caller;
+use crate::AppState;
 
 #[derive(Deserialize)]
 pub struct NextQuery {
@@ -40,7 +45,7 @@ pub async fn signup(query: web::Query<NextQuery>) -> HttpResponse {
             form.stack data-api="/api/auth/signup" data-redirect=(next) {
                 label { "Name" input type="text" name="name" autocomplete="name" required; }
                 label { "Email" input type="email" name="email" autocomplete="username" required; }
-                label { "Password (at least 8 characters)"
+                label { "Password (at least 8 characters, not a common one: a few uncommon words work well)"
                     input type="password" name="password" autocomplete="new-password" minlength="8" required; }
                 p.error role="alert" {}
                 button type="submit" { "Sign up" }
@@ -48,4 +53,82 @@ pub async fn signup(query: web::Query<NextQuery>) -> HttpResponse {
             p.muted { "Have an account? " a href={ "/signin?next=" (escape_query_value(next)) } { "Sign in" } "." }
         },
     )
+}
+
+/// The signed-in person, and their API tokens: listed (never the secret), made (shown once),
+/// revoked.
+pub async fn show(state: web::Data<AppState>, caller: Option<Caller>) -> HttpResponse {
+    let Some(caller) = caller else {
+        return signin_redirect("/account");
+    };
+    let tokens = match api_tokens::list(&state.store, &caller.account.id, &caller.user.id).await {
+        Ok(tokens) => tokens,
+        Err(error) => return error_page(&caller, &error),
+    };
+    let now = state.store.clock().now();
+    page(
+        "Account",
+        Some(&caller),
+        html! {
+            h1 { "Account" }
+            p { strong { (caller.user.name) } " · " (caller.user.email) }
+            section.card #tokens {
+                h2 { "API tokens" }
+                p.muted {
+                    "A script sends a token as " code { "Authorization: Bearer tut_…" } ". It can do \
+                     what you can do here except make tokens. Signing out does not end a token: \
+                     revoke it here."
+                }
+                @if tokens.is_empty() {
+                    p.muted { "No token yet." }
+                } @else {
+                    table {
+                        thead { tr { th { "Name" } th { "Made" } th { "Last used" } th { "Expires" } th {} } }
+                        tbody { @for token in &tokens { (token_row(token, now)) } }
+                    }
+                }
+                pre.output #new-token hidden {}
+                form.stack data-api="/api/tokens" data-done-target="#new-token"
+                    data-done="Your new token, shown only this once; copy it now:\n{token}\nReload the page to see it listed." {
+                    label { "Name" input type="text" name="name" maxlength="100" placeholder="CI" required; }
+                    label { "Expires"
+                        select name="expiresInDays" data-number {
+                            option value="7" { "in 7 days" }
+                            option value="30" selected { "in 30 days" }
+                            option value="90" { "in 90 days" }
+                            option value="365" { "in a year" }
+                            option value="" { "never" }
+                        }
+                    }
+                    p.error role="alert" {}
+                    button type="submit" { "Make a token" }
+                }
+            }
+        },
+    )
+}
+
+fn token_row(token: &ApiToken, now: DateTime<Utc>) -> Markup {
+    let expired = api_tokens::expired(token, now);
+    html! {
+        tr data-token=(token.id) {
+            td { (token.name) }
+            td { (ago(token.created_at, now)) }
+            td { @match token.last_used_at { Some(at) => (ago(at, now)), None => span.muted { "never" } } }
+            td {
+                @match token.expires_at {
+                    None => span.muted { "never" },
+                    Some(_) if expired => span.badge.state-failed { "expired" },
+                    Some(at) => (at.format("%Y-%m-%d")),
+                }
+            }
+            td {
+                form data-api={ "/api/tokens/" (token.id) } data-method="DELETE"
+                    data-confirm={ "Revoke " (token.name) "? Scripts using it get 401 from now on." } {
+                    button.danger type="submit" { "Revoke" }
+                    span.error {}
+                }
+            }
+        }
+    }
 }

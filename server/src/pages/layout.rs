@@ -94,6 +94,7 @@ fn navigation(caller: Option<&Caller>, pending: Option<usize>) -> Markup {
                 a href="/computers" { "Computers" }
                 a href="/assign" { "Assign" }
                 a href="/jobs" { "Jobs" }
+                a href="/account" { "Account" }
                 form data-api="/api/auth/logout" data-redirect="/signin" {
                     button.secondary type="submit" title=(caller.user.email) { "Sign out" }
                 }

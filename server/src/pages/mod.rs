@@ -33,6 +33,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/assets/app.css", web::get().to(stylesheet))
         .route("/signin", web::get().to(account::signin))
         .route("/signup", web::get().to(account::signup))
+        .route("/account", web::get().to(account::show))
         .route("/computers", web::get().to(computers::show))
         .route("/link", web::get().to(link::show))
         .route("/assign", web::get().to(assign::show))

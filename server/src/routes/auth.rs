@@ -1,4 +1,6 @@
-//! `POST /api/auth/signup|login|logout`, `GET /api/me`.
+//! `POST /api/auth/signup|login|logout`, `GET /api/me`. Sign-up and sign-in are limited per
+//! client address (the `signup` and `login` buckets); sign-in also per email, in
+//! `accounts::login`.
 
 use actix_web::cookie::time::Duration;
 use actix_web::cookie::{Cookie, SameSite};
@@ -6,10 +8,12 @@ use actix_web::{web, HttpRequest, HttpResponse, HttpResponseBuilder};
 use tether_protocol::auth::{LoginParams, LoginResponse, Me, SignupParams};
 use tether_protocol::routes::CSRF_HEADER;
 
+use super::client::client_address;
 use crate::accounts::{self, LoginAttempt, NewSession, NewUser, SESSION_SECS};
 use crate::auth::{check_origin, Caller, Via, CSRF_COOKIE, SESSION_COOKIE};
 use crate::config::Config;
 use crate::error::ApiError;
+use crate::rate_limits::Bucket;
 use crate::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -25,8 +29,11 @@ async fn signup(
     params: web::Json<SignupParams>,
 ) -> Result<HttpResponse, ApiError> {
     check_origin(&req)?;
+    state
+        .limits
+        .check(Bucket::Signup, &client_address(&req, &state.config))?;
     let new_user = NewUser::try_from(params.into_inner())?;
-    let (me, session) = accounts::signup(&state.store, new_user).await?;
+    let (me, session) = accounts::signup(&state.store, &state.passwords, new_user).await?;
     Ok(with_session(HttpResponse::Created(), &session, &state.config).json(me))
 }
 
@@ -36,8 +43,11 @@ async fn login(
     params: web::Json<LoginParams>,
 ) -> Result<HttpResponse, ApiError> {
     check_origin(&req)?;
+    state
+        .limits
+        .check(Bucket::Login, &client_address(&req, &state.config))?;
     let attempt = LoginAttempt::from(params.into_inner());
-    let (me, session) = accounts::login(&state.store, attempt).await?;
+    let (me, session) = accounts::login(&state.store, &state.passwords, attempt).await?;
     let answer = LoginResponse { user: me.user };
     Ok(with_session(HttpResponse::Ok(), &session, &state.config).json(answer))
 }

@@ -13,10 +13,10 @@ use crate::error::ApiError;
 mod admin;
 mod auth;
 pub(crate) mod client;
-mod client;
 mod decisions;
 mod device_api;
 mod devices;
+pub mod edge;
 mod events;
 mod evidence;
 mod files;
@@ -37,8 +37,7 @@ pub use input::{
 /// so `self`, `pair`, `register` and `link` are never taken for an id.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/healthz", web::get().to(healthz))
-        .route("/readyz", web::get().to(readyz))
-        .route("/metrics", web::get().to(metrics));
+        .route("/readyz", web::get().to(readyz));
     openapi::configure(cfg);
     auth::configure(cfg);
     tokens::configure(cfg);
@@ -75,8 +74,9 @@ async fn readyz(state: web::Data<crate::AppState>) -> Result<HttpResponse, ApiEr
     Ok(HttpResponse::Ok().json(serde_json::json!({ "status": "ready" })))
 }
 
-/// Prometheus text exposition of this replica's metrics.
-async fn metrics(state: web::Data<crate::AppState>) -> Result<HttpResponse, ApiError> {
+/// Prometheus text exposition of this replica's metrics. Served on the metrics listener
+/// (`TETHER_METRICS_LISTEN`, see `lib.rs`), never on the public one.
+pub async fn metrics(state: web::Data<crate::AppState>) -> Result<HttpResponse, ApiError> {
     let text = state.metrics.render(&state.store, &state.hub).await?;
     Ok(HttpResponse::Ok()
         .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")

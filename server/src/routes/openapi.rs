@@ -10,7 +10,9 @@ use std::sync::OnceLock;
 
 use actix_web::{web, HttpResponse};
 
-use tether_protocol::auth::{CreatedToken, LoginParams, LoginResponse, Me, NewTokenParams, SignupParams};
+use tether_protocol::auth::{
+    ApiToken, CreatedToken, LoginParams, LoginResponse, Me, NewTokenParams, SignupParams,
+};
 use tether_protocol::decisions::{
     AnswerRequest, AskRequest, AskResponse, CloseRequest, Decision, DeviceDecision,
 };
@@ -26,7 +28,9 @@ use tether_protocol::pairing::{
     LinkParams, LinkedDevice, PairParams, PairResponse, RegisterParams, RegisterResponse,
 };
 use tether_protocol::routes::{EVIDENCE_HEADER, LEASE_HEADER, PROTOCOL_HEADER};
-use tether_protocol::secrets::{DeliveryAnswer, SecretsListing, SendSecretParams, SendSecretResponse};
+use tether_protocol::secrets::{
+    DeliveryAnswer, SecretsListing, SendSecretParams, SendSecretResponse,
+};
 use tether_protocol::ErrorBody;
 use utoipa::openapi::path::{HttpMethod, OperationBuilder, ParameterBuilder, ParameterIn};
 use utoipa::openapi::request_body::RequestBodyBuilder;
@@ -84,175 +88,395 @@ enum Caller {
 }
 
 fn web_routes(spec: &mut Spec) {
-    spec.op(HttpMethod::Post, "/api/auth/signup", "Create an account and sign in", Caller::Public)
-        .body::<SignupParams>()
-        .answer::<Me>(201, "Signed up; the session cookie is set.")
-        .errors(&[400, 409, 413, 415, 422, 429]);
-    spec.op(HttpMethod::Post, "/api/auth/login", "Sign in", Caller::Public)
-        .body::<LoginParams>()
-        .answer::<LoginResponse>(200, "Signed in; the session cookie is set.")
-        .errors(&[400, 401, 413, 415, 422, 429, 503]);
-    spec.op(HttpMethod::Post, "/api/auth/logout", "Sign out", Caller::Public)
-        .empty(204, "Signed out.")
-        .errors(&[403]);
+    spec.op(
+        HttpMethod::Post,
+        "/api/auth/signup",
+        "Create an account and sign in",
+        Caller::Public,
+    )
+    .body::<SignupParams>()
+    .answer::<Me>(201, "Signed up; the session cookie is set.")
+    .errors(&[400, 409, 413, 415, 422, 429, 503]);
+    spec.op(
+        HttpMethod::Post,
+        "/api/auth/login",
+        "Sign in",
+        Caller::Public,
+    )
+    .body::<LoginParams>()
+    .answer::<LoginResponse>(200, "Signed in; the session cookie is set.")
+    .errors(&[400, 401, 413, 415, 422, 429, 503]);
+    spec.op(
+        HttpMethod::Post,
+        "/api/auth/logout",
+        "Sign out",
+        Caller::Public,
+    )
+    .empty(204, "Signed out.")
+    .errors(&[403]);
     spec.op(HttpMethod::Get, "/api/me", "Who is signed in", Caller::User)
         .answer::<Me>(200, "The caller and their account.")
         .errors(&[]);
-    spec.op(HttpMethod::Post, "/api/tokens", "Create an API token", Caller::User)
-        .body::<NewTokenParams>()
-        .answer::<CreatedToken>(201, "The token, shown this once.")
-        .errors(&[400, 413, 415, 422, 429]);
-    spec.op(HttpMethod::Get, "/api/devices", "The account's computers", Caller::User)
-        .answer_list::<Device>(200, "Every computer of the account.")
-        .errors(&[]);
-    spec.op(HttpMethod::Patch, "/api/devices/{id}", "Rename a computer", Caller::User)
-        .body::<RenameParams>()
-        .answer::<Device>(200, "The renamed computer.")
-        .errors(&[400, 404, 413, 415, 422]);
-    spec.op(HttpMethod::Delete, "/api/devices/{id}", "Revoke a computer", Caller::User)
-        .empty(204, "Revoked: its token answers 401 from now on.")
-        .errors(&[400, 404]);
-    spec.op(HttpMethod::Post, "/api/devices/{id}/secrets", "Send a sealed secret", Caller::User)
-        .body::<SendSecretParams>()
-        .answer::<SendSecretResponse>(202, "Kept until the computer takes it.")
-        .errors(&[400, 404, 409, 413, 415, 422]);
-    spec.op(HttpMethod::Get, "/api/devices/{id}/secrets", "Saved names and deliveries", Caller::User)
-        .answer::<SecretsListing>(200, "Names and delivery states, never a value.")
-        .errors(&[400, 404]);
+    spec.op(
+        HttpMethod::Post,
+        "/api/tokens",
+        "Create an API token (browser session only: 403 for a token)",
+        Caller::User,
+    )
+    .body::<NewTokenParams>()
+    .answer::<CreatedToken>(201, "The token, shown this once.")
+    .errors(&[400, 403, 413, 415, 422, 429]);
+    spec.op(
+        HttpMethod::Get,
+        "/api/tokens",
+        "The caller's API tokens",
+        Caller::User,
+    )
+    .answer_list::<ApiToken>(
+        200,
+        "Newest first, expired ones included; never the token itself.",
+    )
+    .errors(&[]);
+    spec.op(
+        HttpMethod::Delete,
+        "/api/tokens/{id}",
+        "Revoke an API token",
+        Caller::User,
+    )
+    .empty(204, "Revoked: it answers 401 from now on.")
+    .errors(&[400, 404]);
+    spec.op(
+        HttpMethod::Get,
+        "/api/devices",
+        "The account's computers",
+        Caller::User,
+    )
+    .answer_list::<Device>(200, "Every computer of the account.")
+    .errors(&[]);
+    spec.op(
+        HttpMethod::Patch,
+        "/api/devices/{id}",
+        "Rename a computer",
+        Caller::User,
+    )
+    .body::<RenameParams>()
+    .answer::<Device>(200, "The renamed computer.")
+    .errors(&[400, 404, 413, 415, 422]);
+    spec.op(
+        HttpMethod::Delete,
+        "/api/devices/{id}",
+        "Revoke a computer",
+        Caller::User,
+    )
+    .empty(204, "Revoked: its token answers 401 from now on.")
+    .errors(&[400, 404]);
+    spec.op(
+        HttpMethod::Post,
+        "/api/devices/{id}/secrets",
+        "Send a sealed secret",
+        Caller::User,
+    )
+    .body::<SendSecretParams>()
+    .answer::<SendSecretResponse>(202, "Kept until the computer takes it.")
+    .errors(&[400, 404, 409, 413, 415, 422]);
+    spec.op(
+        HttpMethod::Get,
+        "/api/devices/{id}/secrets",
+        "Saved names and deliveries",
+        Caller::User,
+    )
+    .answer::<SecretsListing>(200, "Names and delivery states, never a value.")
+    .errors(&[400, 404]);
     spec.op(HttpMethod::Post, "/api/jobs", "Assign a job", Caller::User)
         .body::<NewJobParams>()
         .answer::<Job>(201, "The queued job.")
         .errors(&[400, 404, 413, 415, 422, 429]);
-    spec.op(HttpMethod::Get, "/api/jobs", "The account's jobs", Caller::User)
-        .query("deviceId", "Only this computer's jobs.")
-        .query("state", "Only jobs in this state.")
-        .answer_list::<Job>(200, "Newest first.")
-        .errors(&[400, 422]);
+    spec.op(
+        HttpMethod::Get,
+        "/api/jobs",
+        "The account's jobs",
+        Caller::User,
+    )
+    .query("deviceId", "Only this computer's jobs.")
+    .query("state", "Only jobs in this state.")
+    .answer_list::<Job>(200, "Newest first.")
+    .errors(&[400, 422]);
     spec.op(HttpMethod::Get, "/api/jobs/{id}", "One job", Caller::User)
         .answer::<Job>(200, "The job with its events, decisions and evidence.")
         .errors(&[400, 404]);
-    spec.op(HttpMethod::Post, "/api/jobs/{id}/cancel", "Cancel a job", Caller::User)
-        .answer::<JobResponse>(200, "Cancelled, or cancel requested from its computer.")
-        .errors(&[400, 404, 409]);
-    spec.op(HttpMethod::Get, "/api/jobs/{id}/tree", "List a job's folder", Caller::User)
-        .query("path", "Relative to the job's folder; empty for the folder itself.")
-        .answer::<Tree>(200, "One folder, read live from the computer.")
-        .errors(&[400, 404, 409, 422, 429, 504]);
-    spec.op(HttpMethod::Get, "/api/jobs/{id}/file", "Read a file of a job's folder", Caller::User)
-        .query("path", "Relative to the job's folder.")
-        .answer::<FileContent>(200, "The file, read live from the computer, redacted.")
-        .errors(&[400, 404, 409, 422, 429, 504]);
-    spec.op(HttpMethod::Get, "/api/jobs/{id}/evidence/{evidence_id}", "Download evidence", Caller::User)
-        .bytes("The stored bytes.")
-        .errors(&[400, 404, 409]);
-    spec.op(HttpMethod::Get, "/api/decisions", "Decisions of the account's jobs", Caller::User)
-        .query("state", "`pending`, `answered`, `expired` or `withdrawn`.")
-        .answer_list::<Decision>(200, "Newest first.")
-        .errors(&[400, 422]);
-    spec.op(HttpMethod::Post, "/api/decisions/{id}/answer", "Answer a decision", Caller::User)
-        .body::<AnswerRequest>()
-        .answer::<Decision>(200, "The answered decision.")
-        .errors(&[400, 404, 409, 413, 415, 422]);
-    spec.op(HttpMethod::Get, "/api/decisions/events", "Decision changes as server-sent events", Caller::User)
-        .stream("text/event-stream", "`decisions` events with the change and the pending count.")
-        .errors(&[]);
-    spec.op(HttpMethod::Get, "/api/admin/devices", "Every account's computers", Caller::Admin)
-        .answer_list::<AdminDevice>(200, "All computers.")
-        .errors(&[403]);
-    spec.op(HttpMethod::Delete, "/api/admin/devices/{id}", "Revoke any computer", Caller::Admin)
-        .empty(204, "Revoked.")
-        .errors(&[400, 403, 404]);
+    spec.op(
+        HttpMethod::Post,
+        "/api/jobs/{id}/cancel",
+        "Cancel a job",
+        Caller::User,
+    )
+    .answer::<JobResponse>(200, "Cancelled, or cancel requested from its computer.")
+    .errors(&[400, 404, 409]);
+    spec.op(
+        HttpMethod::Get,
+        "/api/jobs/{id}/tree",
+        "List a job's folder",
+        Caller::User,
+    )
+    .query(
+        "path",
+        "Relative to the job's folder; empty for the folder itself.",
+    )
+    .answer::<Tree>(200, "One folder, read live from the computer.")
+    .errors(&[400, 404, 409, 422, 429, 504]);
+    spec.op(
+        HttpMethod::Get,
+        "/api/jobs/{id}/file",
+        "Read a file of a job's folder",
+        Caller::User,
+    )
+    .query("path", "Relative to the job's folder.")
+    .answer::<FileContent>(200, "The file, read live from the computer, redacted.")
+    .errors(&[400, 404, 409, 422, 429, 504]);
+    spec.op(
+        HttpMethod::Get,
+        "/api/jobs/{id}/evidence/{evidence_id}",
+        "Download evidence",
+        Caller::User,
+    )
+    .bytes("The stored bytes.")
+    .errors(&[400, 404, 409]);
+    spec.op(
+        HttpMethod::Get,
+        "/api/decisions",
+        "Decisions of the account's jobs",
+        Caller::User,
+    )
+    .query("state", "`pending`, `answered`, `expired` or `withdrawn`.")
+    .answer_list::<Decision>(200, "Newest first.")
+    .errors(&[400, 422]);
+    spec.op(
+        HttpMethod::Post,
+        "/api/decisions/{id}/answer",
+        "Answer a decision",
+        Caller::User,
+    )
+    .body::<AnswerRequest>()
+    .answer::<Decision>(200, "The answered decision.")
+    .errors(&[400, 404, 409, 413, 415, 422]);
+    spec.op(
+        HttpMethod::Get,
+        "/api/decisions/events",
+        "Decision changes as server-sent events",
+        Caller::User,
+    )
+    .stream(
+        "text/event-stream",
+        "`decisions` events with the change and the pending count.",
+    )
+    .errors(&[]);
+    spec.op(
+        HttpMethod::Get,
+        "/api/admin/devices",
+        "Every account's computers",
+        Caller::Admin,
+    )
+    .answer_list::<AdminDevice>(200, "All computers.")
+    .errors(&[403]);
+    spec.op(
+        HttpMethod::Delete,
+        "/api/admin/devices/{id}",
+        "Revoke any computer",
+        Caller::Admin,
+    )
+    .empty(204, "Revoked.")
+    .errors(&[400, 403, 404]);
 }
 
 fn pairing_routes(spec: &mut Spec) {
-    spec.op(HttpMethod::Post, "/api/devices/pair", "Ask for a code pair", Caller::Public)
-        .body::<PairParams>()
-        .answer::<PairResponse>(201, "The device code and the code the person enters.")
-        .errors(&[400, 413, 415, 422, 429]);
-    spec.op(HttpMethod::Post, "/api/devices/register", "Redeem a linked code", Caller::Public)
-        .body::<RegisterParams>()
-        .answer::<RegisterResponse>(200, "The device token, once.")
-        .errors(&[400, 413, 415, 422, 429]);
-    spec.op(HttpMethod::Post, "/api/devices/link", "Approve a pairing code", Caller::User)
-        .body::<LinkParams>()
-        .answer::<LinkedDevice>(200, "The computer that was paired.")
-        .errors(&[400, 404, 413, 415, 422, 429]);
+    spec.op(
+        HttpMethod::Post,
+        "/api/devices/pair",
+        "Ask for a code pair",
+        Caller::Public,
+    )
+    .body::<PairParams>()
+    .answer::<PairResponse>(201, "The device code and the code the person enters.")
+    .errors(&[400, 413, 415, 422, 429]);
+    spec.op(
+        HttpMethod::Post,
+        "/api/devices/register",
+        "Redeem a linked code",
+        Caller::Public,
+    )
+    .body::<RegisterParams>()
+    .answer::<RegisterResponse>(200, "The device token, once.")
+    .errors(&[400, 413, 415, 422, 429]);
+    spec.op(
+        HttpMethod::Post,
+        "/api/devices/link",
+        "Approve a pairing code",
+        Caller::User,
+    )
+    .body::<LinkParams>()
+    .answer::<LinkedDevice>(200, "The computer that was paired.")
+    .errors(&[400, 404, 413, 415, 422, 429]);
 }
 
 fn device_routes(spec: &mut Spec) {
-    spec.op(HttpMethod::Get, "/api/devices/self", "This device", Caller::Device)
-        .answer::<DeviceSelf>(200, "Its id, name and account.")
-        .errors(&[400]);
-    spec.op(HttpMethod::Delete, "/api/devices/self", "Remove this device", Caller::Device)
-        .empty(204, "Removed.")
-        .errors(&[400]);
-    spec.op(HttpMethod::Post, "/api/devices/self/heartbeat", "Report and extend leases", Caller::Device)
-        .body::<HeartbeatParams>()
-        .answer::<HeartbeatResponse>(200, "Leases extended, lost runs, queued work.")
-        .errors(&[400, 413, 415, 422, 429]);
-    spec.op(HttpMethod::Post, "/api/devices/self/claim", "Claim queued work", Caller::Device)
-        .answer::<ClaimResponse>(200, "A job under a new lease.")
-        .empty(204, "Nothing queued for this device.")
-        .errors(&[400, 429]);
-    spec.op(HttpMethod::Post, "/api/devices/self/jobs/{id}/progress", "Report output", Caller::Lease)
-        .body::<ProgressParams>()
-        .answer::<ProgressResponse>(200, "The lease, extended.")
-        .errors(&[400, 404, 409, 413, 415, 422]);
-    spec.op(HttpMethod::Post, "/api/devices/self/jobs/{id}/complete", "End a run", Caller::Lease)
-        .body::<CompleteParams>()
-        .answer::<JobResponse>(200, "The finished job.")
-        .errors(&[400, 404, 409, 413, 415, 422]);
-    spec.op(HttpMethod::Post, "/api/devices/self/jobs/{id}/reattach", "Take back a run after an outage", Caller::Device)
-        .body::<ReattachParams>()
-        .answer::<LeaseGrant>(200, "A new lease for the same attempt.")
-        .errors(&[400, 404, 409, 413, 415, 422]);
-    spec.op(HttpMethod::Post, "/api/devices/self/jobs/{id}/resume", "Carry on a run lost to a restart", Caller::Device)
-        .body::<ResumeParams>()
-        .answer::<ClaimResponse>(200, "A new attempt in the same folder.")
-        .errors(&[400, 404, 409, 413, 415, 422]);
-    spec.op(HttpMethod::Post, "/api/devices/self/jobs/{id}/ask", "Ask the owner", Caller::Lease)
-        .body::<AskRequest>()
-        .answer::<AskResponse>(201, "The decision, pending.")
-        .errors(&[400, 404, 409, 413, 415, 422]);
-    spec.op(HttpMethod::Get, "/api/devices/self/decisions/{id}", "A decision of this device", Caller::Device)
-        .answer::<DeviceDecision>(200, "Its state and answer.")
-        .errors(&[400, 404]);
-    spec.op(HttpMethod::Post, "/api/devices/self/decisions/{id}/close", "Close a decision", Caller::Device)
-        .body::<CloseRequest>()
-        .answer::<Decision>(200, "The closed decision.")
-        .errors(&[400, 404, 409, 413, 415, 422]);
-    spec.op(HttpMethod::Post, "/api/devices/self/jobs/{id}/evidence", "Attach a file to a run", Caller::Lease)
-        .header(EVIDENCE_HEADER, "base64url of the JSON description `{id, kind, name, size, sha256, mime?, caption?}`.")
-        .raw_body("The file's bytes.")
-        .answer::<tether_protocol::jobs::Evidence>(201, "Stored.")
-        .answer::<tether_protocol::jobs::Evidence>(200, "The same id again: already stored.")
-        .errors(&[400, 404, 409, 413, 415, 422]);
-    spec.op(HttpMethod::Post, "/api/devices/self/file-requests/{id}", "Answer a file request", Caller::Device)
-        .body::<FileAnswer>()
-        .empty(204, "Passed to the waiting request.")
-        .errors(&[400, 404, 413, 415, 422]);
-    spec.op(HttpMethod::Post, "/api/devices/self/secret-deliveries/{id}", "Report a delivery", Caller::Device)
-        .body::<DeliveryAnswer>()
-        .answer_object(200, "Recorded; the box is dropped.")
-        .errors(&[400, 404, 409, 413, 415, 422]);
-    spec.op(HttpMethod::Get, "/api/devices/self/events", "The wake-up stream (WebSocket)", Caller::Device)
-        .empty(101, "Switching to the WebSocket protocol.")
-        .errors(&[400]);
+    spec.op(
+        HttpMethod::Get,
+        "/api/devices/self",
+        "This device",
+        Caller::Device,
+    )
+    .answer::<DeviceSelf>(200, "Its id, name and account.")
+    .errors(&[400]);
+    spec.op(
+        HttpMethod::Delete,
+        "/api/devices/self",
+        "Remove this device",
+        Caller::Device,
+    )
+    .empty(204, "Removed.")
+    .errors(&[400]);
+    spec.op(
+        HttpMethod::Post,
+        "/api/devices/self/heartbeat",
+        "Report and extend leases",
+        Caller::Device,
+    )
+    .body::<HeartbeatParams>()
+    .answer::<HeartbeatResponse>(200, "Leases extended, lost runs, queued work.")
+    .errors(&[400, 413, 415, 422, 429]);
+    spec.op(
+        HttpMethod::Post,
+        "/api/devices/self/claim",
+        "Claim queued work",
+        Caller::Device,
+    )
+    .answer::<ClaimResponse>(200, "A job under a new lease.")
+    .empty(204, "Nothing queued for this device.")
+    .errors(&[400, 429]);
+    spec.op(
+        HttpMethod::Post,
+        "/api/devices/self/jobs/{id}/progress",
+        "Report output",
+        Caller::Lease,
+    )
+    .body::<ProgressParams>()
+    .answer::<ProgressResponse>(200, "The lease, extended.")
+    .errors(&[400, 404, 409, 413, 415, 422]);
+    spec.op(
+        HttpMethod::Post,
+        "/api/devices/self/jobs/{id}/complete",
+        "End a run",
+        Caller::Lease,
+    )
+    .body::<CompleteParams>()
+    .answer::<JobResponse>(200, "The finished job.")
+    .errors(&[400, 404, 409, 413, 415, 422]);
+    spec.op(
+        HttpMethod::Post,
+        "/api/devices/self/jobs/{id}/reattach",
+        "Take back a run after an outage",
+        Caller::Device,
+    )
+    .body::<ReattachParams>()
+    .answer::<LeaseGrant>(200, "A new lease for the same attempt.")
+    .errors(&[400, 404, 409, 413, 415, 422]);
+    spec.op(
+        HttpMethod::Post,
+        "/api/devices/self/jobs/{id}/resume",
+        "Carry on a run lost to a restart",
+        Caller::Device,
+    )
+    .body::<ResumeParams>()
+    .answer::<ClaimResponse>(200, "A new attempt in the same folder.")
+    .errors(&[400, 404, 409, 413, 415, 422]);
+    spec.op(
+        HttpMethod::Post,
+        "/api/devices/self/jobs/{id}/ask",
+        "Ask the owner",
+        Caller::Lease,
+    )
+    .body::<AskRequest>()
+    .answer::<AskResponse>(201, "The decision, pending.")
+    .errors(&[400, 404, 409, 413, 415, 422]);
+    spec.op(
+        HttpMethod::Get,
+        "/api/devices/self/decisions/{id}",
+        "A decision of this device",
+        Caller::Device,
+    )
+    .answer::<DeviceDecision>(200, "Its state and answer.")
+    .errors(&[400, 404]);
+    spec.op(
+        HttpMethod::Post,
+        "/api/devices/self/decisions/{id}/close",
+        "Close a decision",
+        Caller::Device,
+    )
+    .body::<CloseRequest>()
+    .answer::<Decision>(200, "The closed decision.")
+    .errors(&[400, 404, 409, 413, 415, 422]);
+    spec.op(
+        HttpMethod::Post,
+        "/api/devices/self/jobs/{id}/evidence",
+        "Attach a file to a run",
+        Caller::Lease,
+    )
+    .header(
+        EVIDENCE_HEADER,
+        "base64url of the JSON description `{id, kind, name, size, sha256, mime?, caption?}`.",
+    )
+    .raw_body("The file's bytes.")
+    .answer::<tether_protocol::jobs::Evidence>(201, "Stored.")
+    .answer::<tether_protocol::jobs::Evidence>(200, "The same id again: already stored.")
+    .errors(&[400, 404, 409, 413, 415, 422]);
+    spec.op(
+        HttpMethod::Post,
+        "/api/devices/self/file-requests/{id}",
+        "Answer a file request",
+        Caller::Device,
+    )
+    .body::<FileAnswer>()
+    .empty(204, "Passed to the waiting request.")
+    .errors(&[400, 404, 413, 415, 422]);
+    spec.op(
+        HttpMethod::Post,
+        "/api/devices/self/secret-deliveries/{id}",
+        "Report a delivery",
+        Caller::Device,
+    )
+    .body::<DeliveryAnswer>()
+    .answer_object(200, "Recorded; the box is dropped.")
+    .errors(&[400, 404, 409, 413, 415, 422]);
+    spec.op(
+        HttpMethod::Get,
+        "/api/devices/self/events",
+        "The wake-up stream (WebSocket)",
+        Caller::Device,
+    )
+    .empty(101, "Switching to the WebSocket protocol.")
+    .errors(&[400]);
 }
 
 fn operator_routes(spec: &mut Spec) {
     spec.op(HttpMethod::Get, "/healthz", "Serving", Caller::Public)
         .answer_object(200, "`{\"status\": \"ok\"}`.")
         .errors(&[]);
-    spec.op(HttpMethod::Get, "/readyz", "Store and hub reachable", Caller::Public)
-        .answer_object(200, "`{\"status\": \"ready\"}`.")
-        .errors(&[503]);
-    spec.op(HttpMethod::Get, "/metrics", "Prometheus metrics", Caller::Public)
-        .stream("application/openmetrics-text", "The OpenMetrics text format.")
-        .errors(&[]);
-    spec.op(HttpMethod::Get, "/api/openapi.json", "This document", Caller::Public)
-        .answer_object(200, "OpenAPI 3.1.")
-        .errors(&[]);
+    spec.op(
+        HttpMethod::Get,
+        "/readyz",
+        "Store and hub reachable",
+        Caller::Public,
+    )
+    .answer_object(200, "`{\"status\": \"ready\"}`.")
+    .errors(&[503]);
+    spec.op(
+        HttpMethod::Get,
+        "/api/openapi.json",
+        "This document",
+        Caller::Public,
+    )
+    .answer_object(200, "OpenAPI 3.1.")
+    .errors(&[]);
 }
 
 fn page_routes(spec: &mut Spec) {
@@ -260,6 +484,7 @@ fn page_routes(spec: &mut Spec) {
         ("/", "Home: the Computers page, or sign in"),
         ("/signin", "Sign in"),
         ("/signup", "Sign up"),
+        ("/account", "Account and API tokens"),
         ("/computers", "Computers"),
         ("/link", "Approve a pairing code"),
         ("/assign", "Assign a job"),
@@ -293,7 +518,13 @@ struct Spec {
 }
 
 impl Spec {
-    fn op(&mut self, method: HttpMethod, path: &'static str, summary: &str, caller: Caller) -> Op<'_> {
+    fn op(
+        &mut self,
+        method: HttpMethod,
+        path: &'static str,
+        summary: &str,
+        caller: Caller,
+    ) -> Op<'_> {
         let mut builder = OperationBuilder::new()
             .summary(Some(summary))
             .operation_id(Some(operation_id(&method, path)))
@@ -461,7 +692,9 @@ impl Op<'_> {
     }
 
     fn answer_object(&mut self, status: u16, description: &str) -> &mut Self {
-        let object = RefOr::T(Schema::Object(ObjectBuilder::new().schema_type(Type::Object).build()));
+        let object = RefOr::T(Schema::Object(
+            ObjectBuilder::new().schema_type(Type::Object).build(),
+        ));
         self.json_answer(status, description, object)
     }
 
@@ -507,7 +740,11 @@ impl Op<'_> {
             all.push(409);
         }
         if self.has_body || self.method != HttpMethod::Get {
-            all.extend([400, 413]);
+            all.extend([400, 408, 413]);
+        }
+        // Past the connection cap every route but the liveness check answers 503.
+        if self.path != "/healthz" {
+            all.push(503);
         }
         // Every route answers a wrong method with 405 and a path that does not parse with 404.
         all.extend([404, 405]);
@@ -528,9 +765,11 @@ impl Op<'_> {
 impl Drop for Op<'_> {
     fn drop(&mut self) {
         if let Some(builder) = self.builder.take() {
-            self.spec
-                .paths
-                .add_path_operation(self.path, vec![self.method.clone()], builder.build());
+            self.spec.paths.add_path_operation(
+                self.path,
+                vec![self.method.clone()],
+                builder.build(),
+            );
         }
     }
 }
@@ -561,7 +800,9 @@ fn with_caller(builder: OperationBuilder, caller: Caller) -> OperationBuilder {
             .name(LEASE_HEADER)
             .parameter_in(ParameterIn::Header)
             .required(Required::True)
-            .description(Some("The lease token of the run; a wrong or old one is 409 `stale_lease`."))
+            .description(Some(
+                "The lease token of the run; a wrong or old one is 409 `stale_lease`.",
+            ))
             .schema(Some(string_schema())),
     )
 }
@@ -585,11 +826,12 @@ fn error_description(status: u16) -> &'static str {
         404 => "Unknown, or another account's.",
         405 => "Another method.",
         409 => "In the wrong state for this (`stale_lease`, `already_answered`, …).",
+        408 => "The body did not arrive in time (`request_timeout`); the connection is closed.",
         413 => "The body is too large.",
         415 => "The body's type is not what the route takes.",
         422 => "A field's value is not accepted; the message names it.",
         429 => "Too many requests; `Retry-After` says when to try again.",
-        503 => "Busy; `Retry-After` says when to try again.",
+        503 => "Busy (`unavailable`: a dependency is down, or too many connections are open); `Retry-After` says when to try again.",
         504 => "The computer did not answer in time.",
         _ => "An error.",
     }
@@ -627,7 +869,9 @@ fn method_name(method: &HttpMethod) -> &'static str {
 }
 
 fn string_schema() -> RefOr<Schema> {
-    RefOr::T(Schema::Object(ObjectBuilder::new().schema_type(Type::String).build()))
+    RefOr::T(Schema::Object(
+        ObjectBuilder::new().schema_type(Type::String).build(),
+    ))
 }
 
 /// A path template of this document for an actix resource pattern (they share `{name}`).

@@ -677,14 +677,14 @@ both_backends! {
     }
 
     async fn metrics_count_pending_decisions_and_their_waits(backend) {
-        let app = spawn_app(backend).await;
+        let app = spawn_app_with(backend, |config| config.metrics_listen = Some("127.0.0.1:0".to_owned())).await;
         let ann = app.user("ann@example.com").await;
         let device = app.device(&ann, "install-1").await;
         let (job_id, lease) = running(&ann, &device).await;
         let first = asked(&device, &job_id, &lease, &question("command", command(&["ls"]), 600)).await;
         asked(&device, &job_id, &lease, &question("command", command(&["ls"]), 600)).await;
         assert_eq!(answer(&ann, &first, "allow", "once").await.status(), StatusCode::OK);
-        let text = reqwest::get(format!("{}/metrics", app.base)).await.unwrap().text().await.unwrap();
+        let text = app.metrics_text().await;
         assert!(text.contains("tether_pending_decisions 1"), "{text}");
         assert!(text.contains(r#"tether_decision_wait_seconds_count{how="answered_web"} 1"#), "{text}");
     }

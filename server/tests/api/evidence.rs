@@ -462,10 +462,19 @@ both_backends! {
             let res = run.owner.get(&path).await;
             assert!(res.status().is_client_error(), "{path:.80}: {}", res.status());
         }
-        // The name the device gives is only ever a name: a bidi override is text, not a path.
-        let name = "\u{202e}gpj.exe";
-        let item = run.stored("bidi", "file", name, b"MZ\x90\0").await;
-        assert_eq!(item["name"], name);
+        // The name the device gives is shown on the job page: a bidi override or an
+        // invisible character would make `exe.pdf` of `\u{202e}fdp.exe`; a caption keeps
+        // its newlines but no other control character.
+        for name in ["\u{202e}gpj.exe", "a\u{200b}b.log", "\u{feff}run.log", "run\u{ffff}.log"] {
+            let res = run.upload(&describe("bidi", "file", name, b"MZ\x90\0"), b"MZ\x90\0").await;
+            assert_error(res, 400, "invalid_request").await;
+        }
+        let mut meta = describe("cap", "log", "run.log", LOG);
+        meta["caption"] = json!("bell\u{7}");
+        assert_error(run.upload(&meta, LOG).await, 400, "invalid_request").await;
+        meta["caption"] = json!("two lines\n\tindented");
+        assert_eq!(run.upload(&meta, LOG).await.status(), StatusCode::CREATED);
+        let item = run.stored("names", "file", "Bürorechner ноутбук 笔记本.bin", b"MZ\x90\0").await;
         assert_eq!(item["mime"], "application/octet-stream");
     }
 }

@@ -117,7 +117,7 @@ both_backends! {
         let web = ann;
         let job_id = job.id.clone();
         let pending = tokio::spawn(async move { web.get(&format!("/api/jobs/{job_id}/tree?path=src")).await });
-        let Some(ServerFrame::FileRequest { id, job_id: asked_for, op, path }) = next_frame(&mut events, Duration::from_secs(1)).await else {
+        let Some(ServerFrame::FileRequest { id, job_id: asked_for, op, path, .. }) = next_frame(&mut events, Duration::from_secs(1)).await else {
             panic!("no file.request frame");
         };
         assert_eq!((asked_for, op, path.as_str()), (job.id.clone(), FileOp::Tree, "src"));

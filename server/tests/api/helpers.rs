@@ -73,6 +73,9 @@ macro_rules! both_backends {
 
 pub struct TestApp {
     pub base: String,
+    /// `http://ADDR` of the `/metrics` listener, when the test configured one
+    /// (`config.metrics_listen = Some("127.0.0.1:0")`).
+    pub metrics: Option<String>,
     pub store: Store,
     pub config: Config,
     /// The server's time; shared with [`TestApp::another`].
@@ -114,6 +117,7 @@ async fn start(
         .await
         .unwrap();
     let base = app.base_url();
+    let metrics = app.metrics_url();
     let store = app.store();
     let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(app.run_until(async move {
@@ -121,6 +125,7 @@ async fn start(
     }));
     TestApp {
         base,
+        metrics,
         store,
         config,
         clock,
@@ -150,6 +155,17 @@ impl TestApp {
             self.clock.clone(),
         )
         .await
+    }
+
+    /// The Prometheus text of this replica, from its metrics listener.
+    pub async fn metrics_text(&self) -> String {
+        let metrics = self
+            .metrics
+            .as_deref()
+            .expect("a metrics listener (metrics_listen)");
+        let res = reqwest::get(format!("{metrics}/metrics")).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        res.text().await.unwrap()
     }
 
     /// The server's "now".

@@ -32,10 +32,18 @@ fn registered_routes() -> BTreeSet<(String, String)> {
 fn scan(source: &str, routes: &mut BTreeSet<(String, String)>) {
     let mut current: Option<String> = None;
     let mut rest = source;
-    while let Some(at) = ["web::resource(\"", ".route(\"", "web::get()", "web::post()", "web::patch()", "web::put()", "web::delete()"]
-        .iter()
-        .filter_map(|needle| rest.find(needle).map(|index| (index, *needle)))
-        .min()
+    while let Some(at) = [
+        "web::resource(\"",
+        ".route(\"",
+        "web::get()",
+        "web::post()",
+        "web::patch()",
+        "web::put()",
+        "web::delete()",
+    ]
+    .iter()
+    .filter_map(|needle| rest.find(needle).map(|index| (index, *needle)))
+    .min()
     {
         let (index, needle) = at;
         let after = &rest[index + needle.len()..];
@@ -71,18 +79,32 @@ fn documented_routes(document: &Value) -> BTreeSet<(String, String)> {
 #[tokio::test]
 async fn the_document_lists_every_registered_route_and_nothing_else() {
     let app = spawn_app_with(Backend::Sqlite, |_| {}).await;
-    let res = reqwest::get(format!("{}/api/openapi.json", app.base)).await.unwrap();
+    let res = reqwest::get(format!("{}/api/openapi.json", app.base))
+        .await
+        .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     let document: Value = res.json().await.unwrap();
     assert_eq!(document["openapi"], "3.1.0");
     let registered = registered_routes();
-    assert!(registered.len() > 50, "the scan found the routes: {registered:?}");
+    assert!(
+        registered.len() > 50,
+        "the scan found the routes: {registered:?}"
+    );
     let documented = documented_routes(&document);
     let missing: Vec<_> = registered.difference(&documented).collect();
-    assert!(missing.is_empty(), "registered but not documented: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "registered but not documented: {missing:?}"
+    );
     let stale: Vec<_> = documented.difference(&registered).collect();
     assert!(stale.is_empty(), "documented but not registered: {stale:?}");
-    for schema in ["Job", "NewJobParams", "ErrorBody", "HeartbeatParams", "ClaimedJob"] {
+    for schema in [
+        "Job",
+        "NewJobParams",
+        "ErrorBody",
+        "HeartbeatParams",
+        "ClaimedJob",
+    ] {
         assert!(
             document["components"]["schemas"][schema].is_object(),
             "{schema} is described"
@@ -108,8 +130,11 @@ fn schemathesis() -> Option<&'static str> {
 /// Runs schemathesis on the operations of one tag with `headers`; its output on failure.
 fn fuzz(base: &str, tags: &[&str], headers: &[String], examples: u32) -> Result<(), String> {
     let program = schemathesis().ok_or_else(String::new)?;
+    // schemathesis keeps a cache and reports in its working folder: not in the checkout.
+    let scratch = tempfile::tempdir().map_err(|error| error.to_string())?;
     let mut command = Command::new(program);
     command
+        .current_dir(scratch.path())
         .arg("run")
         .arg(format!("{base}/api/openapi.json"))
         .args(["--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"])

@@ -4,11 +4,11 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::both_backends;
-use crate::helpers::{spawn_app, spawn_app_with, Backend};
+use crate::helpers::{spawn_app_with, Backend};
 
 both_backends! {
     async fn ready_and_metrics_tell_the_truth(backend) {
-        let app = spawn_app(backend).await;
+        let app = spawn_app_with(backend, |config| config.metrics_listen = Some("127.0.0.1:0".to_owned())).await;
         let http = reqwest::Client::new();
         let ready = http.get(format!("{}/readyz", app.base)).send().await.unwrap();
         assert_eq!(ready.status().as_u16(), 200);
@@ -20,7 +20,7 @@ both_backends! {
         let res = ann.get(&format!("/api/jobs/{}", job.id)).await;
         assert_eq!(res.status().as_u16(), 200);
 
-        let text = http.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+        let text = app.metrics_text().await;
         // Routes are labelled by pattern, never by the ids a client sent.
         assert!(text.contains(r#"tether_http_requests_total{route="/api/jobs/{id}",method="GET",status="200"} 1"#), "{text}");
         assert!(!text.contains(job.id.as_str()), "{text}");

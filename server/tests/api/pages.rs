@@ -27,7 +27,74 @@ both_backends! {
         // A `next` that leaves the site is ignored.
         let page = http.get(format!("{}/signin?next=//evil.example", app.base)).send().await.unwrap();
         let text = page.text().await.unwrap();
-        assert!(text.contains(r#"data-redirect="/computers""#), "{text}");
+        assert!(text.contains(r#"data-redirect="/""#), "{text}");
+    }
+
+    async fn sign_in_and_up_never_send_the_browser_off_site(backend) {
+        let app = spawn_app(backend).await;
+        let http = reqwest::Client::new();
+        // Browsers drop tab, CR and LF and read a backslash as a slash: each of these would
+        // be //evil.example, another site.
+        let hostile = [
+            "/%09/evil.example", "/%0a/evil.example", "/%0d/evil.example", "/%0d%0a/evil.example",
+            "%09//evil.example", "//evil.example", "/%5Cevil.example", "%5C%5Cevil.example",
+            "https://evil.example", "https:evil.example", "/%20/evil.example", "%20//evil.example",
+            "/%00/evil.example", "/%0b/evil.example", "/%0c/evil.example", "/%C2%A0/evil.example",
+            "/jobs//evil.example", "javascript:alert(1)", "evil.example",
+        ];
+        for page in ["/signin", "/signup"] {
+            for next in hostile {
+                let res = http.get(format!("{}{page}?next={next}", app.base)).send().await.unwrap();
+                assert_eq!(res.status().as_u16(), 200, "{page}?next={next}");
+                let text = res.text().await.unwrap();
+                assert!(text.contains(r#"data-redirect="/""#), "{page}?next={next}: {text}");
+                assert!(!text.contains("evil.example"), "{page}?next={next}: {text}");
+            }
+            // A path of this site is kept, query and all.
+            let res = http.get(format!("{}{page}?next=/link%3Fcode%3DBCDF-GHJK", app.base)).send().await.unwrap();
+            let text = res.text().await.unwrap();
+            assert!(text.contains(r#"data-redirect="/link?code=BCDF-GHJK""#), "{text}");
+        }
+    }
+
+    async fn account_page_lists_tokens_but_never_their_secret(backend) {
+        let app = spawn_app(backend).await;
+        let http = reqwest::Client::builder().redirect(Policy::none()).build().unwrap();
+        let res = http.get(format!("{}/account", app.base)).send().await.unwrap();
+        assert_eq!(res.status().as_u16(), 303);
+        assert_eq!(res.headers()["location"], "/signin?next=/account");
+        let ann = app.user("ann@example.com").await;
+        let (status, text) = html(&ann, "/account").await;
+        assert_eq!(status, 200);
+        assert!(text.contains("No token yet.") && text.contains(r#"data-api="/api/tokens""#), "{text}");
+        assert!(text.contains(r#"<a href="/account">Account</a>"#), "the navigation links it: {text}");
+        let res = ann.post("/api/tokens", &json!({ "name": "deploy <bot>", "expiresInDays": 30 })).await;
+        assert_eq!(res.status().as_u16(), 201);
+        let created: Value = res.json().await.unwrap();
+        let (_, text) = html(&ann, "/account").await;
+        assert!(text.contains("deploy &lt;bot&gt;"), "{text}");
+        assert!(text.contains(&format!(r#"data-api="/api/tokens/{}" data-method="DELETE""#, created["id"].as_str().unwrap())), "{text}");
+        let secret = created["token"].as_str().unwrap();
+        assert!(!text.contains(secret) && !text.contains(&secret[4..20]), "the page never shows a token");
+        // Another person sees none of Ann's tokens.
+        let bob = app.user("bob@example.com").await;
+        let (_, text) = html(&bob, "/account").await;
+        assert!(text.contains("No token yet.") && !text.contains("deploy"), "{text}");
+    }
+
+    async fn sign_up_page_shows_why_a_password_is_refused(backend) {
+        let app = spawn_app(backend).await;
+        let web = app.web();
+        let (_, text) = html(&web, "/signup").await;
+        // The form posts JSON through app.js, which puts the error's message in the alert.
+        assert!(text.contains(r#"data-api="/api/auth/signup""#) && text.contains(r#"<p class="error" role="alert">"#), "{text}");
+        let script = web.get("/assets/app.js").await.text().await.unwrap();
+        assert!(script.contains("data?.error?.message") && script.contains("slot.textContent = message"), "{script}");
+        let res = web.post("/api/auth/signup", &json!({ "email": "ann@example.com", "password": "password", "name": "Ann" })).await;
+        assert_eq!(res.status().as_u16(), 422);
+        let body: Value = res.json().await.unwrap();
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with("password: is too easy to guess."), "{message}");
     }
 
     async fn pages_carry_csrf_and_security_headers(backend) {

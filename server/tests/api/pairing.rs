@@ -104,9 +104,18 @@ both_backends! {
         for wrong in ["BBBB-BBBB", "nonsense", "", "CCCC-CCCC", "DDDD-DDDD"] {
             assert_error(ann.post("/api/devices/link", &json!({ "userCode": wrong })).await, 404, "unknown_code").await;
         }
-        assert_error(ann.post("/api/devices/link", &json!({ "userCode": good })).await, 429, "too_many_attempts").await;
+        let res = ann.post("/api/devices/link", &json!({ "userCode": good })).await;
+        // Every 429 says when to come back: when the oldest wrong code leaves the 15 minutes.
+        let retry: u64 = res.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+        assert!((890..=900).contains(&retry), "{retry}");
+        assert_error(res, 429, "too_many_attempts").await;
         // Another account is not limited by Ann's mistakes.
         assert_eq!(bob.post("/api/devices/link", &json!({ "userCode": good })).await.status(), StatusCode::OK);
+        // Once the window has passed, Ann may try again.
+        app.advance(Duration::from_secs(retry + 1));
+        let again: Value = app.pair("install-2", &seal_key()).await.json().await.unwrap();
+        let res = ann.post("/api/devices/link", &json!({ "userCode": again["userCode"] })).await;
+        assert_eq!(res.status(), StatusCode::OK);
     }
 
     async fn same_install_id_pairs_again_as_the_same_device(backend) {

@@ -13,9 +13,16 @@
 //!   anything but a regular file or a directory;
 //! - a file is opened without following a final symlink and checked again after opening,
 //!   so a path swapped between the check and the read is refused;
-//! - text is cut at [`MAX_FILE_BYTES`] (`truncated`), binary files are described and not
-//!   sent, and text is redacted: tokens with known prefixes, private key blocks, and the
-//!   values of `NAME=value` lines whose name looks like a credential.
+//! - text is cut at [`MAX_FILE_BYTES`] (`truncated`; the last, incomplete line of a cut
+//!   read is left out, so no secret is shown half), binary files are described and not
+//!   sent, and text is redacted: every saved secret value, then what
+//!   [`redaction`](super::redaction) hides (tokens with known prefixes, private key blocks,
+//!   credential assignments and quoted pairs, URL passwords; a line too long to check is
+//!   hidden whole);
+//! - the work is bounded in time: it stops (the reading and the redaction, not only the
+//!   wait) a little before the server stops waiting (`timeoutMs` of the frame, else
+//!   [`DEFAULT_BUDGET`]), and at most [`MAX_CONCURRENT_ANSWERS`] answers are worked on at
+//!   once.
 //!
 //! Protected *names* inside a folder (`.env`, `id_rsa`, `.git`, …) are [`protected`]: `.git`
 //! here, the credential names from [`tether_protocol::credential_files`]. [`handle`] adds the
@@ -26,6 +33,7 @@
 use std::fs;
 use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use tether_protocol::credential_files::{credential_kind, CredentialKind, KEY_PREFIXES};
 use tether_protocol::error::ErrorDetail;
@@ -36,6 +44,7 @@ use tether_protocol::JobId;
 
 use crate::local::vault;
 use crate::remote::events::FileRequest;
+use crate::remote::frames::redaction::{self, Deadline, OutOfTime};
 use crate::remote::frames::FrameContext;
 use crate::sandbox;
 
@@ -45,26 +54,86 @@ pub const MAX_TREE_ENTRIES: usize = 1000;
 const MAX_PATH_BYTES: usize = 4096;
 /// How much of a file is looked at to tell text from binary.
 const SNIFF_BYTES: usize = 8192;
-/// What replaces a redacted value.
-pub const REDACTED: &str = "[redacted]";
+/// How much of a file is read between two looks at the deadline.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// How many listing entries are looked at between two looks at the deadline.
+const ENTRIES_PER_CHECK: usize = 256;
+/// How long the agent works on one request when the server does not say how long it waits
+/// (`timeoutMs`): below the server's default relay timeout (10 s).
+pub const DEFAULT_BUDGET: Duration = Duration::from_secs(8);
+/// The longest the agent works on one request, whatever the server waits.
+pub const MAX_BUDGET: Duration = Duration::from_secs(60);
+/// Most answers worked on at once; more requests wait their turn (within their budget).
+pub const MAX_CONCURRENT_ANSWERS: usize = 2;
+
+static ANSWERING: tokio::sync::Semaphore =
+    tokio::sync::Semaphore::const_new(MAX_CONCURRENT_ANSWERS);
 /// Largest answer body, JSON included: the server takes 1.5 MiB; escaping can make 1 MiB of
 /// text much longer (quotes, control characters), so text is cut further when it must.
 pub const MAX_ANSWER_BYTES: usize = 1536 * 1024 - 16 * 1024;
 
-/// Answers `request` (off the async threads) and sends the answer to the server.
+/// Answers `request` (off the async threads) and sends the answer to the server. The work
+/// stops at the request's deadline ([`budget`]): the wait for it, and the work itself, which
+/// looks at the same deadline between chunks of reading and of redaction.
 pub async fn handle(context: FrameContext, request: FileRequest) {
+    let deadline = Instant::now() + budget(request.timeout);
     let client = context.client.clone();
     let (job_id, op, path) = (request.job_id.clone(), request.op, request.path.clone());
-    let answer = tokio::task::spawn_blocking(move || answer_for_job(context, &job_id, op, &path))
+    let work = async move {
+        let _turn = ANSWERING.acquire().await;
+        tokio::task::spawn_blocking(move || {
+            answer_for_job(context, &job_id, op, &path, Deadline::at(deadline))
+        })
         .await
-        .unwrap_or_else(|_| refusal(error("internal", "the answer failed")));
+    };
+    let answer = match tokio::time::timeout_at(deadline.into(), work).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(_)) => refusal(error("internal", "the answer failed")),
+        Err(_) => {
+            tracing::warn!(job = %request.job_id, "file request given up: out of time");
+            refusal(out_of_time())
+        }
+    };
     if let Err(err) = client.answer_file_request(&request.id, &answer).await {
         tracing::warn!(job = %request.job_id, "file answer not delivered: {err}");
     }
 }
 
+/// How long the agent works on a request the server waits `server_waits` for: a fifth less
+/// (at most a second less, for the answer's way back), at most [`MAX_BUDGET`];
+/// [`DEFAULT_BUDGET`] when the server does not say.
+pub fn budget(server_waits: Option<Duration>) -> Duration {
+    match server_waits {
+        None => DEFAULT_BUDGET,
+        Some(waits) => {
+            let margin = (waits / 5).min(Duration::from_secs(1));
+            waits.saturating_sub(margin).min(MAX_BUDGET)
+        }
+    }
+}
+
+/// The refusal of a request whose work ran out of time.
+fn out_of_time() -> ErrorDetail {
+    error(
+        "device_timeout",
+        "this computer could not prepare the answer in time; nothing was sent",
+    )
+}
+
+impl From<OutOfTime> for ErrorDetail {
+    fn from(_: OutOfTime) -> ErrorDetail {
+        out_of_time()
+    }
+}
+
 /// The answer for `op` on `raw_path` in the folder `job_id` used, as shared now.
-fn answer_for_job(context: FrameContext, job_id: &JobId, op: FileOp, raw_path: &str) -> FileAnswer {
+fn answer_for_job(
+    context: FrameContext,
+    job_id: &JobId,
+    op: FileOp,
+    raw_path: &str,
+    deadline: Deadline,
+) -> FileAnswer {
     let label = match context.journal.folder_of(job_id) {
         Ok(Some(label)) => label,
         Ok(None) => {
@@ -95,31 +164,43 @@ fn answer_for_job(context: FrameContext, job_id: &JobId, op: FileOp, raw_path: &
         return refusal(error("path_refused", refusal_of.to_string()));
     }
     let check = |path: &Path| guard.check_access(path).err().map(|r| r.to_string());
-    let mut answer = answer(&folder.path, op, raw_path, &check);
     // Saved secret values never leave in a file's text.
-    if let Some(text) = answer.file.as_mut().and_then(|file| file.text.as_mut()) {
-        let values = vault::Vault::new(&context.data_dir).all_values();
-        *text = vault::redact(text, &values);
-    }
-    answer
+    let hidden = match op {
+        FileOp::File => vault::Vault::new(&context.data_dir).all_values(),
+        FileOp::Tree => Vec::new(),
+    };
+    answer_within(&folder.path, op, raw_path, &check, &hidden, deadline)
 }
 
-/// The answer for `op` on `raw_path` inside the folder `root`. `guard` gets the real path of
-/// what would be shown and may refuse it with a reason. Never panics; every refusal is an
-/// answer with `error`.
+/// [`answer_within`] with nothing saved to hide and no deadline.
 pub fn answer(
     root: &Path,
     op: FileOp,
     raw_path: &str,
     guard: &dyn Fn(&Path) -> Option<String>,
 ) -> FileAnswer {
+    answer_within(root, op, raw_path, guard, &[], Deadline::NONE)
+}
+
+/// The answer for `op` on `raw_path` inside the folder `root`. `guard` gets the real path of
+/// what would be shown and may refuse it with a reason; every value in `hidden` is replaced
+/// in a file's text; past `deadline` the work stops with a `device_timeout` refusal. Never
+/// panics; every refusal is an answer with `error`.
+pub fn answer_within(
+    root: &Path,
+    op: FileOp,
+    raw_path: &str,
+    guard: &dyn Fn(&Path) -> Option<String>,
+    hidden: &[String],
+    deadline: Deadline,
+) -> FileAnswer {
     let result = match op {
-        FileOp::Tree => list(root, raw_path, guard).map(|tree| FileAnswer {
+        FileOp::Tree => list(root, raw_path, guard, deadline).map(|tree| FileAnswer {
             tree: Some(tree),
             file: None,
             error: None,
         }),
-        FileOp::File => read(root, raw_path, guard).map(|file| FileAnswer {
+        FileOp::File => read(root, raw_path, guard, hidden, deadline).map(|file| FileAnswer {
             tree: None,
             file: Some(fit(file, MAX_ANSWER_BYTES)),
             error: None,
@@ -248,6 +329,7 @@ fn list(
     root: &Path,
     raw_path: &str,
     guard: &dyn Fn(&Path) -> Option<String>,
+    deadline: Deadline,
 ) -> Result<Tree, ErrorDetail> {
     let parts = parse_relative(raw_path)?;
     let (_, real) = resolve(root, &parts, guard)?;
@@ -256,7 +338,10 @@ fn list(
     }
     let reader = fs::read_dir(&real).map_err(|_| refused("this folder cannot be read"))?;
     let mut entries: Vec<TreeEntry> = Vec::new();
-    for entry in reader.flatten() {
+    for (seen, entry) in reader.flatten().enumerate() {
+        if seen % ENTRIES_PER_CHECK == 0 {
+            deadline.check()?;
+        }
         let name = entry.file_name().to_string_lossy().into_owned();
         if protected(&name).is_some() || guard(&entry.path()).is_some() {
             continue;
@@ -294,6 +379,8 @@ fn read(
     root: &Path,
     raw_path: &str,
     guard: &dyn Fn(&Path) -> Option<String>,
+    hidden: &[String],
+    deadline: Deadline,
 ) -> Result<FileContent, ErrorDetail> {
     let parts = parse_relative(raw_path)?;
     if parts.is_empty() {
@@ -323,11 +410,7 @@ fn read(
         check_inside(&root, &opened)?;
     }
     let size = meta.len();
-    let mut bytes = Vec::new();
-    (&mut file)
-        .take(MAX_FILE_BYTES)
-        .read_to_end(&mut bytes)
-        .map_err(|_| refused("this file cannot be read"))?;
+    let bytes = read_until(&mut file, deadline)?;
     let truncated = size > MAX_FILE_BYTES
         || bytes.len() as u64 >= MAX_FILE_BYTES && {
             // The file may have grown since it was measured.
@@ -336,9 +419,21 @@ fn read(
         };
     let path = parts.join("/");
     match text_of(&bytes, truncated) {
-        Some(text) => {
+        Some(mut text) => {
+            // The last line of a cut read is incomplete: a secret in it might be shown in
+            // part (a token too short to know, half a saved value), so it is left out. A
+            // single line that long is hidden whole by the redaction anyway.
+            if truncated {
+                if let Some(newline) = text.rfind('\n') {
+                    text.truncate(newline + 1);
+                }
+            }
+            deadline.check()?;
+            // Saved values first: the patterns below could otherwise break one apart.
+            let text = vault::redact(&text, hidden);
+            deadline.check()?;
             // Redaction can lengthen short values; the text still stays within the limit.
-            let mut text = redact(&text);
+            let mut text = redaction::redact_until(&text, deadline)?;
             let limit = usize::try_from(MAX_FILE_BYTES).unwrap_or(usize::MAX);
             let cut = text.len() > limit;
             if cut {
@@ -363,6 +458,23 @@ fn read(
             truncated: false,
             text: None,
         }),
+    }
+}
+
+/// At most [`MAX_FILE_BYTES`] of `file`, read in chunks with a look at `deadline` before
+/// each.
+fn read_until(file: &mut fs::File, deadline: Deadline) -> Result<Vec<u8>, ErrorDetail> {
+    let mut bytes = Vec::new();
+    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+    let mut limited = file.take(MAX_FILE_BYTES);
+    loop {
+        deadline.check()?;
+        match limited.read(&mut chunk) {
+            Ok(0) => return Ok(bytes),
+            Ok(read) => bytes.extend_from_slice(&chunk[..read]),
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return Err(refused("this file cannot be read")),
+        }
     }
 }
 
@@ -437,175 +549,6 @@ pub fn protected(name: &str) -> Option<&'static str> {
         CredentialKind::Key if ssh_key() => "keys are not shown",
         CredentialKind::Key => "keys and secret stores are not shown",
     })
-}
-
-/// Hides secret values in text: tokens with known prefixes, private key blocks, and values
-/// of `NAME=value` / `NAME: value` lines whose name looks like a credential. Bounded and
-/// line-based: it hides the obvious, and proves nothing about what is left.
-pub fn redact(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut in_key_block = false;
-    for line in text.split_inclusive('\n') {
-        let body = line.trim_end_matches(['\n', '\r']);
-        let ending = &line[body.len()..];
-        if in_key_block {
-            if body.contains("-----END") {
-                in_key_block = false;
-                out.push_str(body);
-            } else {
-                out.push_str(REDACTED);
-            }
-            out.push_str(ending);
-            continue;
-        }
-        if body.contains("-----BEGIN") && body.contains("PRIVATE KEY") {
-            in_key_block = !body.contains("-----END");
-            out.push_str(body);
-            out.push_str(ending);
-            continue;
-        }
-        let line = redact_assignment(body).unwrap_or_else(|| body.to_owned());
-        out.push_str(&redact_tokens(&line));
-        out.push_str(ending);
-    }
-    out
-}
-
-/// `NAME=value`, `export NAME=value`, `NAME: value`, `"NAME": "value"` with a credential
-/// name: the value hidden.
-fn redact_assignment(line: &str) -> Option<String> {
-    let indent = line.len() - line.trim_start().len();
-    let mut rest = &line[indent..];
-    if let Some(after) = rest.strip_prefix("export ") {
-        rest = after.trim_start();
-    }
-    let quoted = rest.starts_with(['"', '\'']);
-    let name_start = usize::from(quoted);
-    let name_len = rest[name_start..]
-        .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
-        .unwrap_or(rest.len() - name_start);
-    let name = &rest[name_start..name_start + name_len];
-    if name.is_empty() || !is_credential_name(name) {
-        return None;
-    }
-    let mut after_name = &rest[name_start + name_len..];
-    if quoted {
-        after_name = after_name.strip_prefix(['"', '\''])?;
-    }
-    let trimmed = after_name.trim_start();
-    let separator = trimmed.chars().next().filter(|c| matches!(c, '=' | ':'))?;
-    let value = trimmed[separator.len_utf8()..].trim_start();
-    let value = value.trim_end().trim_end_matches(',');
-    if value.is_empty() || value.contains(REDACTED) || matches!(value, "{" | "[" | "|" | ">") {
-        return None;
-    }
-    let prefix_len = line.len() - trimmed.len() + separator.len_utf8();
-    let hidden = match value.chars().next() {
-        Some(quote @ ('"' | '\'')) => format!("{quote}{REDACTED}{quote}"),
-        _ => REDACTED.to_owned(),
-    };
-    let space = if separator == ':' { " " } else { "" };
-    let comma = if line.trim_end().ends_with(',') {
-        ","
-    } else {
-        ""
-    };
-    Some(format!("{}{space}{hidden}{comma}", &line[..prefix_len]))
-}
-
-/// Whether a variable or key name suggests it holds a credential.
-pub fn is_credential_name(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
-    const PARTS: &[&str] = &[
-        "TOKEN",
-        "SECRET",
-        "PASSWORD",
-        "PASSWD",
-        "PASSPHRASE",
-        "CREDENTIAL",
-        "PRIVATE",
-        "APIKEY",
-        "API_KEY",
-        "ACCESS_KEY",
-        "AUTH",
-    ];
-    PARTS.iter().any(|part| upper.contains(part))
-        || upper
-            .split(['_', '-', '.'])
-            .any(|segment| segment == "KEY" || segment == "PWD" || segment == "PASS")
-}
-
-/// Token prefixes of well-known services, and how many token characters must follow for
-/// it to count (so prose such as `sk-learn` stays).
-const TOKEN_PREFIXES: &[(&str, usize)] = &[
-    ("ghp_", 20),
-    ("gho_", 20),
-    ("ghu_", 20),
-    ("ghs_", 20),
-    ("ghr_", 20),
-    ("github_pat_", 20),
-    ("glpat-", 16),
-    ("xoxb-", 10),
-    ("xoxp-", 10),
-    ("xoxa-", 10),
-    ("xoxr-", 10),
-    ("xoxs-", 10),
-    ("sk-", 20),
-    ("sk_live_", 16),
-    ("sk_test_", 16),
-    ("rk_live_", 16),
-    ("AKIA", 16),
-    ("ASIA", 16),
-    ("AIza", 30),
-    ("npm_", 30),
-    ("pypi-", 30),
-    ("hf_", 30),
-    ("dop_v1_", 30),
-    ("shpat_", 20),
-    ("SG.", 30),
-    ("tdt_", 16),
-    ("tut_", 16),
-    ("eyJ", 30),
-];
-
-fn is_token_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '+' | '/' | '=')
-}
-
-/// A token starts only where a word starts: not after a letter, digit, `_` or `-`.
-fn is_word_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, '_' | '-')
-}
-
-/// Replaces every token that starts with a known prefix (at a word start) with [`REDACTED`].
-fn redact_tokens(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut index = 0;
-    while index < line.len() {
-        let rest = &line[index..];
-        let at_word_start = line[..index]
-            .chars()
-            .next_back()
-            .is_none_or(|before| !is_word_char(before));
-        if at_word_start {
-            let token_len = rest.find(|c: char| !is_token_char(c)).unwrap_or(rest.len());
-            let token = &rest[..token_len];
-            let secret = TOKEN_PREFIXES.iter().any(|(prefix, min)| {
-                token.starts_with(prefix) && token.len() >= prefix.len() + min
-            });
-            if secret {
-                out.push_str(REDACTED);
-                index += token_len;
-                continue;
-            }
-        }
-        let Some(c) = rest.chars().next() else {
-            break;
-        };
-        out.push(c);
-        index += c.len_utf8();
-    }
-    out
 }
 
 #[cfg(test)]
@@ -753,15 +696,29 @@ mod tests {
         let file = png.file.unwrap_or_else(|| panic!("no file"));
         assert!(file.binary && file.text.is_none() && file.size == 11);
 
-        let big = "é".repeat(MAX_FILE_BYTES as usize); // 2 bytes each: twice the limit
+        // Lines of 201 bytes (2 bytes a character) to twice the limit: cut at the last
+        // whole line within it.
+        let line = format!("{}\n", "é".repeat(100));
+        let big = line.repeat(2 * MAX_FILE_BYTES as usize / line.len() + 1);
         fs::write(folder.root.join("big.txt"), &big).unwrap_or_else(|err| panic!("{err}"));
         let answer = answer(&folder.root, FileOp::File, "big.txt", &no_guard);
         let file = answer.file.unwrap_or_else(|| panic!("no file"));
         assert!(file.truncated && !file.binary);
-        assert_eq!(file.size, 2 * MAX_FILE_BYTES);
+        assert_eq!(file.size, big.len() as u64);
+        let shown = file.text.unwrap_or_default();
+        let whole_lines = MAX_FILE_BYTES as usize / line.len() * line.len();
+        assert_eq!(shown.len(), whole_lines);
+        assert!(big.starts_with(&shown));
+
+        // One line of twice the limit is too long to check: hidden whole.
+        let long = "é".repeat(MAX_FILE_BYTES as usize);
+        fs::write(folder.root.join("long.txt"), &long).unwrap_or_else(|err| panic!("{err}"));
+        let answer = super::answer(&folder.root, FileOp::File, "long.txt", &no_guard);
+        let file = answer.file.unwrap_or_else(|| panic!("no file"));
+        assert!(file.truncated && !file.binary);
         assert_eq!(
-            file.text.map(|text| text.len() as u64),
-            Some(MAX_FILE_BYTES)
+            file.text.as_deref(),
+            Some("[redacted: a line of 1048576 bytes is too long to check]")
         );
 
         fs::write(
@@ -774,6 +731,113 @@ mod tests {
             text(&answer),
             Some("export GITHUB_TOKEN=[redacted]\nNAME=box\n")
         );
+    }
+
+    /// Issue 13, finding 8: names that start with `.env`, `env.sh` and `.gitconfig` are
+    /// credentials; one-line JSON pairs and URL passwords are hidden in what is shown.
+    #[test]
+    fn every_env_name_and_gitconfig_is_hidden_and_pairs_and_urls_redacted() {
+        let folder = folder();
+        let names = [".envrc", ".env~", ".env-prod", "env.sh", ".gitconfig"];
+        for name in names {
+            fs::write(folder.root.join(name), "TOKEN=x\n").unwrap_or_else(|err| panic!("{err}"));
+            let file = answer(&folder.root, FileOp::File, name, &no_guard);
+            assert_eq!(code(&file), Some("path_refused"), "{name}: {file:?}");
+        }
+        let tree = answer(&folder.root, FileOp::Tree, "", &no_guard);
+        let listed: Vec<String> = tree
+            .tree
+            .map(|tree| tree.entries.into_iter().map(|entry| entry.name).collect())
+            .unwrap_or_default();
+        assert!(
+            names.iter().all(|name| !listed.iter().any(|l| l == name)),
+            "{listed:?}"
+        );
+
+        fs::write(
+            folder.root.join("settings.json"),
+            concat!(
+                r#"{"client_secret": "s3cr3t", "password": "p@ss", "user": "bob"}"#,
+                "\n",
+                r#"{"db": "postgres://u:secret@db:5432/app", "git": "https://user:pw@example.com/r"}"#,
+                "\n",
+            ),
+        )
+        .unwrap_or_else(|err| panic!("{err}"));
+        let file = answer(&folder.root, FileOp::File, "settings.json", &no_guard);
+        assert_eq!(
+            text(&file),
+            Some(concat!(
+                r#"{"client_secret": "[redacted]", "password": "[redacted]", "user": "bob"}"#,
+                "\n",
+                r#"{"db": "postgres://u:[redacted]@db:5432/app", "git": "https://user:[redacted]@example.com/r"}"#,
+                "\n",
+            ))
+        );
+    }
+
+    /// Saved values are hidden before anything is cut, and the incomplete last line of a
+    /// cut read is left out: no secret is shown in part at the cut.
+    #[test]
+    fn nothing_secret_is_shown_in_part_where_a_read_is_cut() {
+        let folder = folder();
+        let saved = "correct horse battery staple".to_owned();
+        let token = "ghp_abcdefghijklmnopqrstuvwxyz0123";
+        let filler = "x".repeat(99) + "\n";
+        let mut text = filler.repeat(MAX_FILE_BYTES as usize / filler.len());
+        text.push_str(&format!("the saved {saved}\n"));
+        // The cut falls ten bytes into the token: `ghp_abcdef` alone is too short to know.
+        let room = MAX_FILE_BYTES as usize - text.len();
+        text.push_str(&"y".repeat(room - 10));
+        text.push_str(token);
+        text.push_str("\nmore\n");
+        fs::write(folder.root.join("cut.log"), &text).unwrap_or_else(|err| panic!("{err}"));
+        let hidden = [saved.clone()];
+        let answer = answer_within(
+            &folder.root,
+            FileOp::File,
+            "cut.log",
+            &no_guard,
+            &hidden,
+            Deadline::NONE,
+        );
+        let file = answer.file.unwrap_or_else(|| panic!("no file"));
+        let shown = file.text.unwrap_or_default();
+        assert!(file.truncated);
+        assert!(
+            shown.ends_with("the saved [hidden]\n"),
+            "{}",
+            &shown[shown.len() - 80..]
+        );
+        assert!(!shown.contains("ghp_") && !shown.contains(&saved));
+    }
+
+    /// Past its deadline a request's work stops and says so (`device_timeout`).
+    #[test]
+    fn work_past_the_deadline_stops_with_device_timeout() {
+        let folder = folder();
+        let past = Deadline::at(Instant::now() - Duration::from_millis(1));
+        for op in [FileOp::File, FileOp::Tree] {
+            let path = if op == FileOp::File { "README.md" } else { "" };
+            let answer = answer_within(&folder.root, op, path, &no_guard, &[], past);
+            assert_eq!(code(&answer), Some("device_timeout"), "{op:?}: {answer:?}");
+        }
+    }
+
+    #[test]
+    fn the_budget_ends_before_the_server_stops_waiting() {
+        assert_eq!(budget(None), DEFAULT_BUDGET);
+        assert!(DEFAULT_BUDGET < Duration::from_secs(10));
+        assert_eq!(
+            budget(Some(Duration::from_secs(10))),
+            Duration::from_secs(9)
+        );
+        assert_eq!(
+            budget(Some(Duration::from_secs(1))),
+            Duration::from_millis(800)
+        );
+        assert_eq!(budget(Some(Duration::ZERO)), Duration::ZERO);
+        assert_eq!(budget(Some(Duration::from_secs(3600))), MAX_BUDGET);
     }
 
     #[test]
@@ -794,37 +858,15 @@ mod tests {
     }
 
     #[test]
-    fn redaction_hides_the_obvious() {
-        let check = |input: &str, expected: &str| assert_eq!(redact(input), expected, "{input}");
-        check("nothing here\n", "nothing here\n");
-        check("DB_PASSWORD=hunter2\n", "DB_PASSWORD=[redacted]\n");
-        check("  api_key: abc123\n", "  api_key: [redacted]\n");
-        check(
-            r#"  "client_secret": "abc", "#,
-            r#"  "client_secret": "[redacted]","#,
-        );
-        check("password:\n", "password:\n");
-        check("KEYBOARD=us\n", "KEYBOARD=us\n");
-        check(
-            "use token ghp_abcdefghijklmnopqrstuvwxyz0123 here",
-            "use token [redacted] here",
-        );
-        check(
-            "aws AKIAABCDEFGHIJKLMNOP and sk-learn",
-            "aws [redacted] and sk-learn",
-        );
-        check(
-            "-----BEGIN OPENSSH PRIVATE KEY-----\nabc\ndef\n-----END OPENSSH PRIVATE KEY-----\nok\n",
-            "-----BEGIN OPENSSH PRIVATE KEY-----\n[redacted]\n[redacted]\n-----END OPENSSH PRIVATE KEY-----\nok\n",
-        );
-        check("x=tdt_0123456789abcdef0123", "x=[redacted]");
-    }
-
-    #[test]
     fn protected_names() {
         for name in [
             ".env",
             ".env.production",
+            ".envrc",
+            ".env~",
+            ".env-prod",
+            "env.sh",
+            ".gitconfig",
             "prod.env",
             ".git",
             "id_rsa",

@@ -3,9 +3,11 @@
 //!
 //! - [`file_request`]: a listing or a file of a job's folder, read live for the web;
 //! - [`secret_save`]: a sealed secret, opened into the vault and answered (saved or refused,
-//!   never the value).
+//!   never the value);
+//! - [`redaction`]: what the live file view hides in a file's text, in linear time.
 
 pub mod file_request;
+pub mod redaction;
 pub mod secret_save;
 
 use std::sync::Arc;

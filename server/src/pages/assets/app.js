@@ -30,6 +30,8 @@ function formBody(form) {
       if (field.checked) body[field.name].push(field.value);
     } else if (field.type === "checkbox") body[field.name] = field.checked;
     else if (field.type === "number") body[field.name] = Number(field.value);
+    // A field marked data-number sends a number, or null when left empty ("never").
+    else if ("number" in field.dataset) body[field.name] = field.value === "" ? null : Number(field.value);
     else body[field.name] = field.value;
   }
   return body;
