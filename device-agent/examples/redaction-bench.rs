@@ -34,7 +34,9 @@ fn main() {
 
     println!("\nsaved values (local::vault::redact, 20 values of 24 bytes, none present)");
     header();
-    let values: Vec<String> = (0..20).map(|i| format!("saved-value-{i:04}-xxxxxxx")).collect();
+    let values: Vec<String> = (0..20)
+        .map(|i| format!("saved-value-{i:04}-xxxxxxx"))
+        .collect();
     for (name, text) in &inputs {
         let per_call = time(|| vault::redact(text, &values).len());
         row(name, text.len(), per_call);
@@ -56,7 +58,10 @@ fn main() {
                 &values,
                 Deadline::NONE,
             );
-            answer.file.and_then(|file| file.text).map_or(0, |text| text.len())
+            answer
+                .file
+                .and_then(|file| file.text)
+                .map_or(0, |text| text.len())
         });
         row(name, text.len().min(MAX_FILE_BYTES as usize), per_call);
     }
@@ -151,10 +156,16 @@ fn time(mut work: impl FnMut() -> usize) -> Duration {
 }
 
 fn header() {
-    println!("{:<40} {:>9} {:>12} {:>9}", "input", "bytes", "per call", "MiB/s");
+    println!(
+        "{:<40} {:>9} {:>12} {:>9}",
+        "input", "bytes", "per call", "MiB/s"
+    );
 }
 
 fn row(name: &str, bytes: usize, per_call: Duration) {
     let rate = bytes as f64 / MIB as f64 / per_call.as_secs_f64().max(1e-9);
-    println!("{name:<40} {bytes:>9} {:>12} {rate:>9.0}", format!("{per_call:.2?}"));
+    println!(
+        "{name:<40} {bytes:>9} {:>12} {rate:>9.0}",
+        format!("{per_call:.2?}")
+    );
 }

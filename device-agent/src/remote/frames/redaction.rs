@@ -10,8 +10,8 @@
 //! - anywhere in a line, each key/value pair whose key names a credential and whose key or
 //!   value is quoted: `"client_secret": "…"`, `'password': '…'`, `"pin": 1234`,
 //!   `"api key" = "…"`, `password="…"`, `{token: "…"}`; and `?access_token=…` in a query;
-//! - the password of a URL (`postgres://u:[redacted]@host`), and a long user name without a
-//!   password (`https://[redacted]@github.com`, a token used as the user);
+//! - the password of a URL (`postgres://u:[redacted]@host`), and the whole user part when
+//!   the user name is long (`https://[redacted]@github.com`, a token used as the user);
 //! - tokens with the prefixes of well-known services (`ghp_…`, `AKIA…`, `sk-…`, …) that
 //!   start where a word starts.
 //!
@@ -442,8 +442,8 @@ fn quoted_end(bytes: &[u8], open: usize) -> usize {
     bytes.len()
 }
 
-/// URL userinfo: the password hidden (`scheme://user:[redacted]@host`), and a user name of
-/// 20 or more token characters without a password too (a token used as the user). Each
+/// URL userinfo: the password hidden (`scheme://user:[redacted]@host`), and all of it when
+/// the user name is 20 or more token characters (a token used as the user). Each
 /// `://` is followed to the first `@` or the first character a URL cannot hold; the next
 /// search starts where that one stopped, so the pass is linear.
 fn redact_userinfo(line: &str) -> Cow<'_, str> {
@@ -467,24 +467,25 @@ fn redact_userinfo(line: &str) -> Cow<'_, str> {
         let path = userinfo
             .iter()
             .position(|&b| matches!(b, b'/' | b'?' | b'#'));
+        // A user name of 20 or more token characters is a token used as the user.
+        let long_user = |user: &[u8]| {
+            user.len() >= 20
+                && user.iter().all(|&b| {
+                    b.is_ascii_alphanumeric()
+                        || matches!(b, b'-' | b'_' | b'.' | b'~' | b'%' | b'+')
+                })
+        };
         match (colon, path) {
             // `user:password@`; a `/` before any `:` means the `@` is in the path.
             (Some(colon), path) if path.is_none_or(|path| colon < path) => {
-                if colon + 1 < userinfo.len()
-                    && !userinfo[colon + 1..].starts_with(REDACTED.as_bytes())
-                {
+                let password = &userinfo[colon + 1..];
+                if long_user(&userinfo[..colon]) {
+                    ranges.push((start, stop));
+                } else if !password.is_empty() && !password.starts_with(REDACTED.as_bytes()) {
                     ranges.push((start + colon + 1, stop));
                 }
             }
-            (None, None)
-                if userinfo.len() >= 20
-                    && userinfo.iter().all(|&b| {
-                        b.is_ascii_alphanumeric()
-                            || matches!(b, b'-' | b'_' | b'.' | b'~' | b'%' | b'+')
-                    }) =>
-            {
-                ranges.push((start, stop));
-            }
+            (None, None) if long_user(userinfo) => ranges.push((start, stop)),
             _ => {}
         }
         from = stop + 1;
@@ -731,6 +732,10 @@ mod tests {
         );
         check(
             "https://0123456789abcdef0123456789abcdef@github.com/o/r",
+            "https://[redacted]@github.com/o/r",
+        );
+        check(
+            "https://0123456789abcdef0123456789abcdef:x-oauth-basic@github.com/o/r",
             "https://[redacted]@github.com/o/r",
         );
         check(
