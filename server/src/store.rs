@@ -138,7 +138,15 @@ impl Store {
     /// A database error, answered as `internal` (or `unavailable` when the pool is exhausted).
     pub async fn begin(&self) -> Result<Tx, ApiError> {
         Ok(match &self.backend {
-            Backend::Sqlite { write, .. } => Tx::Sqlite(write.begin_with("BEGIN IMMEDIATE").await?),
+            // Begun on a task of its own: sqlx's SQLite `BEGIN` is not safe to drop half-way
+            // (its transaction depth falls out of step with the connection, and the next
+            // `BEGIN` fails), and actix drops a handler's future when its client goes away.
+            // Dropped after it began, a transaction only queues its rollback.
+            Backend::Sqlite { write, .. } => {
+                let write = write.clone();
+                let begun = tokio::spawn(async move { write.begin_with("BEGIN IMMEDIATE").await });
+                Tx::Sqlite(begun.await.map_err(|error| ApiError::internal(&error))??)
+            }
             Backend::Postgres(pool) => Tx::Postgres(pool.begin().await?),
         })
     }
@@ -167,7 +175,10 @@ impl Tx {
     /// A database error.
     pub async fn commit(self) -> Result<(), ApiError> {
         match self {
-            Tx::Sqlite(tx) => tx.commit().await?,
+            // A commit dropped half-way has the same problem as a `BEGIN`: it runs to the end.
+            Tx::Sqlite(tx) => tokio::spawn(tx.commit())
+                .await
+                .map_err(|error| ApiError::internal(&error))??,
             Tx::Postgres(tx) => tx.commit().await?,
         }
         Ok(())
