@@ -149,7 +149,14 @@ mod tests {
         check(".ENV.production", Some(Environment));
         check("prod.env", Some(Environment));
         // Every `.env*` name, however it goes on (issue 13, finding 8).
-        for name in [".envrc", ".env~", ".env-prod", ".env_prod", ".ENV.bak", ".environment"] {
+        for name in [
+            ".envrc",
+            ".env~",
+            ".env-prod",
+            ".env_prod",
+            ".ENV.bak",
+            ".environment",
+        ] {
             check(name, Some(Environment));
         }
         check("env.sh", Some(Environment));

@@ -84,7 +84,13 @@ mod tests {
         let old = r#"{"type":"file.request","id":"r","jobId":"job1","op":"tree","path":""}"#;
         let parsed: Result<ServerFrame, _> = serde_json::from_str(old);
         assert!(
-            matches!(parsed, Ok(ServerFrame::FileRequest { timeout_ms: None, .. })),
+            matches!(
+                parsed,
+                Ok(ServerFrame::FileRequest {
+                    timeout_ms: None,
+                    ..
+                })
+            ),
             "{parsed:?}"
         );
     }
