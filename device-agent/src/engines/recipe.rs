@@ -355,28 +355,7 @@ async fn forward_lines(pipe: impl AsyncRead + Unpin, lines: mpsc::Sender<String>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tether_protocol::jobs::{JobSpec, Mode};
-    use tether_protocol::{JobId, LeaseToken};
-
-    fn job(prompt: &str, timeout_minutes: u32) -> ClaimedJob {
-        ClaimedJob {
-            id: JobId::parse("job1").unwrap_or_else(|_| JobId::generate()),
-            attempt: 1,
-            lease_token: LeaseToken::parse("lease").unwrap_or_else(|err| panic!("{err}")),
-            lease_expires_at: chrono::Utc::now(),
-            spec: JobSpec {
-                title: "Title".into(),
-                prompt: prompt.into(),
-                folder: "work".into(),
-                engine: "tests".into(),
-                mode: Mode::Unattended,
-                network: false,
-                timeout_minutes,
-                secrets: Vec::new(),
-            },
-            resumed: None,
-        }
-    }
+    use crate::run::grant::tests::claimed_job as job;
 
     #[test]
     fn outcomes_follow_how_the_program_ended() {

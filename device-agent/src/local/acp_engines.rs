@@ -12,6 +12,7 @@ use anyhow::{bail, Result};
 use tether_protocol::capabilities::{Engine, EngineKind};
 
 use crate::local::folders::check_name;
+use crate::local::recipes::shell_words;
 use crate::local::state::{put_named, take_named, AcpEngine, Config};
 
 /// Adds (or replaces) the ACP engine `name` starting `program args…`.
@@ -89,23 +90,7 @@ pub fn render(engines: &[AcpEngine]) -> String {
 
 /// The engine's command as a person would type it.
 pub fn command_line(engine: &AcpEngine) -> String {
-    std::iter::once(&engine.program)
-        .chain(&engine.args)
-        .map(|word| quote(word))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn quote(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
-    if plain {
-        word.to_owned()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
-    }
+    shell_words(&engine.program, &engine.args)
 }
 
 #[cfg(test)]

@@ -39,9 +39,15 @@ pub fn remove(config: &mut Config, name: &str) -> Result<Recipe> {
 
 /// The recipe as a person would type it, for listings.
 pub fn command_line(recipe: &Recipe) -> String {
-    std::iter::once(&recipe.program)
-        .chain(&recipe.args)
-        .map(|word| quote(word))
+    shell_words(&recipe.program, &recipe.args)
+}
+
+/// A program and its arguments as a person would type them, each quoted for a POSIX shell
+/// when it needs to be.
+pub fn shell_words(program: &str, args: &[String]) -> String {
+    std::iter::once(program)
+        .chain(args.iter().map(String::as_str))
+        .map(quote)
         .collect::<Vec<_>>()
         .join(" ")
 }

@@ -125,12 +125,13 @@ pub fn with_secrets(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use tether_protocol::jobs::{JobSpec, Mode};
     use tether_protocol::{JobId, LeaseToken};
 
-    fn job(prompt: &str) -> ClaimedJob {
+    /// A claimed job for tests of a run's pieces (here and in the engines).
+    pub(crate) fn claimed_job(prompt: &str, timeout_minutes: u32) -> ClaimedJob {
         ClaimedJob {
             id: JobId::parse("job1").unwrap_or_else(|_| JobId::generate()),
             attempt: 1,
@@ -143,7 +144,7 @@ mod tests {
                 engine: "tests".into(),
                 mode: Mode::Unattended,
                 network: false,
-                timeout_minutes: 5,
+                timeout_minutes,
                 secrets: Vec::new(),
             },
             resumed: None,
@@ -192,7 +193,7 @@ mod tests {
             ("TETHER_AGENT_HOME", "/secret/place"),
             ("TETHER_TASK_PROMPT", "forged"),
         ]);
-        let env = child_env(inherited, &job("fix the tests"));
+        let env = child_env(inherited, &claimed_job("fix the tests", 5));
         let names: Vec<String> = env.iter().map(|(name, _)| name.clone()).collect();
         assert_eq!(
             names,
