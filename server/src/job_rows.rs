@@ -90,6 +90,10 @@ impl JobRow {
             events,
             decisions: Vec::new(),
             evidence: Vec::new(),
+            changes: None,
+            continues: None,
+            continued_by: None,
+            queued_because: None,
         })
     }
 }

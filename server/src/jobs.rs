@@ -145,6 +145,10 @@ pub async fn create(store: &Store, account_id: &AccountId, new: NewJob) -> Resul
         events: Vec::new(),
         decisions: Vec::new(),
         evidence: Vec::new(),
+        changes: None,
+        continues: None,
+        continued_by: None,
+        queued_because: None,
     })
 }
 

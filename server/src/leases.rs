@@ -243,6 +243,7 @@ pub async fn claim(
         lease_expires_at: to_time(lease_until),
         spec: job.spec()?,
         resumed: None,
+        continues: None,
     }))
 }
 
@@ -457,6 +458,7 @@ pub async fn resume(
         lease_expires_at: to_time(lease_until),
         spec: job.spec()?,
         resumed: Some(u32::try_from(resumes).unwrap_or(u32::MAX)),
+        continues: None,
     })
 }
 

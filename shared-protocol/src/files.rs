@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::changes::FileDiff;
 use crate::error::ErrorDetail;
 
 /// What the web asks of a job's folder.
@@ -13,6 +14,8 @@ pub enum FileOp {
     Tree,
     /// Read one file.
     File,
+    /// The unified diff of one file between the run's start and now.
+    Diff,
 }
 
 /// The kind of a directory entry.
@@ -65,6 +68,8 @@ pub struct FileAnswer {
     pub tree: Option<Tree>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<FileContent>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<FileDiff>,
     /// Why the device refused: `not_found`, `path_refused`, `payload_too_large`, …
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorDetail>,

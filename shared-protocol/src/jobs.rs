@@ -4,6 +4,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::changes::Changes;
 use crate::decisions::Decision;
 use crate::ids::{DeviceId, JobId};
 use crate::lease::LeaseToken;
@@ -128,6 +129,19 @@ pub struct NewJobParams {
     pub timeout_minutes: u32,
     #[serde(default)]
     pub secrets: Vec<String>,
+    /// An earlier job of the same computer and folder this one follows up: it is not
+    /// claimed before that one ended, and works on what that one left in the folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continues: Option<JobId>,
+}
+
+/// `POST /api/jobs/{id}/rerun`: a new job with the same spec; `prompt` replaces the
+/// prompt when given.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RerunParams {
+    #[serde(default)]
+    pub prompt: Option<String>,
 }
 
 /// The part of a job the device receives when it claims it.
@@ -186,6 +200,19 @@ pub struct Job {
     pub events: Vec<JobEvent>,
     pub decisions: Vec<Decision>,
     pub evidence: Vec<Evidence>,
+    /// What the run changed in its folder, as its computer reported it.
+    #[serde(default)]
+    pub changes: Option<Changes>,
+    /// The earlier job this one follows up.
+    #[serde(default)]
+    pub continues: Option<JobId>,
+    /// The follow-up of this job, once there is one.
+    #[serde(default)]
+    pub continued_by: Option<JobId>,
+    /// Why a queued job has not started: its computer is offline, another run holds its
+    /// folder, the job it follows up has not ended, or the account's run limit.
+    #[serde(default)]
+    pub queued_because: Option<String>,
 }
 
 /// A file a run attached to its result.
@@ -288,7 +315,27 @@ pub struct ClaimedJob {
     /// Set when this attempt carries on one lost to a restart: which carry-on it is (1 or 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed: Option<u32>,
+    /// Set when this job follows up an earlier one of this computer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continues: Option<EarlierRun>,
 }
+
+/// The earlier job a follow-up continues, as its device is told at claim: enough to resume
+/// the agent's own session (kept on the computer, by job id) or to start a new one with a
+/// bounded summary.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EarlierRun {
+    pub job_id: JobId,
+    /// The earlier prompt, at most [`MAX_EARLIER_TEXT_CHARS`] characters.
+    pub prompt: String,
+    /// How the earlier run ended, in its own words, at most [`MAX_EARLIER_TEXT_CHARS`].
+    pub summary: String,
+    pub outcome: Option<Outcome>,
+}
+
+/// Longest earlier prompt or summary a follow-up carries, in characters.
+pub const MAX_EARLIER_TEXT_CHARS: usize = 4000;
 
 /// Most automatic carry-ons (`resume`) per job.
 pub const MAX_AUTO_RESUMES: u32 = 2;
@@ -334,6 +381,11 @@ pub struct CompleteParams {
     pub summary: String,
     pub exit_code: Option<i32>,
     pub report: Option<serde_json::Value>,
+    /// What the run changed ([`Changes`]). Checked by the server: a list of the wrong
+    /// shape is dropped (the job still completes, with a line saying so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Changes>)]
+    pub changes: Option<serde_json::Value>,
 }
 
 /// Answer of complete, and of cancel.

@@ -5,6 +5,7 @@
 
 pub mod auth;
 pub mod capabilities;
+pub mod changes;
 pub mod channel;
 pub mod credential_files;
 pub mod decisions;

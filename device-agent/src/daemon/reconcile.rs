@@ -188,6 +188,7 @@ mod tests {
                 secrets: Vec::new(),
             },
             resumed: None,
+            continues: None,
         };
         RunRecord {
             state,

@@ -192,6 +192,7 @@ fn completion(
         summary,
         exit_code,
         report: None,
+        changes: None,
     })
 }
 

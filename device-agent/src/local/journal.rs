@@ -112,6 +112,7 @@ impl RunRecord {
                 summary: summary.clone(),
                 exit_code: *exit_code,
                 report: None,
+                changes: None,
             }),
             RunState::Starting | RunState::Running => None,
         }
@@ -380,6 +381,7 @@ mod tests {
                 secrets: Vec::new(),
             },
             resumed: Some(1),
+            continues: None,
         }
     }
 

@@ -725,6 +725,7 @@ mod tests {
                 secrets: Vec::new(),
             },
             resumed: None,
+            continues: None,
         };
         let lease = RunLease::new(
             client.clone(),

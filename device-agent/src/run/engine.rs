@@ -48,6 +48,7 @@ pub fn blocked(summary: String) -> CompleteParams {
         summary,
         exit_code: None,
         report: None,
+        changes: None,
     }
 }
 

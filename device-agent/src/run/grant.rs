@@ -148,6 +148,7 @@ pub(crate) mod tests {
                 secrets: Vec::new(),
             },
             resumed: None,
+            continues: None,
         }
     }
 

@@ -680,6 +680,7 @@ impl Harness {
             summary: "cancelled".into(),
             exit_code: None,
             report: None,
+            changes: None,
         };
         self.client
             .complete(&run.job_id, &lease.token(), &params)

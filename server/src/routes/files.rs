@@ -77,6 +77,7 @@ async fn relay(
         FileOp::File => {
             answer.json(files::file(store, hub, account_id, job_id, &path, timeout).await?)
         }
+        FileOp::Diff => return Err(ApiError::not_found("route")),
     })
 }
 

@@ -618,6 +618,7 @@ fn completion(done: Completion) -> Result<CompleteParams, StopReason> {
         summary: cut_chars(&summary, 9000),
         exit_code: None,
         report: Some(report),
+        changes: None,
     })
 }
 

@@ -166,7 +166,7 @@ fn answer_for_job(
     let check = |path: &Path| guard.check_access(path).err().map(|r| r.to_string());
     // Saved secret values never leave in a file's text.
     let hidden = match op {
-        FileOp::File => vault::Vault::new(&context.data_dir).all_values(),
+        FileOp::File | FileOp::Diff => vault::Vault::new(&context.data_dir).all_values(),
         FileOp::Tree => Vec::new(),
     };
     answer_within(&folder.path, op, raw_path, &check, &hidden, deadline)
@@ -198,13 +198,16 @@ pub fn answer_within(
         FileOp::Tree => list(root, raw_path, guard, deadline).map(|tree| FileAnswer {
             tree: Some(tree),
             file: None,
+            diff: None,
             error: None,
         }),
         FileOp::File => read(root, raw_path, guard, hidden, deadline).map(|file| FileAnswer {
             tree: None,
             file: Some(fit(file, MAX_ANSWER_BYTES)),
+            diff: None,
             error: None,
         }),
+        FileOp::Diff => Err(error("path_refused", "diffs are not answered yet")),
     };
     result.unwrap_or_else(refusal)
 }
@@ -235,6 +238,7 @@ pub fn refusal(error: ErrorDetail) -> FileAnswer {
     FileAnswer {
         tree: None,
         file: None,
+        diff: None,
         error: Some(error),
     }
 }
