@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use tether_protocol::changes::{FileDiff, MAX_DIFF_BYTES};
 use tether_protocol::files::{FileAnswer, FileContent, FileOp, Tree, MAX_FILE_BYTES};
 use tether_protocol::{AccountId, Code, DeviceId, JobId};
 
@@ -20,6 +21,8 @@ use crate::store::Store;
 
 /// Longest path the web may ask for, in bytes.
 pub const MAX_PATH_BYTES: usize = 4096;
+/// Room for the line a cut diff ends with, past [`MAX_DIFF_BYTES`].
+pub const DIFF_NOTE_BYTES: usize = 1024;
 /// Most entries one listing may carry.
 pub const MAX_TREE_ENTRIES: usize = 10_000;
 
@@ -103,6 +106,25 @@ pub async fn file(
         .ok_or_else(|| ApiError::new(Code::InvalidState, "The computer answered without a file."))
 }
 
+/// The unified diff of one file of the job's folder between the run's start and now, live
+/// from its device.
+///
+/// # Errors
+/// As [`tree`].
+pub async fn diff(
+    store: &Store,
+    hub: &Hub,
+    account_id: &AccountId,
+    job_id: &JobId,
+    path: &FolderPath,
+    timeout: Duration,
+) -> Result<FileDiff, ApiError> {
+    let answer = ask(store, hub, account_id, job_id, FileOp::Diff, path, timeout).await?;
+    answer
+        .diff
+        .ok_or_else(|| ApiError::new(Code::InvalidState, "The computer answered without a diff."))
+}
+
 async fn ask(
     store: &Store,
     hub: &Hub,
@@ -122,8 +144,8 @@ async fn ask(
     }
 }
 
-/// A checked [`FileAnswer`]: exactly one of tree, file and error, within the sizes the web
-/// is shown.
+/// A checked [`FileAnswer`]: exactly one of tree, file, diff and error, within the sizes the
+/// web is shown.
 #[derive(Debug, Clone)]
 pub struct RelayedAnswer(FileAnswer);
 
@@ -133,11 +155,20 @@ impl TryFrom<FileAnswer> for RelayedAnswer {
     fn try_from(answer: FileAnswer) -> Result<RelayedAnswer, ApiError> {
         let parts = usize::from(answer.tree.is_some())
             + usize::from(answer.file.is_some())
+            + usize::from(answer.diff.is_some())
             + usize::from(answer.error.is_some());
         if parts != 1 {
             return Err(ApiError::invalid_field(
                 "tree",
-                "an answer holds exactly one of tree, file and error.",
+                "an answer holds exactly one of tree, file, diff and error.",
+            ));
+        }
+        // The cut diff ends with a line saying so, hence the small allowance.
+        let diff_bytes = answer.diff.as_ref().map_or(0, |diff| diff.text.len());
+        if diff_bytes > MAX_DIFF_BYTES + DIFF_NOTE_BYTES {
+            return Err(ApiError::new(
+                Code::PayloadTooLarge,
+                "diff.text: at most 256 KiB; send it truncated.",
             ));
         }
         if answer
@@ -229,6 +260,30 @@ mod tests {
         }
         assert_eq!(ok(&"a".repeat(4097)), None);
         assert!(ok(&"a".repeat(4096)).is_some());
+    }
+
+    #[test]
+    fn a_diff_answer_is_bounded_and_alone() {
+        let diff = |bytes: usize| FileDiff {
+            path: "a".into(),
+            text: "+".repeat(bytes),
+            truncated: false,
+        };
+        let answer = |diff: FileDiff, error: bool| FileAnswer {
+            tree: None,
+            file: None,
+            diff: Some(diff),
+            error: error.then(|| tether_protocol::ErrorDetail {
+                code: "not_found".into(),
+                message: "x".into(),
+            }),
+        };
+        assert!(RelayedAnswer::try_from(answer(diff(MAX_DIFF_BYTES), false)).is_ok());
+        let over =
+            RelayedAnswer::try_from(answer(diff(MAX_DIFF_BYTES + DIFF_NOTE_BYTES + 1), false));
+        assert_eq!(over.err().map(|e| e.code()), Some(Code::PayloadTooLarge));
+        let both = RelayedAnswer::try_from(answer(diff(1), true));
+        assert_eq!(both.err().map(|e| e.code()), Some(Code::InvalidField));
     }
 
     #[test]

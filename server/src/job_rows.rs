@@ -18,6 +18,7 @@
 //! [`expired_leases`]), so such transactions never wait on each other in opposite orders.
 
 use serde_json::json;
+use tether_protocol::changes::Changes;
 use tether_protocol::decisions::DecisionState;
 use tether_protocol::jobs::{Job, JobEvent, JobOutcome, JobSpec, JobState, Outcome};
 use tether_protocol::{AccountId, Code, DeviceId, JobId, LeaseToken};
@@ -30,7 +31,7 @@ use crate::store::{on_read, on_tx, stored_id, Store, Tx};
 
 const JOB_COLUMNS: &str = "id, account_id, device_id, title, spec_json, state, attempt, \
     cancel_requested, outcome_json, lease_token_hash, lease_expires_at, progress_seq, \
-    created_at, started_at, ended_at, last_lease_hash, end_cause, resumes";
+    created_at, started_at, ended_at, last_lease_hash, end_cause, resumes, continues, changes_json";
 
 /// A `jobs` row. Not `Serialize`: [`JobRow::into_job`] builds the wire type. Only this
 /// module reads or writes one; the fields are for callers' decisions.
@@ -54,6 +55,10 @@ pub(crate) struct JobRow {
     pub(crate) last_lease_hash: Option<String>,
     pub(crate) end_cause: Option<String>,
     pub(crate) resumes: i64,
+    /// The earlier job this one follows up.
+    pub(crate) continues: Option<String>,
+    /// The [`Changes`] its computer reported, checked before it was stored.
+    pub(crate) changes_json: Option<String>,
 }
 
 impl JobRow {
@@ -70,9 +75,18 @@ impl JobRow {
         stored_id(self.account_id.clone())
     }
 
-    /// The wire job with `events`; its decisions and evidence are the caller's to add.
+    /// The wire job with `events`; its decisions, evidence, follow-up and queue reason are
+    /// the caller's to add.
     pub(crate) fn into_job(self, events: Vec<JobEvent>) -> Result<Job, ApiError> {
+        // Stored only after `Changes::check`; a row that no longer parses shows none.
+        let changes = self
+            .changes_json
+            .as_deref()
+            .and_then(|json| serde_json::from_str::<Changes>(json).ok());
+        let continues = self.continues.clone().map(stored_id).transpose()?;
         Ok(Job {
+            changes,
+            continues,
             state: self.state()?,
             spec: self.spec()?,
             id: stored_id(self.id)?,
@@ -90,8 +104,6 @@ impl JobRow {
             events,
             decisions: Vec::new(),
             evidence: Vec::new(),
-            changes: None,
-            continues: None,
             continued_by: None,
             queued_because: None,
         })
@@ -271,6 +283,81 @@ pub async fn device_of(
     stored_id(row.ok_or_else(|| ApiError::not_found("job"))?)
 }
 
+/// The follow-up of a job of `account_id`, if there is one.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn follow_up_of(
+    store: &Store,
+    account_id: &AccountId,
+    job_id: &JobId,
+) -> Result<Option<JobId>, ApiError> {
+    let row = on_read!(store, |pool| sqlx::query_scalar::<_, String>(
+        "SELECT id FROM jobs WHERE continues = $1 AND account_id = $2"
+    )
+    .bind(job_id.as_str())
+    .bind(account_id.as_str())
+    .fetch_optional(pool)
+    .await)?;
+    row.map(stored_id).transpose()
+}
+
+/// The follow-up of a job, in the caller's transaction.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn follow_up_in_tx(
+    tx: &mut Tx,
+    job_id: &JobId,
+) -> Result<Option<String>, ApiError> {
+    let row = on_tx!(tx, |conn| sqlx::query_scalar::<_, String>(
+        "SELECT id FROM jobs WHERE continues = $1"
+    )
+    .bind(job_id.as_str())
+    .fetch_optional(conn)
+    .await)?;
+    Ok(row)
+}
+
+/// Another job of this device, read in the caller's transaction without locking it (the
+/// earlier job a claimed follow-up continues).
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn read_for_device(
+    tx: &mut Tx,
+    device_id: &str,
+    job_id: &str,
+) -> Result<Option<JobRow>, ApiError> {
+    let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND device_id = $2");
+    let row = on_tx!(tx, |conn| sqlx::query_as::<_, JobRow>(&sql)
+        .bind(job_id)
+        .bind(device_id)
+        .fetch_optional(conn)
+        .await)?;
+    Ok(row)
+}
+
+/// How many runs are going (running or waiting) in the account, and on the device.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn running_counts(
+    store: &Store,
+    account_id: &AccountId,
+    device_id: &DeviceId,
+) -> Result<(i64, i64), ApiError> {
+    let row = on_read!(store, |pool| sqlx::query_as::<_, (i64, i64)>(
+        "SELECT COUNT(*), COALESCE(SUM(CASE WHEN device_id = $2 THEN 1 ELSE 0 END), 0) \
+         FROM jobs WHERE account_id = $1 AND state IN ('running', 'waiting')"
+    )
+    .bind(account_id.as_str())
+    .bind(device_id.as_str())
+    .fetch_one(pool)
+    .await)?;
+    Ok(row)
+}
+
 /// [`count_queued`] outside a transaction (on SQLite, from the read pool, not the writer).
 ///
 /// # Errors
@@ -359,8 +446,11 @@ pub(crate) async fn oldest_queued(
     tx: &mut Tx,
     device_id: &DeviceId,
 ) -> Result<Option<JobRow>, ApiError> {
+    // A follow-up waits until the job it continues ended.
     let sql = format!(
         "SELECT {JOB_COLUMNS} FROM jobs WHERE device_id = $1 AND state = 'queued' \
+         AND (continues IS NULL OR NOT EXISTS (SELECT 1 FROM jobs AS earlier \
+         WHERE earlier.id = jobs.continues AND earlier.state IN ('queued', 'running', 'waiting'))) \
          ORDER BY created_at, id LIMIT 1{}",
         tx.skip_locked_clause()
     );
@@ -437,10 +527,11 @@ pub(crate) async fn insert_queued(
     account_id: &AccountId,
     device_id: &DeviceId,
     spec: &JobSpec,
+    continues: Option<&JobId>,
     now: Millis,
 ) -> Result<(), ApiError> {
-    let sql = "INSERT INTO jobs (id, account_id, device_id, title, spec_json, state, created_at) \
-               VALUES ($1, $2, $3, $4, $5, 'queued', $6)";
+    let sql = "INSERT INTO jobs (id, account_id, device_id, title, spec_json, state, created_at, \
+               continues) VALUES ($1, $2, $3, $4, $5, 'queued', $6, $7)";
     let spec_json = serde_json::to_string(spec)?;
     on_tx!(tx, |conn| sqlx::query(sql)
         .bind(job_id.as_str())
@@ -449,6 +540,7 @@ pub(crate) async fn insert_queued(
         .bind(&spec.title)
         .bind(&spec_json)
         .bind(now)
+        .bind(continues.map(JobId::as_str))
         .execute(conn)
         .await
         .map(|done| done.rows_affected()))?;
@@ -481,6 +573,27 @@ pub(crate) async fn claim(
         .await
         .map(|done| done.rows_affected()))?;
     Ok(attempt)
+}
+
+/// Stores what the run changed (checked by the caller), with its completion.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn store_changes(
+    tx: &mut Tx,
+    job: &JobRow,
+    changes: &Changes,
+) -> Result<(), ApiError> {
+    let json = serde_json::to_string(changes)?;
+    on_tx!(tx, |conn| sqlx::query(
+        "UPDATE jobs SET changes_json = $1 WHERE id = $2"
+    )
+    .bind(&json)
+    .bind(&job.id)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    Ok(())
 }
 
 /// Notes the last progress batch applied, so a retried one changes nothing.

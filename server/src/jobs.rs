@@ -13,10 +13,11 @@ use tether_protocol::{AccountId, Code, DeviceId, JobId};
 
 use crate::accounts::{check_text, parse_name};
 use crate::clock::to_time;
+use crate::config::Config;
 use crate::error::ApiError;
 use crate::job_rows::{self, EndCause, OpenDecisions};
 use crate::ledger::{self, LedgerKind};
-use crate::store::Store;
+use crate::store::{stored_id, Store, Tx};
 use crate::{decisions, devices, evidence};
 
 /// Longest prompt, in characters.
@@ -38,6 +39,7 @@ pub struct JobFilter {
 pub struct NewJob {
     device_id: DeviceId,
     spec: JobSpec,
+    continues: Option<JobId>,
 }
 
 impl TryFrom<NewJobParams> for NewJob {
@@ -75,6 +77,7 @@ impl TryFrom<NewJobParams> for NewJob {
         Ok(NewJob {
             device_id: params.device_id,
             spec,
+            continues: params.continues,
         })
     }
 }
@@ -86,9 +89,16 @@ impl TryFrom<NewJobParams> for NewJob {
 /// 404 for a device not of this account or revoked, 422 `unknown_engine` /
 /// `unknown_folder` (also before the device reported anything).
 pub async fn create(store: &Store, account_id: &AccountId, new: NewJob) -> Result<Job, ApiError> {
-    let NewJob { device_id, spec } = new;
+    let NewJob {
+        device_id,
+        spec,
+        continues,
+    } = new;
     let now = store.now();
     let mut tx = store.begin().await?;
+    if let Some(earlier) = &continues {
+        check_follow_up(&mut tx, account_id, earlier, &device_id, &spec).await?;
+    }
     let capabilities = devices::usable_capabilities(&mut tx, account_id, &device_id).await?;
     let engine_known = capabilities
         .as_ref()
@@ -115,9 +125,13 @@ pub async fn create(store: &Store, account_id: &AccountId, new: NewJob) -> Resul
         ));
     }
     let job_id = JobId::generate();
-    job_rows::insert_queued(&mut tx, &job_id, account_id, &device_id, &spec, now).await?;
+    let earlier = continues.as_ref();
+    job_rows::insert_queued(
+        &mut tx, &job_id, account_id, &device_id, &spec, earlier, now,
+    )
+    .await?;
     let detail = json!({ "jobId": job_id, "deviceId": device_id, "engine": spec.engine,
-                         "folder": spec.folder, "mode": spec.mode });
+                         "folder": spec.folder, "mode": spec.mode, "continues": continues });
     ledger::record(
         &mut tx,
         account_id,
@@ -146,10 +160,137 @@ pub async fn create(store: &Store, account_id: &AccountId, new: NewJob) -> Resul
         decisions: Vec::new(),
         evidence: Vec::new(),
         changes: None,
-        continues: None,
+        continues,
         continued_by: None,
         queued_because: None,
     })
+}
+
+/// A follow-up names an earlier job of the account, on the same computer and folder, that
+/// no other job follows up yet.
+///
+/// # Errors
+/// 404 for an earlier job not of this account, 422 `invalid_field` naming `deviceId` or
+/// `folder`, 409 `invalid_state` when it is already continued.
+async fn check_follow_up(
+    tx: &mut Tx,
+    account_id: &AccountId,
+    earlier: &JobId,
+    device_id: &DeviceId,
+    spec: &JobSpec,
+) -> Result<(), ApiError> {
+    let job = job_rows::lock_for_account(tx, account_id, earlier)
+        .await?
+        .ok_or_else(|| ApiError::not_found("job"))?;
+    if job.device_id != device_id.as_str() {
+        return Err(ApiError::invalid_field(
+            "deviceId",
+            "must be the computer of the job it continues.",
+        ));
+    }
+    if job.spec()?.folder != spec.folder {
+        return Err(ApiError::invalid_field(
+            "folder",
+            "must be the folder of the job it continues.",
+        ));
+    }
+    if let Some(later) = job_rows::follow_up_in_tx(tx, earlier).await? {
+        return Err(ApiError::new(
+            Code::InvalidState,
+            format!("That job is already continued by {later}."),
+        ));
+    }
+    Ok(())
+}
+
+/// A new job with the spec of a finished job of `account_id`; `prompt` replaces its prompt.
+///
+/// # Errors
+/// 404 for a job not of this account, 409 `invalid_state` for one that has not ended, and
+/// those of [`create`] (the computer may no longer publish the engine or share the folder).
+pub async fn rerun(
+    store: &Store,
+    account_id: &AccountId,
+    job_id: &JobId,
+    prompt: Option<String>,
+) -> Result<Job, ApiError> {
+    let row = job_rows::read_for_account(store, account_id, job_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("job"))?;
+    let state = row.state()?;
+    if !state.is_final() {
+        return Err(ApiError::new(
+            Code::InvalidState,
+            format!(
+                "The job has not ended ({}); cancel it first.",
+                state.as_str()
+            ),
+        ));
+    }
+    let spec = row.spec()?;
+    let params = NewJobParams {
+        device_id: stored_id(row.device_id)?,
+        title: spec.title,
+        prompt: prompt.unwrap_or(spec.prompt),
+        folder: spec.folder,
+        engine: spec.engine,
+        mode: spec.mode,
+        network: spec.network,
+        timeout_minutes: spec.timeout_minutes,
+        secrets: spec.secrets,
+        continues: None,
+    };
+    create(store, account_id, NewJob::try_from(params)?).await
+}
+
+/// Why a queued job of `account_id` has not started, in words; `None` for any other job.
+///
+/// # Errors
+/// A database error.
+pub async fn queue_reason(
+    store: &Store,
+    config: &Config,
+    account_id: &AccountId,
+    job: &Job,
+) -> Result<Option<String>, ApiError> {
+    if job.state != JobState::Queued {
+        return Ok(None);
+    }
+    if let Some(earlier) = &job.continues {
+        let earlier = job_rows::read_for_account(store, account_id, earlier).await?;
+        if let Some(earlier) = earlier.filter(|row| !matches!(row.state(), Ok(s) if s.is_final())) {
+            return Ok(Some(format!(
+                "It follows up \u{201c}{}\u{201d}, which has not ended yet.",
+                earlier.title
+            )));
+        }
+    }
+    let device = devices::get(store, account_id, &job.device_id, config).await?;
+    if !device.online {
+        return Ok(Some(match device.last_seen_at {
+            Some(seen) => format!(
+                "{} is offline (last seen {}); the job starts when it is back.",
+                device.name,
+                seen.format("%Y-%m-%d %H:%M UTC")
+            ),
+            None => format!("{} has not connected yet.", device.name),
+        }));
+    }
+    let (in_account, on_device) =
+        job_rows::running_counts(store, account_id, &job.device_id).await?;
+    if in_account >= i64::from(config.max_running_per_account) {
+        return Ok(Some(format!(
+            "The account's limit of {} runs at once is reached; it starts when one ends.",
+            config.max_running_per_account
+        )));
+    }
+    if on_device > 0 {
+        return Ok(Some(format!(
+            "{} is busy with another run; it starts when that one ends.",
+            device.name
+        )));
+    }
+    Ok(Some(format!("Waiting for {} to take it.", device.name)))
 }
 
 /// The account's jobs, newest first, without events.
@@ -186,6 +327,7 @@ pub async fn get(store: &Store, account_id: &AccountId, job_id: &JobId) -> Resul
     let mut job = row.into_job(events)?;
     job.evidence = evidence::list(store, account_id, job_id).await?;
     job.decisions = decisions::for_job(store, account_id, job_id).await?;
+    job.continued_by = job_rows::follow_up_of(store, account_id, job_id).await?;
     Ok(job)
 }
 

@@ -11,12 +11,14 @@
 
 use serde_json::json;
 use tether_protocol::capabilities::Capabilities;
+use tether_protocol::changes::Changes;
 use tether_protocol::devices::{
     HeartbeatParams, HeartbeatResponse, HeldLease, Intervals, LeaseStatus,
 };
 use tether_protocol::jobs::{
-    ClaimedJob, CompleteParams, Job, JobOutcome, JobState, LeaseGrant, Outcome, ProgressParams,
-    ProgressResponse, MAX_AUTO_RESUMES, MAX_LINES_PER_PROGRESS, MAX_LINE_BYTES, RESUME_WINDOW_SECS,
+    ClaimedJob, CompleteParams, EarlierRun, Job, JobOutcome, JobState, LeaseGrant, Outcome,
+    ProgressParams, ProgressResponse, MAX_AUTO_RESUMES, MAX_EARLIER_TEXT_CHARS,
+    MAX_LINES_PER_PROGRESS, MAX_LINE_BYTES, RESUME_WINDOW_SECS,
 };
 use tether_protocol::text::{self, TextKind};
 use tether_protocol::{Code, JobId, LeaseToken};
@@ -100,9 +102,35 @@ impl TryFrom<ProgressParams> for ProgressReport {
     }
 }
 
-/// A checked [`CompleteParams`]: how the device says the run ended (never `interrupted`).
+/// A checked [`CompleteParams`]: how the device says the run ended (never `interrupted`),
+/// and what it changed when the list it sent is well formed.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Completion(JobOutcome);
+pub struct Completion {
+    outcome: JobOutcome,
+    changes: ReportedChanges,
+}
+
+/// The change list of a completion.
+#[derive(Debug, Clone, PartialEq)]
+enum ReportedChanges {
+    None,
+    Checked(Changes),
+    /// Of the wrong shape: dropped, and the timeline says why.
+    Dropped(String),
+}
+
+impl ReportedChanges {
+    fn check(raw: Option<serde_json::Value>) -> ReportedChanges {
+        let Some(raw) = raw.filter(|raw| !raw.is_null()) else {
+            return ReportedChanges::None;
+        };
+        let parsed = serde_json::from_value::<Changes>(raw).map_err(|err| err.to_string());
+        match parsed.and_then(|changes| changes.check().map(|()| changes).map_err(|e| e.0)) {
+            Ok(changes) => ReportedChanges::Checked(changes),
+            Err(why) => ReportedChanges::Dropped(truncate(&why, 300)),
+        }
+    }
+}
 
 impl TryFrom<CompleteParams> for Completion {
     type Error = ApiError;
@@ -123,12 +151,15 @@ impl TryFrom<CompleteParams> for Completion {
         // What the computer reports is kept, made visible, never refused: a refused
         // completion would cost the run its outcome.
         let summary = text::sanitize(&params.summary, TextKind::MultiLine).into_owned();
-        Ok(Completion(JobOutcome {
-            outcome: params.outcome,
-            summary,
-            exit_code: params.exit_code,
-            report: params.report,
-        }))
+        Ok(Completion {
+            outcome: JobOutcome {
+                outcome: params.outcome,
+                summary,
+                exit_code: params.exit_code,
+                report: params.report,
+            },
+            changes: ReportedChanges::check(params.changes),
+        })
     }
 }
 
@@ -234,6 +265,7 @@ pub async fn claim(
     let attempt = job_rows::claim(&mut tx, &job, &lease_token, lease_until, now).await?;
     let text = format!("Claimed by the device (attempt {attempt}).");
     job_rows::append_events(&mut tx, &job, now, "system", &[text]).await?;
+    let continues = earlier_run(&mut tx, &job).await?;
     tx.commit().await?;
     tracing::info!(job_id = %job.id, attempt, "job claimed");
     Ok(Some(ClaimedJob {
@@ -243,7 +275,34 @@ pub async fn claim(
         lease_expires_at: to_time(lease_until),
         spec: job.spec()?,
         resumed: None,
-        continues: None,
+        continues,
+    }))
+}
+
+/// What a claimed follow-up is told of the job it continues.
+async fn earlier_run(tx: &mut Tx, job: &JobRow) -> Result<Option<EarlierRun>, ApiError> {
+    let Some(earlier_id) = &job.continues else {
+        return Ok(None);
+    };
+    let Some(earlier) = job_rows::read_for_device(tx, &job.device_id, earlier_id).await? else {
+        return Ok(None);
+    };
+    let outcome: Option<JobOutcome> = match &earlier.outcome_json {
+        Some(json) => Some(serde_json::from_str(json)?),
+        None => None,
+    };
+    let cut = |text: &str| {
+        text.chars()
+            .take(MAX_EARLIER_TEXT_CHARS)
+            .collect::<String>()
+    };
+    Ok(Some(EarlierRun {
+        job_id: stored_id(earlier.id.clone())?,
+        prompt: cut(&earlier.spec()?.prompt),
+        summary: outcome
+            .as_ref()
+            .map_or_else(String::new, |o| cut(&o.summary)),
+        outcome: outcome.map(|o| o.outcome),
     }))
 }
 
@@ -303,7 +362,7 @@ pub async fn complete(
     lease: &LeaseToken,
     completion: Completion,
 ) -> Result<Job, ApiError> {
-    let Completion(outcome) = completion;
+    let Completion { outcome, changes } = completion;
     let now = store.now();
     let mut tx = store.begin().await?;
     let job = job_rows::lock_for_device(&mut tx, &device.device_id, job_id)
@@ -320,6 +379,18 @@ pub async fn complete(
     }
     if !job_rows::holds_lease(&job, lease, now) {
         return Err(job_rows::stale_lease());
+    }
+    match &changes {
+        ReportedChanges::None => {}
+        ReportedChanges::Checked(changes) => {
+            job_rows::store_changes(&mut tx, &job, changes).await?
+        }
+        ReportedChanges::Dropped(why) => {
+            let text = [format!(
+                "The computer's list of changes was dropped: {why}."
+            )];
+            job_rows::append_events(&mut tx, &job, now, "system", &text).await?;
+        }
     }
     job_rows::finish(&mut tx, &job, &outcome, EndCause::Device, now).await?;
     tx.commit().await?;
@@ -449,6 +520,7 @@ pub async fn resume(
         detail,
     )
     .await?;
+    let continues = earlier_run(&mut tx, &job).await?;
     tx.commit().await?;
     tracing::info!(job_id = %job_id, attempt, resumes, "run resumed");
     Ok(ClaimedJob {
@@ -458,7 +530,7 @@ pub async fn resume(
         lease_expires_at: to_time(lease_until),
         spec: job.spec()?,
         resumed: Some(u32::try_from(resumes).unwrap_or(u32::MAX)),
-        continues: None,
+        continues,
     })
 }
 

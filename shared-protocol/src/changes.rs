@@ -231,7 +231,16 @@ mod tests {
 
     #[test]
     fn paths_leaving_the_folder_and_odd_shapes_are_refused() {
-        for path in ["", "/etc/passwd", "../x", "a/../b", "a//b", "./a", "a\u{0}b", "a\nb"] {
+        for path in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../b",
+            "a//b",
+            "./a",
+            "a\u{0}b",
+            "a\nb",
+        ] {
             let changes = list(vec![file(path, ChangeStatus::Modified)]);
             assert!(changes.check().is_err(), "{path:?}");
         }
@@ -252,7 +261,10 @@ mod tests {
         assert!(changes.check().is_err());
         let mut changes = list(vec![file("a", ChangeStatus::Added)]);
         changes.totals.files = 5;
-        assert!(changes.check().is_err(), "more files than listed, not truncated");
+        assert!(
+            changes.check().is_err(),
+            "more files than listed, not truncated"
+        );
         changes.truncated = true;
         assert_eq!(changes.check(), Ok(()));
         let mut changes = list(vec![file("a", ChangeStatus::Added)]);

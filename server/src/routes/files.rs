@@ -1,4 +1,5 @@
-//! `GET /api/jobs/{id}/tree?path=` and `GET /api/jobs/{id}/file?path=` for the job's owner,
+//! `GET /api/jobs/{id}/tree?path=`, `GET /api/jobs/{id}/file?path=` and
+//! `GET /api/jobs/{id}/diff?path=` (a unified diff, as text) for the job's owner,
 //! relayed live to the job's device; `POST /api/devices/self/file-requests/{id}` is where
 //! the device answers.
 
@@ -23,6 +24,7 @@ pub const ANSWER_LIMIT_BYTES: usize = 1536 * 1024;
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/api/jobs/{id}/tree").route(web::get().to(tree)))
         .service(web::resource("/api/jobs/{id}/file").route(web::get().to(file)))
+        .service(web::resource("/api/jobs/{id}/diff").route(web::get().to(diff)))
         .service(
             web::resource("/api/devices/self/file-requests/{id}")
                 .app_data(json_config_with_limit(ANSWER_LIMIT_BYTES))
@@ -54,6 +56,15 @@ async fn file(
     relay(&state, &caller, &job_id, &query.path, FileOp::File).await
 }
 
+async fn diff(
+    state: web::Data<AppState>,
+    caller: Caller,
+    job_id: web::Path<JobId>,
+    query: web::Query<PathQuery>,
+) -> Result<HttpResponse, ApiError> {
+    relay(&state, &caller, &job_id, &query.path, FileOp::Diff).await
+}
+
 /// Validates the path, spends a file-relay token and asks the device; never cached.
 async fn relay(
     state: &AppState,
@@ -77,7 +88,11 @@ async fn relay(
         FileOp::File => {
             answer.json(files::file(store, hub, account_id, job_id, &path, timeout).await?)
         }
-        FileOp::Diff => return Err(ApiError::not_found("route")),
+        FileOp::Diff => answer.content_type("text/plain; charset=utf-8").body(
+            files::diff(store, hub, account_id, job_id, &path, timeout)
+                .await?
+                .text,
+        ),
     })
 }
 

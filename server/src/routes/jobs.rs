@@ -1,10 +1,11 @@
-//! `POST|GET /api/jobs`, `GET /api/jobs/{id}`, `POST /api/jobs/{id}/cancel`.
+//! `POST|GET /api/jobs`, `GET /api/jobs/{id}`, `POST /api/jobs/{id}/cancel`,
+//! `POST /api/jobs/{id}/rerun`.
 
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 use tether_protocol::frames::ServerFrame;
-use tether_protocol::jobs::{JobResponse, JobState, NewJobParams};
-use tether_protocol::{DeviceId, JobId};
+use tether_protocol::jobs::{JobResponse, JobState, NewJobParams, RerunParams};
+use tether_protocol::{Code, DeviceId, JobId};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -18,7 +19,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(web::get().to(list)),
     )
     .service(web::resource("/api/jobs/{id}").route(web::get().to(get)))
-    .service(web::resource("/api/jobs/{id}/cancel").route(web::post().to(cancel)));
+    .service(web::resource("/api/jobs/{id}/cancel").route(web::post().to(cancel)))
+    .service(web::resource("/api/jobs/{id}/rerun").route(web::post().to(rerun)));
 }
 
 /// `?deviceId=&state=`, both optional; empty means no filter.
@@ -75,8 +77,29 @@ async fn get(
     caller: Caller,
     job_id: web::Path<JobId>,
 ) -> Result<HttpResponse, ApiError> {
-    let job = jobs::get(&state.store, &caller.account.id, &job_id).await?;
+    let mut job = jobs::get(&state.store, &caller.account.id, &job_id).await?;
+    job.queued_because =
+        jobs::queue_reason(&state.store, &state.config, &caller.account.id, &job).await?;
     Ok(HttpResponse::Ok().json(job))
+}
+
+async fn rerun(
+    state: web::Data<AppState>,
+    caller: Caller,
+    job_id: web::Path<JobId>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    // The body is optional (a plain re-run), but one that is there must parse.
+    let params: RerunParams = if body.iter().all(u8::is_ascii_whitespace) {
+        RerunParams::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|err| ApiError::new(Code::InvalidRequest, format!("Bad JSON body: {err}.")))?
+    };
+    let prompt = params.prompt;
+    let job = jobs::rerun(&state.store, &caller.account.id, &job_id, prompt).await?;
+    state.hub.notify(&job.device_id, ServerFrame::Wake).await;
+    Ok(HttpResponse::Created().json(job))
 }
 
 async fn cancel(
@@ -90,6 +113,10 @@ async fn cancel(
             job_id: job.id.clone(),
         };
         state.hub.notify(&job.device_id, frame).await;
+    }
+    // A follow-up of a job cancelled before it started may go now.
+    if job.state.is_final() && job.continued_by.is_some() {
+        state.hub.notify(&job.device_id, ServerFrame::Wake).await;
     }
     // A cancel withdraws what the run still had pending.
     if !job.decisions.is_empty() {

@@ -28,6 +28,11 @@ pub async fn fake_device(device: DeviceClient, mut events: Events) {
             (FileOp::File, "README.md") => json!({ "file": {
                 "path": "README.md", "size": 6, "binary": false, "truncated": false, "text": "hello\n",
             } }),
+            (FileOp::Diff, "README.md") => json!({ "diff": {
+                "path": "README.md", "truncated": false,
+                "text": "--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-hi\n+hello\n",
+            } }),
+
             _ => json!({ "error": { "code": "not_found", "message": "no such file" } }),
         };
         let res = device.answer_file(&id, &answer).await;
@@ -66,6 +71,15 @@ both_backends! {
         assert_eq!(file["text"], "hello\n");
         assert_error(ann.get(&format!("/api/jobs/{}/file?path=.env", job.id)).await, 403, "path_refused").await;
         assert_error(ann.get(&format!("/api/jobs/{}/file?path=missing", job.id)).await, 404, "not_found").await;
+
+        // A diff is text, never cached; the device's refusals pass as for files.
+        let res = ann.get(&format!("/api/jobs/{}/diff?path=README.md", job.id)).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(res.headers()["content-type"], "text/plain; charset=utf-8");
+        assert_eq!(res.headers()["cache-control"], "no-store");
+        assert_eq!(res.text().await.unwrap(), "--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-hi\n+hello\n");
+        assert_error(ann.get(&format!("/api/jobs/{}/diff?path=.env", job.id)).await, 403, "path_refused").await;
+        assert_error(ann.get(&format!("/api/jobs/{}/diff?path=../x", job.id)).await, 422, "invalid_field").await;
 
         // Also after the job ended.
         let claimed = device.claim_job().await;
