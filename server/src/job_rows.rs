@@ -438,6 +438,26 @@ pub(crate) async fn fenced(
     }
 }
 
+/// The device's (`$1`) jobs a claim may take: queued, and a follow-up only once the job it
+/// continues ended.
+const CLAIMABLE: &str = "device_id = $1 AND state = 'queued' \
+    AND (continues IS NULL OR NOT EXISTS (SELECT 1 FROM jobs AS earlier \
+    WHERE earlier.id = jobs.continues AND earlier.state IN ('queued', 'running', 'waiting')))";
+
+/// Whether the device has a job a claim may take, read without a transaction (on SQLite
+/// from the read pool): most claims find nothing, and then take no lock at all.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn has_claimable(store: &Store, device_id: &DeviceId) -> Result<bool, ApiError> {
+    let sql = format!("SELECT 1 FROM jobs WHERE {CLAIMABLE} LIMIT 1");
+    let found = on_read!(store, |pool| sqlx::query_scalar::<_, i32>(&sql)
+        .bind(device_id.as_str())
+        .fetch_optional(pool)
+        .await)?;
+    Ok(found.is_some())
+}
+
 /// The device's oldest queued job, skipping one another claim holds.
 ///
 /// # Errors
@@ -446,12 +466,8 @@ pub(crate) async fn oldest_queued(
     tx: &mut Tx,
     device_id: &DeviceId,
 ) -> Result<Option<JobRow>, ApiError> {
-    // A follow-up waits until the job it continues ended.
     let sql = format!(
-        "SELECT {JOB_COLUMNS} FROM jobs WHERE device_id = $1 AND state = 'queued' \
-         AND (continues IS NULL OR NOT EXISTS (SELECT 1 FROM jobs AS earlier \
-         WHERE earlier.id = jobs.continues AND earlier.state IN ('queued', 'running', 'waiting'))) \
-         ORDER BY created_at, id LIMIT 1{}",
+        "SELECT {JOB_COLUMNS} FROM jobs WHERE {CLAIMABLE} ORDER BY created_at, id LIMIT 1{}",
         tx.skip_locked_clause()
     );
     let row = on_tx!(tx, |conn| sqlx::query_as::<_, JobRow>(&sql)

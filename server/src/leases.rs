@@ -250,6 +250,11 @@ pub async fn claim(
     device: &DeviceIdentity,
     config: &Config,
 ) -> Result<Option<ClaimedJob>, ApiError> {
+    // Claims come with every heartbeat, wake-up and stream connect; most find nothing, and
+    // then they must not serialise on the account's lock.
+    if !job_rows::has_claimable(store, &device.device_id).await? {
+        return Ok(None);
+    }
     let now = store.now();
     let mut tx = store.begin().await?;
     lock_account_claims(&mut tx, device).await?;
