@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 
-use crate::report::{Recorder, Report, RevocationSummary, NOTICE_LIMIT};
+use crate::report::{CpuUse, Recorder, Report, RevocationSummary, NOTICE_LIMIT};
 use crate::setup::{Account, Device};
 
 /// Command-line options.
@@ -104,6 +104,12 @@ async fn main() -> anyhow::Result<()> {
     let rss_before = options.server_pid.and_then(report::rss_bytes);
 
     recorder.start_window();
+    let cpu_at_start = (
+        report::cpu_secs(None),
+        options
+            .server_pid
+            .and_then(|pid| report::cpu_secs(Some(pid))),
+    );
     let load = web::Load {
         rate: options.rate,
         duration: Duration::from_secs(options.duration),
@@ -120,6 +126,17 @@ async fn main() -> anyhow::Result<()> {
     let assigned =
         web::assign_at_rate(&http, servers, &devices, &accounts, load, recorder.clone()).await;
     let window = recorder.stop_window();
+    let spent = |before: Option<f64>, now: Option<f64>| Some(now? - before?);
+    let cpu = CpuUse {
+        window_secs: window.1.as_secs_f64(),
+        generator_secs: spent(cpu_at_start.0, report::cpu_secs(None)),
+        server_secs: spent(
+            cpu_at_start.1,
+            options
+                .server_pid
+                .and_then(|pid| report::cpu_secs(Some(pid))),
+        ),
+    };
     revoking.await?;
     let settled = web::wait_settled(&recorder, &assigned, Duration::from_secs(60)).await;
     revocation::wait_noticed(&recorder, NOTICE_LIMIT).await;
@@ -150,6 +167,7 @@ async fn main() -> anyhow::Result<()> {
         audit,
         rss,
         revocation,
+        cpu,
     );
     if options.json {
         println!("{}", report.to_json());

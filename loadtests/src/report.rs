@@ -265,6 +265,44 @@ pub struct Report {
     rss_per_device_kib: Option<f64>,
     rss_mib: Option<f64>,
     revocation: Option<RevocationSummary>,
+    cpu: CpuUse,
+}
+
+/// CPU seconds spent during the assignment window by the load generator itself and by the
+/// server, beside the window's length: on a machine with N cores, a side near N × window is
+/// the one that saturated.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuUse {
+    pub window_secs: f64,
+    pub generator_secs: Option<f64>,
+    pub server_secs: Option<f64>,
+}
+
+impl CpuUse {
+    fn cell(&self) -> String {
+        let secs = |value: Option<f64>| value.map_or("-".to_owned(), |v| format!("{v:.1}"));
+        format!(
+            "{} / {} of {:.0}",
+            secs(self.generator_secs),
+            secs(self.server_secs),
+            self.window_secs
+        )
+    }
+}
+
+/// User plus system CPU seconds of a process so far, from `/proc/PID/stat` (Linux; the
+/// kernel reports them in USER_HZ, 100 per second). `None` reads this process.
+pub fn cpu_secs(pid: Option<u32>) -> Option<f64> {
+    let path = pid.map_or_else(
+        || "/proc/self/stat".to_owned(),
+        |pid| format!("/proc/{pid}/stat"),
+    );
+    let stat = std::fs::read_to_string(path).ok()?;
+    // The command name may hold spaces; the fields after it are space-separated.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = |index: usize| fields.get(index)?.parse::<u64>().ok();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    Some((ticks(11)? + ticks(12)?) as f64 / 100.0)
 }
 
 impl Report {
@@ -279,6 +317,7 @@ impl Report {
         audit: Audit,
         rss: Option<u64>,
         revocation: Option<RevocationSummary>,
+        cpu: CpuUse,
     ) -> Report {
         let jobs = lock(&recorder.jobs);
         let mut claim = Vec::new();
@@ -321,18 +360,19 @@ impl Report {
             rss_per_device_kib: rss.map(|bytes| bytes as f64 / 1024.0 / devices.max(1) as f64),
             rss_mib: rss.map(|bytes| bytes as f64 / 1024.0 / 1024.0),
             revocation,
+            cpu,
         }
     }
 
     pub fn table_header() -> &'static str {
-        "| run | devices | connect s | assign→claim ms p50/p95/p99/max | assign→done ms p50/p95/p99/max | heartbeat ms p50/p95/p99/max | heartbeats/s | jobs/s | jobs ok/assigned | lost | rerun | dup claims | errors | RSS MiB | RSS/device KiB |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "| run | devices | connect s | assign→claim ms p50/p95/p99/max | assign→done ms p50/p95/p99/max | heartbeat ms p50/p95/p99/max | heartbeats/s | jobs/s | jobs ok/assigned | lost | rerun | dup claims | errors | RSS MiB | RSS/device KiB | CPU s load / server of window s |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     }
 
     pub fn table_row(&self) -> String {
         let errors: u64 = self.errors.values().sum();
         format!(
-            "| {} | {} | {:.1} | {} | {} | {} | {:.0} | {:.0} | {}/{} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {:.1} | {} | {} | {} | {:.0} | {:.0} | {}/{} | {} | {} | {} | {} | {} | {} | {} |",
             self.label,
             self.devices,
             self.connect_secs,
@@ -349,6 +389,7 @@ impl Report {
             errors,
             self.rss_mib.map_or("-".to_owned(), |mib| format!("{mib:.0}")),
             self.rss_per_device_kib.map_or("-".to_owned(), |kib| format!("{kib:.1}")),
+            self.cpu.cell(),
         )
     }
 
@@ -404,6 +445,8 @@ impl Report {
             "duplicatedClaims": self.duplicated_claims, "errors": self.errors,
             "rssMib": self.rss_mib, "rssPerDeviceKib": self.rss_per_device_kib,
             "revocation": revocation,
+            "cpuSecs": { "window": self.cpu.window_secs, "generator": self.cpu.generator_secs,
+                         "server": self.cpu.server_secs },
         })
         .to_string()
     }
@@ -415,4 +458,23 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
     let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
+}
+
+#[cfg(test)]
+mod cpu_tests {
+    use super::*;
+
+    #[test]
+    fn this_process_cpu_time_is_read_and_grows() {
+        let before = cpu_secs(None).unwrap_or(-1.0);
+        assert!(before >= 0.0);
+        let mut spin = 0u64;
+        let start = std::time::Instant::now();
+        while start.elapsed() < Duration::from_millis(300) {
+            spin = spin.wrapping_add(std::hint::black_box(1));
+        }
+        assert!(spin > 0);
+        assert!(cpu_secs(None).unwrap_or(0.0) > before);
+        assert_eq!(cpu_secs(Some(u32::MAX)), None);
+    }
 }
