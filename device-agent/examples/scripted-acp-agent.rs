@@ -1,8 +1,9 @@
 //! A scripted ACP agent, built on the agent side of the `agent-client-protocol` crate, for
 //! testing `tether-agent`'s `acp` engine end to end.
 //!
-//! It speaks ACP v1 on stdin/stdout. Its script is the prompt's text (or the file given as
-//! `--script FILE`): JSON `{"steps": [...]}`, each step one of
+//! It speaks ACP v1 on stdin/stdout. Its script is the prompt's text, or its last line that
+//! is a script (so a prompt with a preface works too), or the file given as `--script FILE`:
+//! JSON `{"steps": [...]}`, each step one of
 //!
 //! | step | what the agent does |
 //! |---|---|
@@ -18,28 +19,36 @@
 //! | `{"sleep": ms}` | waits |
 //! | `{"crash": code}` | exits at once with that code |
 //! | `{"stop": "end_turn"}` | ends the turn with that stop reason (the default after the last step) |
+//! | `{"unlessLoaded": [steps]}` | those steps, unless the session was loaded with `session/load` |
 //!
 //! `ifAllowed: ID` skips the step unless the permission asked for tool call `ID` was answered
 //! with an allow option. Relative paths are taken from the session's folder. A
 //! `session/cancel` between steps ends the turn `cancelled`.
 //!
+//! With `--load-session` it advertises `loadSession` and accepts `session/load` of any session
+//! id it could have made (`scripted-session-…`; each process makes a new one, so a session
+//! made by an earlier process is taken on its word), replaying one agent message
+//! ([`REPLAYED`]) before it answers; another id is refused.
+//!
 //! What each call answered goes to stderr as `scripted: STEP JSON`, one line each, so a test
-//! reads it in the job's output (`stderr: scripted: …`); `scripted: pid N` comes first.
+//! reads it in the job's output (`stderr: scripted: …`); `scripted: pid N` comes first, and
+//! `scripted: prompt {"text": …}` names the prompt received.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, CancelNotification, ContentBlock, ContentChunk, CreateTerminalRequest,
     EnvVariable, Implementation, InitializeRequest, InitializeResponse, KillTerminalRequest,
-    NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, Plan,
-    PromptRequest, PromptResponse, ReadTextFileRequest, ReleaseTerminalRequest,
-    RequestPermissionOutcome, RequestPermissionRequest, SessionNotification, SessionUpdate,
-    StopReason, TerminalOutputRequest, TextContent, ToolCall, ToolCallUpdate,
-    WaitForTerminalExitRequest, WriteTextFileRequest,
+    LoadSessionRequest, LoadSessionResponse, NewSessionRequest, NewSessionResponse,
+    PermissionOption, PermissionOptionKind, Plan, PromptRequest, PromptResponse,
+    ReadTextFileRequest, ReleaseTerminalRequest, RequestPermissionOutcome,
+    RequestPermissionRequest, SessionId, SessionNotification, SessionUpdate, StopReason,
+    TerminalOutputRequest, TextContent, ToolCall, ToolCallUpdate, WaitForTerminalExitRequest,
+    WriteTextFileRequest,
 };
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::{Agent, Client};
@@ -93,6 +102,7 @@ enum Step {
     Sleep(u64),
     Crash(i32),
     Stop(StopReason),
+    UnlessLoaded(Vec<Step>),
 }
 
 /// What the agent knows across requests.
@@ -100,17 +110,41 @@ enum Step {
 struct State {
     /// The script given on the command line, if any.
     script: Option<String>,
+    /// Whether `loadSession` is advertised.
+    load_session: bool,
+    /// The session's id: made by `session/new`, or the one `session/load` named.
+    session: Mutex<SessionId>,
+    /// Set once a session was loaded.
+    loaded: Mutex<bool>,
     cwd: Mutex<PathBuf>,
     cancelled: watch::Sender<bool>,
 }
 
-const SESSION: &str = "scripted-session-1";
+impl State {
+    fn session(&self) -> SessionId {
+        lock(&self.session).clone()
+    }
+}
+
+/// What every session id this agent makes starts with.
+const SESSION_PREFIX: &str = "scripted-session-";
+/// The agent message replayed while a session loads: never to be shown as new output.
+const REPLAYED: &str = "Replayed from the earlier session.";
+
+/// The command line: `[--script FILE] [--load-session]`.
+struct Options {
+    script: Option<String>,
+    load_session: bool,
+}
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), agent_client_protocol::Error> {
-    let script = script_file()?;
+    let options = options()?;
     let state = Arc::new(State {
-        script,
+        script: options.script,
+        load_session: options.load_session,
+        session: Mutex::new(SessionId::new(new_session_id())),
+        loaded: Mutex::new(false),
         cwd: Mutex::new(PathBuf::from(".")),
         cancelled: watch::channel(false).0,
     });
@@ -120,14 +154,17 @@ async fn main() -> Result<(), agent_client_protocol::Error> {
         .v1()
         .name("scripted-acp-agent")
         .on_receive_request(
-            async move |request: InitializeRequest, responder, _cx: ConnectionTo<Client>| {
-                report("initialize", json!(request.client_capabilities));
-                report("pid", json!(std::process::id()));
-                responder.respond(
-                    InitializeResponse::new(ProtocolVersion::V1)
-                        .agent_capabilities(AgentCapabilities::new())
-                        .agent_info(Implementation::new("scripted-acp-agent", "1.0.0")),
-                )
+            {
+                let load_session = state.load_session;
+                async move |request: InitializeRequest, responder, _cx: ConnectionTo<Client>| {
+                    report("initialize", json!(request.client_capabilities));
+                    report("pid", json!(std::process::id()));
+                    responder.respond(
+                        InitializeResponse::new(ProtocolVersion::V1)
+                            .agent_capabilities(AgentCapabilities::new().load_session(load_session))
+                            .agent_info(Implementation::new("scripted-acp-agent", "1.0.0")),
+                    )
+                }
             },
             agent_client_protocol::on_receive_request!(),
         )
@@ -135,9 +172,41 @@ async fn main() -> Result<(), agent_client_protocol::Error> {
             {
                 let state = state.clone();
                 async move |request: NewSessionRequest, responder, _cx: ConnectionTo<Client>| {
-                    report("session/new", json!({ "cwd": request.cwd }));
+                    let session = state.session();
+                    report(
+                        "session/new",
+                        json!({ "cwd": request.cwd, "sessionId": session }),
+                    );
                     *lock(&state.cwd) = request.cwd.clone();
-                    responder.respond(NewSessionResponse::new(SESSION))
+                    responder.respond(NewSessionResponse::new(session))
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let state = state.clone();
+                async move |request: LoadSessionRequest, responder, cx: ConnectionTo<Client>| {
+                    report(
+                        "load",
+                        json!({
+                            "sessionId": request.session_id,
+                            "cwd": request.cwd,
+                            "mcpServers": request.mcp_servers,
+                        }),
+                    );
+                    if !state.load_session || !request.session_id.0.starts_with(SESSION_PREFIX) {
+                        let unknown = agent_client_protocol::v1::schema::Error::session_not_found(
+                            request.session_id,
+                        );
+                        return responder.respond_with_error(unknown.into());
+                    }
+                    *lock(&state.session) = request.session_id.clone();
+                    *lock(&state.cwd) = request.cwd.clone();
+                    *lock(&state.loaded) = true;
+                    // The history goes out before the answer, as ACP has it.
+                    say(&cx, &request.session_id, REPLAYED);
+                    responder.respond(LoadSessionResponse::new())
                 }
             },
             agent_client_protocol::on_receive_request!(),
@@ -172,16 +241,42 @@ async fn main() -> Result<(), agent_client_protocol::Error> {
         .await
 }
 
-fn script_file() -> Result<Option<String>, agent_client_protocol::Error> {
+fn options() -> Result<Options, agent_client_protocol::Error> {
+    let mut options = Options {
+        script: None,
+        load_session: false,
+    };
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.as_slice() {
-        [] => Ok(None),
-        [flag, path] if flag == "--script" => std::fs::read_to_string(path)
-            .map(Some)
-            .map_err(agent_client_protocol::Error::into_internal_error),
-        _ => Err(agent_client_protocol::Error::invalid_params()
-            .data(json!("usage: scripted-acp-agent [--script FILE]"))),
+    let mut rest = args.as_slice();
+    loop {
+        match rest {
+            [] => return Ok(options),
+            [flag, tail @ ..] if flag == "--load-session" => {
+                options.load_session = true;
+                rest = tail;
+            }
+            [flag, path, tail @ ..] if flag == "--script" => {
+                let script = std::fs::read_to_string(path)
+                    .map_err(agent_client_protocol::Error::into_internal_error)?;
+                options.script = Some(script);
+                rest = tail;
+            }
+            _ => {
+                return Err(agent_client_protocol::Error::invalid_params().data(json!(
+                    "usage: scripted-acp-agent [--script FILE] [--load-session]"
+                )))
+            }
+        }
     }
+}
+
+/// A session id no other process of this agent makes.
+fn new_session_id() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|since| since.subsec_nanos())
+        .unwrap_or_default();
+    format!("{SESSION_PREFIX}{}-{nanos}", std::process::id())
 }
 
 /// Runs the script; the turn's stop reason.
@@ -194,34 +289,37 @@ async fn perform(cx: &ConnectionTo<Client>, state: &State, request: &PromptReque
             _ => None,
         })
         .collect();
+    report("prompt", json!({ "text": text }));
+    let session = state.session();
     let source = state.script.clone().unwrap_or(text);
-    let script: Script = match serde_json::from_str(&source) {
+    let script = match script_in(&source) {
         Ok(script) => script,
         Err(err) => {
             report("script", json!({ "error": err.to_string() }));
-            say(cx, &format!("I cannot read this script: {err}"));
+            say(cx, &session, &format!("I cannot read this script: {err}"));
             return StopReason::Refusal;
         }
     };
     let cwd = lock(&state.cwd).clone();
     let mut answers: HashMap<String, bool> = HashMap::new();
     let mut cancelled = state.cancelled.subscribe();
-    for step in script.steps {
+    let loaded = *lock(&state.loaded);
+    for step in expand(script.steps, loaded) {
         if *cancelled.borrow() {
             return StopReason::Cancelled;
         }
         match step {
-            Step::Say(text) => say(cx, &text),
-            Step::Plan(plan) => update(cx, SessionUpdate::Plan(plan)),
-            Step::Tool(call) => update(cx, SessionUpdate::ToolCall(call)),
-            Step::ToolUpdate(call) => update(cx, SessionUpdate::ToolCallUpdate(call)),
+            Step::Say(text) => say(cx, &session, &text),
+            Step::Plan(plan) => update(cx, &session, SessionUpdate::Plan(plan)),
+            Step::Tool(call) => update(cx, &session, SessionUpdate::ToolCall(call)),
+            Step::ToolUpdate(call) => update(cx, &session, SessionUpdate::ToolCallUpdate(call)),
             Step::Permission { tool_call, options } => {
                 let id = tool_call.tool_call_id.0.to_string();
-                let allowed = permission(cx, tool_call, options).await;
+                let allowed = permission(cx, &session, tool_call, options).await;
                 answers.insert(id, allowed);
             }
             Step::Read { path, line, limit } => {
-                let mut request = ReadTextFileRequest::new(SESSION, cwd.join(path));
+                let mut request = ReadTextFileRequest::new(session.clone(), cwd.join(path));
                 request.line = line;
                 request.limit = limit;
                 let answer = cx.send_request(request).block_task().await;
@@ -235,7 +333,7 @@ async fn perform(cx: &ConnectionTo<Client>, state: &State, request: &PromptReque
                 if skipped("write", if_allowed.as_deref(), &answers) {
                     continue;
                 }
-                let request = WriteTextFileRequest::new(SESSION, cwd.join(path), content);
+                let request = WriteTextFileRequest::new(session.clone(), cwd.join(path), content);
                 let answer = cx.send_request(request).block_task().await;
                 report("write", result(answer.map(|_| json!("written"))));
             }
@@ -251,7 +349,7 @@ async fn perform(cx: &ConnectionTo<Client>, state: &State, request: &PromptReque
                 if skipped("terminal", if_allowed.as_deref(), &answers) {
                     continue;
                 }
-                let request = CreateTerminalRequest::new(SESSION, command)
+                let request = CreateTerminalRequest::new(session.clone(), command)
                     .args(args)
                     .cwd(folder.map(|folder| cwd.join(folder)))
                     .env(
@@ -260,7 +358,7 @@ async fn perform(cx: &ConnectionTo<Client>, state: &State, request: &PromptReque
                             .collect(),
                     )
                     .output_byte_limit(output_byte_limit);
-                report("terminal", terminal(cx, request, kill).await);
+                report("terminal", terminal(cx, &session, request, kill).await);
             }
             Step::Evidence { name, content } => report("evidence", evidence(&name, &content)),
             Step::WaitForCancel => {
@@ -275,18 +373,43 @@ async fn perform(cx: &ConnectionTo<Client>, state: &State, request: &PromptReque
                 std::process::exit(code);
             }
             Step::Stop(reason) => return reason,
+            // Expanded away before the loop.
+            Step::UnlessLoaded(_) => {}
         }
     }
     StopReason::EndTurn
 }
 
-fn say(cx: &ConnectionTo<Client>, text: &str) {
-    let chunk = ContentChunk::new(ContentBlock::Text(TextContent::new(text.to_owned())));
-    update(cx, SessionUpdate::AgentMessageChunk(chunk));
+/// The script in `text`: all of it, else its last line that is one.
+fn script_in(text: &str) -> Result<Script, serde_json::Error> {
+    serde_json::from_str(text).or_else(|whole| {
+        text.lines()
+            .rev()
+            .find_map(|line| serde_json::from_str(line).ok())
+            .ok_or(whole)
+    })
 }
 
-fn update(cx: &ConnectionTo<Client>, update: SessionUpdate) {
-    if let Err(err) = cx.send_notification(SessionNotification::new(SESSION, update)) {
+/// `steps` with each `unlessLoaded` replaced by its steps, or by nothing in a loaded session.
+fn expand(steps: Vec<Step>, loaded: bool) -> Vec<Step> {
+    steps
+        .into_iter()
+        .flat_map(|step| match step {
+            Step::UnlessLoaded(_) if loaded => Vec::new(),
+            Step::UnlessLoaded(inner) => expand(inner, loaded),
+            step => vec![step],
+        })
+        .collect()
+}
+
+fn say(cx: &ConnectionTo<Client>, session: &SessionId, text: &str) {
+    let chunk = ContentChunk::new(ContentBlock::Text(TextContent::new(text.to_owned())));
+    update(cx, session, SessionUpdate::AgentMessageChunk(chunk));
+}
+
+fn update(cx: &ConnectionTo<Client>, session: &SessionId, update: SessionUpdate) {
+    let notification = SessionNotification::new(session.clone(), update);
+    if let Err(err) = cx.send_notification(notification) {
         report("update", json!({ "error": err.to_string() }));
     }
 }
@@ -305,6 +428,7 @@ fn evidence(name: &str, content: &str) -> Value {
 /// Asks; whether an allow option was selected.
 async fn permission(
     cx: &ConnectionTo<Client>,
+    session: &SessionId,
     tool_call: ToolCallUpdate,
     options: Vec<PermissionOption>,
 ) -> bool {
@@ -313,7 +437,7 @@ async fn permission(
         .map(|option| (option.option_id.0.to_string(), option.kind))
         .collect();
     let id = tool_call.tool_call_id.0.to_string();
-    let request = RequestPermissionRequest::new(SESSION, tool_call, options);
+    let request = RequestPermissionRequest::new(session.clone(), tool_call, options);
     let answer = cx.send_request(request).block_task().await;
     let (shown, allowed) = match &answer {
         Ok(response) => match &response.outcome {
@@ -334,7 +458,12 @@ async fn permission(
 }
 
 /// `terminal/create`, then `kill` if asked, `wait_for_exit`, `output` and `release`.
-async fn terminal(cx: &ConnectionTo<Client>, request: CreateTerminalRequest, kill: bool) -> Value {
+async fn terminal(
+    cx: &ConnectionTo<Client>,
+    session: &SessionId,
+    request: CreateTerminalRequest,
+    kill: bool,
+) -> Value {
     let created = match cx.send_request(request).block_task().await {
         Ok(created) => created,
         Err(err) => return json!({ "error": err.message }),
@@ -343,7 +472,7 @@ async fn terminal(cx: &ConnectionTo<Client>, request: CreateTerminalRequest, kil
     if kill {
         tokio::time::sleep(Duration::from_millis(300)).await;
         if let Err(err) = cx
-            .send_request(KillTerminalRequest::new(SESSION, id.clone()))
+            .send_request(KillTerminalRequest::new(session.clone(), id.clone()))
             .block_task()
             .await
         {
@@ -351,19 +480,19 @@ async fn terminal(cx: &ConnectionTo<Client>, request: CreateTerminalRequest, kil
         }
     }
     let exit = cx
-        .send_request(WaitForTerminalExitRequest::new(SESSION, id.clone()))
+        .send_request(WaitForTerminalExitRequest::new(session.clone(), id.clone()))
         .block_task()
         .await;
     let output = cx
-        .send_request(TerminalOutputRequest::new(SESSION, id.clone()))
+        .send_request(TerminalOutputRequest::new(session.clone(), id.clone()))
         .block_task()
         .await;
     let released = cx
-        .send_request(ReleaseTerminalRequest::new(SESSION, id.clone()))
+        .send_request(ReleaseTerminalRequest::new(session.clone(), id.clone()))
         .block_task()
         .await;
     let after_release = cx
-        .send_request(TerminalOutputRequest::new(SESSION, id))
+        .send_request(TerminalOutputRequest::new(session.clone(), id))
         .block_task()
         .await;
     match (exit, output) {

@@ -10,6 +10,8 @@
 //!   recipes and engines, the vault, the seal key, the run journal, local decisions);
 //! - [`policy`]: what a run may do (the hard floor, the guard, the run's policy and the gate
 //!   in front of it, trusted folders, `explain`);
+//! - [`changes`]: what a run changed in its folder (its start recorded, the change list, one
+//!   file's diff) and the hardened git runner;
 //! - [`sandbox`]: how every program a run starts is confined;
 //! - [`remote`]: talking to the Tether server (the HTTP client, the event stream, pairing,
 //!   the handlers of the frames that are answered outside a run);
@@ -27,9 +29,11 @@
 //! other HTTP client is [`run::secret_http`], which sends only the owner's own requests that
 //! use saved secrets by reference, to the sites those secrets admit.
 //!
-//! **Architecture Invariant:** only [`local`] writes to the data directory, every file through [`local::state`]'s atomic
-//! writes (plus the lock files of the daemon and of the vault).
+//! **Architecture Invariant:** only [`local`] and [`changes`] (its `snapshots/`) write to the
+//! data directory, every file through [`local::state`]'s atomic writes (plus the lock files
+//! of the daemon and of the vault, and the git indexes `changes` has git write there).
 
+pub mod changes;
 pub mod cli;
 pub mod daemon;
 pub mod engines;

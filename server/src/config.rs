@@ -70,6 +70,16 @@ pub struct Config {
     /// Address of the Prometheus `/metrics` listener (`TETHER_METRICS_LISTEN`); `None`
     /// serves no metrics. Never the public listener: the counts are platform-wide.
     pub metrics_listen: Option<String>,
+    /// The VAPID private key, base64url of the 32-byte P-256 scalar
+    /// (`TETHER_VAPID_PRIVATE_KEY`); `None` makes one once and keeps it in the data dir.
+    /// Replicas must share one.
+    pub vapid_private_key: Option<String>,
+    /// The VAPID `sub` claim, `mailto:…` or `https://…` (`TETHER_PUSH_SUBJECT`); `None`
+    /// uses the public URL when it is https, else sends none.
+    pub push_subject: Option<String>,
+    /// Admits push endpoints on loopback addresses, `http://127.0.0.1:PORT/…` and
+    /// `http://[::1]:PORT/…` (`TETHER_PUSH_ALLOW_LOOPBACK=1`): tests and self-hosting.
+    pub push_allow_loopback: bool,
 }
 
 impl Config {
@@ -102,6 +112,9 @@ impl Config {
             body_timeout_ms: 20_000,
             max_connections: 20_000,
             metrics_listen: None,
+            vapid_private_key: None,
+            push_subject: None,
+            push_allow_loopback: false,
         }
     }
 
@@ -203,6 +216,35 @@ struct Cli {
     /// Address for Prometheus `/metrics`, e.g. 127.0.0.1:9090; unset: no metrics listener.
     #[arg(long, env = "TETHER_METRICS_LISTEN")]
     metrics_listen: Option<String>,
+    /// The Web Push (VAPID) private key: base64url of the 32-byte P-256 scalar; default a
+    /// key made once and kept in the data dir. Every replica must be given the same one.
+    #[arg(long, env = "TETHER_VAPID_PRIVATE_KEY", hide_env_values = true)]
+    vapid_private_key: Option<String>,
+    /// The VAPID contact, `mailto:…` or `https://…`; default the public URL when https.
+    #[arg(long, env = "TETHER_PUSH_SUBJECT", value_parser = parse_push_subject)]
+    push_subject: Option<String>,
+    /// Admit push endpoints on loopback addresses (tests, self-hosting).
+    #[arg(
+        long,
+        env = "TETHER_PUSH_ALLOW_LOOPBACK",
+        value_parser = clap::builder::FalseyValueParser::new(),
+        hide = true
+    )]
+    push_allow_loopback: bool,
+}
+
+/// RFC 8292 asks for a contact the push service can reach: a mailto: or an https: URI.
+fn parse_push_subject(raw: &str) -> Result<String, String> {
+    let subject = raw.trim();
+    if subject.is_empty() {
+        return Ok(String::new());
+    }
+    let shaped = subject.starts_with("mailto:") || subject.starts_with("https://");
+    if shaped && subject.len() > 8 && !subject.chars().any(char::is_control) {
+        Ok(subject.to_owned())
+    } else {
+        Err("must be mailto:ADDRESS or an https:// URL".to_owned())
+    }
 }
 
 impl Cli {
@@ -230,6 +272,9 @@ impl Cli {
         config.body_timeout_ms = self.body_timeout_secs.clamp(1, 3_600) * 1_000;
         config.max_connections = self.max_connections.max(1);
         config.metrics_listen = self.metrics_listen.filter(|addr| !addr.is_empty());
+        config.vapid_private_key = self.vapid_private_key.filter(|key| !key.trim().is_empty());
+        config.push_subject = self.push_subject.filter(|subject| !subject.is_empty());
+        config.push_allow_loopback = self.push_allow_loopback;
         config.evidence_max_bytes = self
             .evidence_max_bytes
             .min(tether_protocol::jobs::MAX_EVIDENCE_BYTES);

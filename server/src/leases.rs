@@ -32,6 +32,7 @@ use crate::job_rows::{self, truncate, EndCause, JobRow, OpenDecisions};
 use crate::jobs;
 use crate::ledger::{self, LedgerKind};
 use crate::presence::{self, Presence};
+use crate::push::Push;
 use crate::store::{on_tx, stored_id, Store, Tx};
 
 /// Most held runs one heartbeat may report.
@@ -355,13 +356,14 @@ pub async fn progress(
     })
 }
 
-/// Records how the run ended and releases the lease. The same call again with the same
-/// lease answers the recorded job.
+/// Records how the run ended and releases the lease, then queues its owner's push
+/// notification. The same call again with the same lease answers the recorded job.
 ///
 /// # Errors
 /// 404 for a job not of this device, 409 `stale_lease`.
 pub async fn complete(
     store: &Store,
+    push: &Push,
     device: &DeviceIdentity,
     job_id: &JobId,
     lease: &LeaseToken,
@@ -399,6 +401,7 @@ pub async fn complete(
     }
     job_rows::finish(&mut tx, &job, &outcome, EndCause::Device, now).await?;
     tx.commit().await?;
+    push.job_ended(job_id, outcome.outcome.state());
     tracing::info!(job_id = %job_id, outcome = outcome.outcome.state().as_str(), "job completed");
     jobs::get(store, &device.account_id, job_id).await
 }

@@ -43,6 +43,7 @@ pub mod pairing;
 pub mod passwords;
 pub mod presence;
 pub mod proxies;
+pub mod push;
 pub mod rate_limits;
 pub mod relay;
 pub mod routes;
@@ -75,6 +76,8 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Device contact times not yet written (heartbeats are written in batches).
     pub presence: Presence,
+    /// This replica's Web Push notifications (queue, VAPID key, sender).
+    pub push: push::Push,
 }
 
 /// A bound, migrated server that has not started serving yet.
@@ -113,6 +116,8 @@ impl Application {
         let hub = Hub::connect(config.redis_url.as_deref()).await?;
         let limits = RateLimits::new(config.rate_limits.clone());
         let passwords = passwords::PasswordQueue::new(config.password_slots, config.password_queue);
+        let metrics = Metrics::new();
+        let push = push::Push::new(&config, metrics.clone())?;
         let listener = TcpListener::bind(&config.listen)
             .with_context(|| format!("binding {}", config.listen))?;
         listener.set_nonblocking(true)?;
@@ -149,8 +154,9 @@ impl Application {
                 hub,
                 limits,
                 passwords,
-                metrics: Metrics::new(),
+                metrics,
                 presence: Presence::new(),
+                push,
             }),
         })
     }
@@ -186,6 +192,11 @@ impl Application {
     /// The hub, for tests.
     pub fn hub(&self) -> Hub {
         self.state.hub.clone()
+    }
+
+    /// The Web Push notifications, for tests.
+    pub fn push(&self) -> push::Push {
+        self.state.push.clone()
     }
 
     /// Serves HTTP, runs the sweeper and the hub's Redis listener until one of them stops
@@ -284,7 +295,9 @@ impl Application {
             self.state.config.clone(),
             self.state.hub.clone(),
             self.state.metrics.clone(),
+            self.state.push.clone(),
         );
+        let pushes = self.state.push.clone().run(self.state.store.clone());
         let listener = self.state.hub.clone().listen();
         let presence = self.state.presence.clone().run(
             self.state.store.clone(),
@@ -306,6 +319,7 @@ impl Application {
             swept = sweeper => swept.context("sweeper stopped"),
             listened = listener => listened.context("relay listener stopped"),
             () = presence => Ok(()),
+            () = pushes => Ok(()),
             () = stopper => Ok(()),
         };
         // The contact times of the last interval, so a clean stop loses none.

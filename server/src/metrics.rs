@@ -39,6 +39,12 @@ struct StateLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PushLabels {
+    /// `delivered`, `gone`, `refused`, `failed` or `skipped` (see `push::sender`).
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SettlementLabels {
     /// `answered_web`, `answered_computer`, `expired` or `withdrawn`.
     how: String,
@@ -60,6 +66,8 @@ struct Inner {
     relay_timeouts: Counter,
     decision_waits: Family<SettlementLabels, Histogram>,
     pending_decisions: Gauge,
+    push_sends: Family<PushLabels, Counter>,
+    push_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -122,6 +130,18 @@ impl Metrics {
             "Decisions waiting for an answer, from the database",
             pending_decisions.clone(),
         );
+        let push_sends = Family::<PushLabels, Counter>::default();
+        registry.register(
+            "push_sends",
+            "Web Push messages this replica sent, by how the push service took them",
+            push_sends.clone(),
+        );
+        let push_dropped = Counter::default();
+        registry.register(
+            "push_dropped",
+            "Push notifications dropped unsent because this replica's queue was full",
+            push_dropped.clone(),
+        );
         Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -133,6 +153,8 @@ impl Metrics {
                 relay_timeouts,
                 decision_waits,
                 pending_decisions,
+                push_sends,
+                push_dropped,
             }),
         }
     }
@@ -158,6 +180,21 @@ impl Metrics {
 
     pub fn record_lease_expiries(&self, count: usize) {
         self.inner.lease_expiries.inc_by(count as u64);
+    }
+
+    /// Records one push send; `result` is a `push::sender::Delivery` label.
+    pub fn record_push(&self, result: &str) {
+        self.inner
+            .push_sends
+            .get_or_create(&PushLabels {
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Records a notification dropped from the full push queue.
+    pub fn record_push_dropped(&self) {
+        self.inner.push_dropped.inc();
     }
 
     /// Records how long a decision waited; `how` is a [`crate::decisions::Settlement`] label.

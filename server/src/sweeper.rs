@@ -4,7 +4,9 @@
 //! [`crate::decisions::expire_overdue`]); [`run`] repeats both every `sweep_secs`, at the
 //! store's clock's time. After an outage of the server itself (no sweep for longer than a
 //! lease), [`grant_outage_grace`] first gives every running lease one more lease period,
-//! because the devices could not reach us to extend them.
+//! because the devices could not reach us to extend them. Each sweep is also the moment a
+//! silent computer with work running counts as gone offline, for push notifications
+//! ([`Push::tell_outages`]); the runs it interrupted are told too.
 
 use std::time::Duration;
 
@@ -22,6 +24,7 @@ use crate::login_failures;
 use crate::metrics::Metrics;
 use crate::notices;
 use crate::pairing;
+use crate::push::Push;
 use crate::relay::Hub;
 use crate::store::{on_read, on_tx, stored_id, Store, Tx};
 
@@ -129,19 +132,34 @@ pub async fn record_server_heartbeat(store: &Store, now: DateTime<Utc>) -> Resul
 ///
 /// # Errors
 /// Never returns on its own; the result type lets `run_until_stopped` select over it.
-pub async fn run(store: Store, config: Config, hub: Hub, metrics: Metrics) -> anyhow::Result<()> {
+pub async fn run(
+    store: Store,
+    config: Config,
+    hub: Hub,
+    metrics: Metrics,
+    push: Push,
+) -> anyhow::Result<()> {
     if let Err(error) = grant_outage_grace(&store, store.clock().now(), &config).await {
         tracing::error!(%error, "outage grace failed");
     }
+    // After the server itself was down, computers look silent until they reach it again.
+    let started_at = store.now();
     let mut ticker = tokio::time::interval(Duration::from_secs(config.sweep_secs.max(1)));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
         match sweep_once(&store, store.clock().now()).await {
             Ok((swept, expired_decisions)) => {
+                push.runs_interrupted(&swept.interrupted);
                 announce(&store, &hub, &metrics, swept, expired_decisions).await;
             }
             Err(error) => tracing::error!(%error, "sweep failed"),
+        }
+        let now = store.now();
+        if now - started_at >= secs(config.online_secs) {
+            if let Err(error) = push.tell_outages(&store, now, config.online_secs).await {
+                tracing::error!(%error, "looking for computers gone offline failed");
+            }
         }
     }
 }

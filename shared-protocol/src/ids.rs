@@ -118,6 +118,10 @@ id_type!(
     /// One sealed secret on its way to a device (`secret_deliveries`).
     DeliveryId
 );
+id_type!(
+    /// A browser's Web Push subscription (`push_subscriptions`).
+    SubscriptionId
+);
 
 #[cfg(test)]
 mod tests {

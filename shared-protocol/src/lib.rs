@@ -13,10 +13,12 @@ pub mod devices;
 pub mod error;
 pub mod files;
 pub mod frames;
+pub mod git;
 pub mod ids;
 pub mod jobs;
 pub mod lease;
 pub mod pairing;
+pub mod push;
 pub mod routes;
 pub mod seal;
 pub mod secrets;
@@ -24,7 +26,9 @@ pub mod sites;
 pub mod text;
 
 pub use error::{Code, ErrorBody, ErrorDetail};
-pub use ids::{AccountId, DecisionId, DeliveryId, DeviceId, IdError, JobId, TokenId, UserId};
+pub use ids::{
+    AccountId, DecisionId, DeliveryId, DeviceId, IdError, JobId, SubscriptionId, TokenId, UserId,
+};
 pub use lease::LeaseToken;
 
 /// The protocol version this crate describes, sent by agents in [`routes::PROTOCOL_HEADER`].

@@ -247,7 +247,7 @@ async fn settle_leftovers(
     while let Some(record) = leftovers.front() {
         match reconcile::settle(&shared.client, &shared.journal, record).await {
             Settled::Done => {}
-            Settled::Resumed(job) => start_run(shared, runs, job),
+            Settled::Resumed(job) => start_run(shared, runs, *job),
             Settled::Later(at_least) => return Ok(Some(at_least)),
             Settled::Revoked => return Err(()),
         }

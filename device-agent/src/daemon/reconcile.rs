@@ -7,7 +7,7 @@
 //! | the record says | what happens |
 //! |---|---|
 //! | finished, completion not acknowledged | the completion is sent again under its lease (complete is idempotent); if that lease is stale, the run is reattached (`/reattach`, same attempt) and then completed |
-//! | claimed or running, not finished | the run was cut off by the restart: whatever is left of its process group is stopped (its output pipe and exit status died with the old agent, so nobody can supervise it), then it is carried on (`/resume`): a new attempt in the same folder, started from the beginning with `TETHER_RESUMED=n` |
+//! | claimed or running, not finished | the run was cut off by the restart: whatever is left of its process group is stopped (its output pipe and exit status died with the old agent, so nobody can supervise it), then it is carried on (`/resume`): a new attempt in the same folder, started from the beginning with `TETHER_RESUMED=n` (an ACP agent that can load its stored session carries on in it: [`crate::engines::acp::continuation`]) |
 //!
 //! The server has the last word: a 409 (`stale_lease`, `resume_refused`) or 404 drops the
 //! record, and nothing runs. A run is never both reattached and resumed, and never resumed
@@ -37,8 +37,9 @@ pub enum Plan {
 pub enum Settled {
     /// Nothing more to do for it; its record is removed.
     Done,
-    /// Run this new attempt (its record replaces the old one when it starts).
-    Resumed(ClaimedJob),
+    /// Run this new attempt (its record replaces the old one when it starts); boxed, as a
+    /// job is many times the size of the other variants.
+    Resumed(Box<ClaimedJob>),
     /// The server could not be reached (or asked to slow down): try again after this.
     Later(Duration),
     /// The device was revoked.
@@ -132,7 +133,7 @@ async fn resume(client: &DeviceClient, record: &RunRecord) -> Settled {
     match client.resume(&record.job_id, record.attempt).await {
         Ok(job) => {
             tracing::info!(job = %job.id, attempt = job.attempt, resumed = ?job.resumed, "carrying on a run lost to a restart");
-            Settled::Resumed(job)
+            Settled::Resumed(Box::new(job))
         }
         Err(err) => refused_or_later(record, err),
     }
@@ -209,6 +210,7 @@ mod tests {
             outcome: Outcome::Failed,
             summary: "exit code 2".into(),
             exit_code: Some(2),
+            changes: None,
         };
         // Finished: report, whatever its process.
         let plan_of = |state: RunState, process, group: &dyn Fn(&ProcessMark) -> bool| {

@@ -80,6 +80,9 @@ pub enum RunState {
         outcome: Outcome,
         summary: String,
         exit_code: Option<i32>,
+        /// What the run changed in its folder, as reported with the completion.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        changes: Option<serde_json::Value>,
     },
 }
 
@@ -107,12 +110,13 @@ impl RunRecord {
                 outcome,
                 summary,
                 exit_code,
+                changes,
             } => Some(CompleteParams {
                 outcome: *outcome,
                 summary: summary.clone(),
                 exit_code: *exit_code,
                 report: None,
-                changes: None,
+                changes: changes.clone(),
             }),
             RunState::Starting | RunState::Running => None,
         }
@@ -408,14 +412,19 @@ mod tests {
                 outcome: Outcome::Succeeded,
                 summary: "exit code 0".into(),
                 exit_code: Some(0),
+                changes: Some(serde_json::json!({"files": []})),
             };
         })?;
         let loaded = journal.load_all()?;
         assert_eq!(loaded.len(), 1);
         let completion = loaded[0].completion();
         assert_eq!(
-            completion.map(|c| (c.outcome, c.exit_code)),
-            Some((Outcome::Succeeded, Some(0)))
+            completion.map(|c| (c.outcome, c.exit_code, c.changes)),
+            Some((
+                Outcome::Succeeded,
+                Some(0),
+                Some(serde_json::json!({"files": []}))
+            ))
         );
 
         #[cfg(unix)]

@@ -9,7 +9,8 @@
 //! - [`vault`]: the saved secrets, encrypted under the local key;
 //! - [`journal`]: the runs this computer holds or has yet to report, and the folder each
 //!   recent job used;
-//! - [`decisions`]: the questions runs wait on, and the answers given on the computer.
+//! - [`decisions`]: the questions runs wait on, and the answers given on the computer;
+//! - [`sessions`]: the ACP session each recent job ran in, for follow-ups and carry-ons.
 //!
 //! **Architecture Invariant:** nothing here talks to the server or runs anything; every
 //! other wing reads this computer's configuration from here, and the server's word never
@@ -21,5 +22,6 @@ pub mod folders;
 pub mod journal;
 pub mod recipes;
 pub mod seal_key;
+pub mod sessions;
 pub mod state;
 pub mod vault;

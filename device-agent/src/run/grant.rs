@@ -95,7 +95,7 @@ pub fn start_broker(
 }
 
 /// The run's environment: the allow-listed part of the agent's (see [`environment`]), plus
-/// the job's prompt, id and title.
+/// the job's prompt, id and title, and which carry-on or follow-up it is.
 pub fn child_env(
     inherited: impl IntoIterator<Item = (OsString, OsString)>,
     job: &ClaimedJob,
@@ -107,6 +107,10 @@ pub fn child_env(
     if let Some(resumed) = job.resumed {
         // A carry-on of a run lost to a restart: the recipe may pick up where it stopped.
         env.push(("TETHER_RESUMED".into(), resumed.to_string()));
+    }
+    if let Some(earlier) = &job.continues {
+        // A follow-up: the recipe may look at what that job left in the folder.
+        env.push(("TETHER_CONTINUES".into(), earlier.job_id.as_str().into()));
     }
     env
 }
@@ -212,5 +216,27 @@ pub(crate) mod tests {
             .find(|(name, _)| name == "TETHER_TASK_PROMPT")
             .map(|(_, v)| v.clone());
         assert_eq!(prompt, Some("fix the tests".into()));
+    }
+
+    #[test]
+    fn carry_ons_and_follow_ups_are_named_in_the_environment() {
+        let mut job = claimed_job("next", 5);
+        job.resumed = Some(2);
+        job.continues = Some(tether_protocol::jobs::EarlierRun {
+            job_id: JobId::parse("earlier-job").unwrap_or_else(|_| JobId::generate()),
+            prompt: "first".into(),
+            summary: "done".into(),
+            outcome: None,
+        });
+        let env = child_env(vars(&[("PATH", "/usr/bin")]), &job);
+        let ours: Vec<(&str, &str)> = env
+            .iter()
+            .filter(|(name, _)| name == "TETHER_RESUMED" || name == "TETHER_CONTINUES")
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect();
+        assert_eq!(
+            ours,
+            [("TETHER_RESUMED", "2"), ("TETHER_CONTINUES", "earlier-job")]
+        );
     }
 }

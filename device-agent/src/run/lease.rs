@@ -153,6 +153,7 @@ impl RunLease {
             outcome: params.outcome,
             summary: params.summary.clone(),
             exit_code: params.exit_code,
+            changes: params.changes.clone(),
         };
         self.journal_update(|record| record.state = state);
     }

@@ -1,8 +1,9 @@
 //! One run of a claimed job: everything it is made of except the engine that runs it.
 //!
-//! - [`run_job`] (here): resolve the job against this computer's configuration, hand it to
-//!   its [`Engine`] with a [`RunContext`], hide every saved value in the summary, journal
-//!   the outcome and report it;
+//! - [`run_job`] (here): resolve the job against this computer's configuration, record the
+//!   folder's start ([`crate::changes`]), hand it to its [`Engine`] with a [`RunContext`],
+//!   add what the run changed, hide every saved value in the summary, journal the outcome
+//!   and report it;
 //! - [`stop`]: how a run stops ([`RunStop`], [`StopReason`]) and how a run task ended;
 //! - [`grant`]: what it is granted ([`RunSecrets`], [`Granted`], the broker's start);
 //! - [`lease`]: its lease, the one place the token lives, reattached after an outage;
@@ -34,10 +35,12 @@ pub use engine::{Engine, RunContext};
 pub use grant::RunSecrets;
 pub use stop::{RunEnd, RunStop, StopReason};
 
+use std::path::Path;
 use std::sync::Arc;
 
 use tether_protocol::jobs::{ClaimedJob, CompleteParams};
 
+use crate::changes;
 use crate::local::state::Config;
 use crate::local::vault::{redact, Missing};
 use crate::remote::backoff::Backoff;
@@ -133,7 +136,60 @@ async fn execute<E: Engine>(
         secrets: run.secrets,
         named,
     };
-    engine.run(ctx).await
+    let data_dir = crate::sandbox::guard().data_dir().to_path_buf();
+    record_start(&data_dir, run.job, &folder.path).await;
+    let mut params = engine.run(ctx).await?;
+    params.changes = report_changes(&data_dir, run.job, &folder.path, run.secrets).await;
+    Ok(params)
+}
+
+/// Records the folder's state before the engine starts. A failure is logged: it costs the
+/// run its change list, never the run.
+async fn record_start(data_dir: &Path, job: &ClaimedJob, folder: &Path) {
+    let (data_dir, job_for_task, folder) = (data_dir.to_owned(), job.clone(), folder.to_owned());
+    let recorded = tokio::task::spawn_blocking(move || {
+        changes::record_start(&data_dir, &job_for_task, &folder)
+    })
+    .await;
+    match recorded {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => {
+            tracing::warn!(job = %job.id, "the run's start was not recorded; it will report no changes: {err:#}");
+        }
+        Err(err) => tracing::warn!(job = %job.id, "recording the run's start failed: {err}"),
+    }
+}
+
+/// What the run changed in its folder, for its completion; `None` (logged) when the folder
+/// is gone or the changes cannot be told: the completion goes without them.
+async fn report_changes(
+    data_dir: &Path,
+    job: &ClaimedJob,
+    folder: &Path,
+    secrets: &RunSecrets,
+) -> Option<serde_json::Value> {
+    if !folder.is_dir() {
+        return None;
+    }
+    let (data_dir, job_id, folder) = (data_dir.to_owned(), job.id.clone(), folder.to_owned());
+    let hidden = secrets.hidden.clone();
+    let reported =
+        tokio::task::spawn_blocking(move || changes::report(&data_dir, &job_id, &folder, &hidden))
+            .await;
+    let changes = match reported {
+        Ok(Ok(changes)) => changes?,
+        Ok(Err(err)) => {
+            tracing::warn!(job = %job.id, "the run's changes cannot be told: {err:#}");
+            return None;
+        }
+        Err(err) => {
+            tracing::warn!(job = %job.id, "telling the run's changes failed: {err}");
+            return None;
+        }
+    };
+    serde_json::to_value(&changes)
+        .map_err(|err| tracing::warn!(job = %job.id, "the run's changes cannot be sent: {err}"))
+        .ok()
 }
 
 /// Reports the outcome, retrying while the server cannot be reached, until it answers. A

@@ -14,9 +14,10 @@ use tether_protocol::decisions::{Answer, DecisionState};
 use tether_protocol::jobs::{Job, JobState, Outcome};
 
 use super::{
-    agent_json, agent_ok, backend_works, output_lines, pair, process_alive, spawn_server,
+    agent_json, agent_ok, backend_works, output_lines, pair, process_alive, spawn_server_with,
     start_daemon, wait_until, Daemon, Server, Web, AGENT,
 };
+use tether_server::Config;
 
 /// The scripted ACP agent, built by `cargo build --all-targets` next to the agent.
 fn scripted_agent() -> PathBuf {
@@ -40,6 +41,7 @@ pub(crate) struct Computer {
     pub(crate) device_id: String,
     pub(crate) home: tempfile::TempDir,
     work: tempfile::TempDir,
+    backend: String,
     daemon: Daemon,
 }
 
@@ -51,7 +53,17 @@ impl Computer {
 
     /// Under the sandbox `backend`.
     async fn start_with(backend: &str) -> Computer {
-        let server = spawn_server(None).await;
+        Computer::start_configured(backend, &[], |_| {}).await
+    }
+
+    /// Under the sandbox `backend`, the scripted agent started with `agent_args`, on a
+    /// server configured by `tweak`.
+    async fn start_configured(
+        backend: &str,
+        agent_args: &[&str],
+        tweak: impl FnOnce(&mut Config),
+    ) -> Computer {
+        let server = spawn_server_with(None, tweak).await;
         let web = Web::sign_up(&server.base).await;
         let home = tempfile::tempdir().unwrap();
         let work = tempfile::tempdir().unwrap();
@@ -64,18 +76,10 @@ impl Computer {
         let work_path = work.path().to_str().unwrap();
         agent_ok(home.path(), &["folders", "share", "work", work_path]).await;
         let agent = scripted_agent();
-        let said = agent_ok(
-            home.path(),
-            &[
-                "engine",
-                "add",
-                "scripted",
-                "--acp",
-                "--",
-                agent.to_str().unwrap(),
-            ],
-        )
-        .await;
+        let mut command = vec!["engine", "add", "scripted", "--acp", "--"];
+        command.push(agent.to_str().unwrap());
+        command.extend(agent_args);
+        let said = agent_ok(home.path(), &command).await;
         assert!(said.contains("Engine \"scripted\" (acp)"), "{said}");
         let listed = agent_ok(home.path(), &["engine", "list"]).await;
         assert!(listed.contains("scripted"), "{listed}");
@@ -91,9 +95,13 @@ impl Computer {
         let engines = serde_json::to_value(&device.capabilities.unwrap().engines).unwrap();
         assert_eq!(engines, json!([{"name": "scripted", "kind": "acp"}]));
         let status = agent_json(home.path(), &["status", "--json"]).await;
+        let shown = std::iter::once(agent.to_str().unwrap())
+            .chain(agent_args.iter().copied())
+            .collect::<Vec<_>>()
+            .join(" ");
         assert_eq!(
             status["engines"],
-            json!([{"name": "scripted", "kind": "acp", "command": agent.to_str().unwrap(), "published": true}])
+            json!([{"name": "scripted", "kind": "acp", "command": shown, "published": true}])
         );
         let said = agent_ok(home.path(), &["status"]).await;
         assert!(
@@ -106,8 +114,19 @@ impl Computer {
             device_id,
             home,
             work,
+            backend: backend.to_owned(),
             daemon,
         }
+    }
+
+    /// `kill -9` of the daemon (its runs' trees go with it), then a new one on the same data
+    /// dir; what the first one said.
+    async fn restart_after_kill(&mut self) -> String {
+        self.daemon.signal("KILL").await;
+        let _ = self.daemon.wait(Duration::from_secs(10)).await;
+        let said = self.daemon.stderr();
+        self.daemon = start_daemon(self.home.path(), &self.backend);
+        said
     }
 
     pub(crate) fn folder(&self) -> PathBuf {
@@ -132,7 +151,22 @@ impl Computer {
             "folder": "work", "engine": "scripted", "mode": mode, "network": network,
             "timeoutMinutes": 5, "secrets": secrets,
         });
-        let res = self.web.post("/api/jobs", &body).await;
+        self.create_from(&body).await
+    }
+
+    /// An unattended follow-up of `earlier` (Continue on the web).
+    async fn create_follow_up(&self, earlier: &str, steps: Value) -> String {
+        let body = json!({
+            "deviceId": self.device_id, "title": "acp follow-up",
+            "prompt": json!({ "steps": steps }).to_string(),
+            "folder": "work", "engine": "scripted", "mode": "unattended", "network": false,
+            "timeoutMinutes": 5, "continues": earlier,
+        });
+        self.create_from(&body).await
+    }
+
+    async fn create_from(&self, body: &Value) -> String {
+        let res = self.web.post("/api/jobs", body).await;
         let status = res.status();
         let text = res.text().await.unwrap();
         assert_eq!(status, reqwest::StatusCode::CREATED, "{text}");
@@ -742,6 +776,232 @@ async fn acp_an_agent_that_crashes_fails_the_job_saying_so() {
     );
     assert!(outcome.summary.contains("scripted: crash 3"), "{outcome:?}");
     assert!(has_line(&job, "About to fall over."));
+}
+
+/// The agent message the scripted agent replays while it loads a session (`REPLAYED` there).
+const REPLAYED: &str = "Replayed from the earlier session.";
+
+/// The steps the scripted agent reported, in order, from `steps` only.
+fn steps_in_order(job: &Job, steps: &[&str]) -> Vec<String> {
+    output_lines(job)
+        .iter()
+        .filter_map(|line| line.strip_prefix("stderr: scripted: "))
+        .filter_map(|rest| rest.split_once(' ').map(|(step, _)| step.to_owned()))
+        .filter(|step| steps.contains(&step.as_str()))
+        .collect()
+}
+
+/// Runs `job_id` to its end, unattended; it must succeed.
+async fn succeeded(computer: &Computer, job_id: &str) -> Job {
+    let (job, _) = computer.run(job_id, |_| Answer::Deny).await;
+    assert_eq!(
+        job.state,
+        JobState::Succeeded,
+        "{job:#?}\n{}",
+        computer.daemon.stderr()
+    );
+    job
+}
+
+/// Continue with an agent that advertises `loadSession`: the follow-up loads the first run's
+/// session (what the agent replays is not shown), then prompts the follow-up's request; a
+/// follow-up of the follow-up loads the same session again; a session the agent refuses to
+/// load falls back to a new one told of the earlier run. (A job is continued once, so each
+/// follow-up continues the one before.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_a_follow_up_loads_the_agents_earlier_session() {
+    let computer = Computer::start_configured("landlock", &["--load-session"], |_| {}).await;
+    let first_id = computer
+        .create(
+            "unattended",
+            false,
+            json!([{"say": "The parser is fixed."}]),
+        )
+        .await;
+    let first = succeeded(&computer, &first_id).await;
+    let made = reports(&first, "session/new")[0]["sessionId"].clone();
+    assert!(
+        made.as_str().unwrap().starts_with("scripted-session-"),
+        "{made}"
+    );
+    let stored = std::fs::read_to_string(computer.home.path().join("acp-sessions.json")).unwrap();
+    assert!(stored.contains(made.as_str().unwrap()), "{stored}");
+
+    let follow_up = json!([{"say": "The lexer is fixed too."}]);
+    let second_id = computer
+        .create_follow_up(&first_id, follow_up.clone())
+        .await;
+    let second = succeeded(&computer, &second_id).await;
+    let folder = computer.folder();
+    assert_eq!(
+        reports(&second, "load"),
+        [json!({"sessionId": made, "cwd": folder, "mcpServers": []})]
+    );
+    assert_eq!(
+        steps_in_order(&second, &["session/new", "load", "prompt"]),
+        ["load", "prompt"]
+    );
+    assert_eq!(
+        reports(&second, "prompt"),
+        [json!({"text": json!({"steps": follow_up}).to_string()})]
+    );
+    assert!(has_line(&second, "Continuing the agent's earlier session"));
+    let lines = output_lines(&second);
+    assert!(
+        !lines.iter().any(|line| line.contains(REPLAYED)),
+        "{lines:#?}"
+    );
+    assert_eq!(
+        second.outcome.as_ref().unwrap().summary,
+        "The lexer is fixed too."
+    );
+
+    // A follow-up of the follow-up: the session was stored for the second job too.
+    let third_id = computer
+        .create_follow_up(&second_id, json!([{"say": "And the docs."}]))
+        .await;
+    let third = succeeded(&computer, &third_id).await;
+    assert_eq!(reports(&third, "load")[0]["sessionId"], made);
+
+    // The agent refuses a session it does not know: a new session, told of the earlier run.
+    let file = computer.home.path().join("acp-sessions.json");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(
+        &file,
+        text.replace(made.as_str().unwrap(), "unknown-session"),
+    )
+    .unwrap();
+    let fourth_id = computer
+        .create_follow_up(&third_id, json!([{"say": "Fresh start."}]))
+        .await;
+    let fourth = succeeded(&computer, &fourth_id).await;
+    assert_eq!(reports(&fourth, "load")[0]["sessionId"], "unknown-session");
+    assert_eq!(
+        steps_in_order(&fourth, &["session/new", "load", "prompt"]),
+        ["load", "session/new", "prompt"]
+    );
+    assert!(
+        output_lines(&fourth)
+            .iter()
+            .any(|line| line.starts_with("the agent did not load its earlier session: ")),
+        "{:#?}",
+        output_lines(&fourth)
+    );
+    assert!(has_line(
+        &fourth,
+        "Starting a new session with a summary of the earlier run"
+    ));
+    let prompt = reports(&fourth, "prompt")[0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        prompt.starts_with("This is a follow-up of an earlier job in this folder."),
+        "{prompt}"
+    );
+    assert!(!output_lines(&fourth)
+        .iter()
+        .any(|line| line.contains(REPLAYED)));
+}
+
+/// Continue with an agent that cannot load sessions: a new session, whose prompt starts with
+/// the earlier request and how it ended, marked as such, then the follow-up's request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_a_follow_up_without_load_session_is_told_of_the_earlier_run() {
+    let computer = Computer::start().await;
+    let earlier = json!([{"say": "The parser is fixed."}]);
+    let first_id = computer.create("unattended", false, earlier.clone()).await;
+    succeeded(&computer, &first_id).await;
+    let follow_up = json!([{"say": "The lexer is fixed too."}]);
+    let second_id = computer
+        .create_follow_up(&first_id, follow_up.clone())
+        .await;
+    let second = succeeded(&computer, &second_id).await;
+    assert!(reports(&second, "load").is_empty());
+    assert_eq!(reports(&second, "session/new").len(), 1);
+    assert!(has_line(
+        &second,
+        "Starting a new session with a summary of the earlier run"
+    ));
+    let expected = format!(
+        "This is a follow-up of an earlier job in this folder. Its session could not be \
+         continued, so here is what it was asked and how it ended.\n\
+         --- earlier request ---\n{}\n\
+         --- how it ended: succeeded ---\nThe parser is fixed.\n\
+         --- follow-up request ---\n{}",
+        json!({"steps": earlier}),
+        json!({"steps": follow_up})
+    );
+    assert_eq!(reports(&second, "prompt"), [json!({"text": expected})]);
+    assert_eq!(
+        second.outcome.as_ref().unwrap().summary,
+        "The lexer is fixed too."
+    );
+}
+
+/// `kill -9` of the daemon mid-run: the restarted daemon carries the run on, loading the
+/// agent's session from before the restart and telling it why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_a_run_lost_to_a_restart_loads_its_session_again() {
+    let mut computer = Computer::start_configured("landlock", &["--load-session"], |config| {
+        config.lease_secs = 3;
+    })
+    .await;
+    let steps = json!([
+        {"unlessLoaded": [{"say": "Starting.\n"}, {"sleep": 120_000}]},
+        {"say": "Finished after the restart."}
+    ]);
+    let job_id = computer.create("unattended", false, steps.clone()).await;
+    let running = computer
+        .web
+        .wait_for_job(&job_id, Duration::from_secs(60), |job| {
+            has_line(job, "Starting.")
+        })
+        .await;
+    let made = reports(&running, "session/new")[0]["sessionId"].clone();
+    let first_agent = u32::try_from(reports(&running, "pid")[0].as_u64().unwrap()).unwrap();
+    let first = computer.restart_after_kill().await;
+    let job = computer
+        .web
+        .wait_for_job(&job_id, Duration::from_secs(90), |job| {
+            job.attempt >= 2 && job.state.is_final()
+        })
+        .await;
+    assert_eq!(
+        (job.state, job.attempt),
+        (JobState::Succeeded, 2),
+        "{job:#?}\n--- first agent:\n{first}\n--- second agent:\n{}",
+        computer.daemon.stderr()
+    );
+    assert!(
+        !process_alive(first_agent),
+        "the first run's agent lived on"
+    );
+    assert_eq!(
+        reports(&job, "load"),
+        [json!({"sessionId": made, "cwd": computer.folder(), "mcpServers": []})]
+    );
+    assert!(has_line(
+        &job,
+        "Continuing the agent's session from before the restart"
+    ));
+    let prompts = reports(&job, "prompt");
+    let carried_on = prompts.last().unwrap()["text"].as_str().unwrap();
+    assert_eq!(
+        carried_on,
+        format!(
+            "Tether restarted on this computer while you were working (carry-on 1). Continue \
+             the task where you left off; the original request was:\n{}",
+            json!({"steps": steps})
+        )
+    );
+    assert!(!output_lines(&job)
+        .iter()
+        .any(|line| line.contains(REPLAYED)));
+    assert_eq!(
+        job.outcome.as_ref().unwrap().summary,
+        "Finished after the restart."
+    );
 }
 
 /// An agent built on the official TypeScript SDK (`@agentclientprotocol/sdk`, installed

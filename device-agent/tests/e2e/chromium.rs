@@ -256,6 +256,20 @@ impl Browser {
         .await;
     }
 
+    /// Makes the page a desktop window: 1280 × 900 CSS pixels, a mouse, no touch.
+    pub async fn desktop_viewport(&mut self) {
+        self.page_call(
+            "Emulation.setDeviceMetricsOverride",
+            json!({"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": false}),
+        )
+        .await;
+        self.page_call(
+            "Emulation.setTouchEmulationEnabled",
+            json!({"enabled": false}),
+        )
+        .await;
+    }
+
     /// Clicks the element `selector` matches.
     pub async fn click(&mut self, selector: &str) {
         let script = format!(

@@ -8,6 +8,7 @@
 
 mod acp;
 mod browser;
+mod changes;
 mod chromium;
 mod confined;
 mod decisions;
@@ -18,6 +19,7 @@ mod postgres;
 mod proxy;
 mod recovery;
 mod redirect;
+mod review;
 mod seal;
 mod secret_http;
 mod secrets;

@@ -1,15 +1,17 @@
-//! Assign: give one of your computers a job, with choices from what it publishes.
+//! Assign: give one of your computers a job, with choices from what it publishes, starting
+//! from the computer, folder and engine of the latest job.
 
 use actix_web::{web, HttpResponse};
 use maud::{html, Markup};
 use serde::Deserialize;
 use tether_protocol::devices::Device;
-use tether_protocol::jobs::Mode;
+use tether_protocol::jobs::{Job, JobSpec, Mode};
 use tether_protocol::secrets::SavedName;
 
 use super::layout::{error_page, page};
 use super::redirects::signin_redirect;
 use crate::auth::Caller;
+use crate::jobs::JobFilter;
 use crate::AppState;
 
 #[derive(Deserialize)]
@@ -34,10 +36,20 @@ pub async fn show(
         .into_iter()
         .filter(|d| d.revoked_at.is_none())
         .collect();
+    let recent =
+        match crate::jobs::list(&state.store, &caller.account.id, JobFilter::default()).await {
+            Ok(jobs) => jobs,
+            Err(error) => return error_page(&caller, &error),
+        };
+    // The computer asked for, else that of the latest job, else the first.
     let chosen = query
         .device
         .as_deref()
         .and_then(|id| devices.iter().find(|d| d.id.as_str() == id))
+        .or_else(|| {
+            let last = recent.first()?;
+            devices.iter().find(|d| d.id == last.device_id)
+        })
         .or_else(|| devices.first());
     let held = match chosen {
         Some(device) => {
@@ -55,17 +67,34 @@ pub async fn show(
             h1 { "Assign a job" }
             @match chosen {
                 None => p { "Pair a computer first: " a href="/computers" { "Computers" } "." },
-                Some(device) => (assign_form(&devices, device, &held)),
+                Some(device) => (assign_form(&devices, device, &held, last_used(&recent, device))),
             }
         },
     )
 }
 
-fn assign_form(devices: &[Device], device: &Device, held: &[SavedName]) -> Markup {
+/// The folder and engine of the latest job on `device` (newest first, as `jobs::list`
+/// answers), to start from.
+fn last_used<'a>(recent: &'a [Job], device: &Device) -> Option<&'a JobSpec> {
+    recent
+        .iter()
+        .find(|job| job.device_id == device.id)
+        .map(|job| &job.spec)
+}
+
+fn assign_form(
+    devices: &[Device],
+    device: &Device,
+    held: &[SavedName],
+    last: Option<&JobSpec>,
+) -> Markup {
     let (folders, engines) = match &device.capabilities {
         Some(capabilities) => (capabilities.folders.clone(), capabilities.engines.clone()),
         None => (Vec::new(), Vec::new()),
     };
+    // Only what the computer still publishes is selected; otherwise the first choice stands.
+    let last_folder = last.map(|spec| spec.folder.as_str());
+    let last_engine = last.map(|spec| spec.engine.as_str());
     html! {
         label { "Computer"
             select name="device" data-navigate="/assign?device=" {
@@ -87,9 +116,19 @@ fn assign_form(devices: &[Device], device: &Device, held: &[SavedName]) -> Marku
             form.stack data-api="/api/jobs" data-redirect="/jobs/{id}" {
                 input type="hidden" name="deviceId" value=(device.id);
                 label { "Folder"
-                    select name="folder" { @for folder in &folders { option value=(folder) { (folder) } } } }
+                    select name="folder" {
+                        @for folder in &folders {
+                            option value=(folder) selected[last_folder == Some(folder.as_str())] { (folder) }
+                        }
+                    }
+                }
                 label { "Engine"
-                    select name="engine" { @for engine in &engines { option value=(engine.name) { (engine.name) } } } }
+                    select name="engine" {
+                        @for engine in &engines {
+                            option value=(engine.name) selected[last_engine == Some(engine.name.as_str())] { (engine.name) }
+                        }
+                    }
+                }
                 label { "Title" input type="text" name="title" maxlength="200" required; }
                 label { "Prompt" textarea name="prompt" maxlength="20000" {} }
                 label { "Mode"

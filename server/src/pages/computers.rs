@@ -58,7 +58,7 @@ fn device_card(device: &Device, secrets: &[SavedName], now: DateTime<Utc>) -> Ma
         .as_ref()
         .map(|capabilities| capabilities.sandbox.strength);
     html! {
-        section.card data-device=(device.id) {
+        section.card id={ "device-" (device.id) } data-device=(device.id) {
             div.row {
                 span.dot.online[device.online] title=(if device.online { "online" } else { "offline" }) {}
                 strong { (device.name) }

@@ -1,15 +1,22 @@
-//! The job list and the job page, which follows a running job until it ends.
+//! The job list and the job page, which follows a running job until it ends and then shows
+//! what it changed, its folder, and how to run it again or carry on from it.
+
+use std::collections::HashMap;
 
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
 use maud::{html, Markup};
 use serde::Deserialize;
+use tether_protocol::devices::Device;
 use tether_protocol::jobs::{Job, JobState};
-use tether_protocol::{DeviceId, JobId};
+use tether_protocol::{Code, DeviceId, JobId};
 
-use super::layout::{ago, error_page, page};
+use super::changes::changes_section;
+use super::follow_up::{chain, next_steps, Linked};
+use super::layout::{ago, duration_text, error_page, moment, page};
 use super::redirects::signin_redirect;
 use crate::auth::Caller;
+use crate::error::ApiError;
 use crate::jobs::JobFilter;
 use crate::AppState;
 
@@ -31,19 +38,18 @@ pub async fn list_page(
         .device_id
         .as_deref()
         .and_then(|raw| DeviceId::parse(raw).ok());
-    let jobs = match crate::jobs::list(
-        &state.store,
-        &caller.account.id,
-        JobFilter {
-            device_id,
-            state: None,
-        },
-    )
-    .await
-    {
-        Ok(jobs) => jobs,
+    let filter = JobFilter {
+        device_id,
+        state: None,
+    };
+    let (jobs, devices) = match list_with_devices(&state, &caller, filter).await {
+        Ok(found) => found,
         Err(error) => return error_page(&caller, &error),
     };
+    let names: HashMap<&DeviceId, &str> = devices
+        .iter()
+        .map(|device| (&device.id, device.name.as_str()))
+        .collect();
     let now = state.store.clock().now();
     page(
         "Jobs",
@@ -52,13 +58,34 @@ pub async fn list_page(
             h1 { "Jobs" }
             @if jobs.is_empty() { p.muted { "No jobs yet. " a href="/assign" { "Assign one" } "." } }
             @for job in &jobs {
-                a.card.card-link href={ "/jobs/" (job.id) } {
-                    div.row { strong { (job.title) } (state_badge(job.state)) }
-                    div.muted { (job.spec.engine) " in " (job.spec.folder) " · " (ago(job.created_at, now)) }
-                }
+                (job_card(job, names.get(&job.device_id).copied(), now))
             }
         },
     )
+}
+
+async fn list_with_devices(
+    state: &AppState,
+    caller: &Caller,
+    filter: JobFilter,
+) -> Result<(Vec<Job>, Vec<Device>), ApiError> {
+    let jobs = crate::jobs::list(&state.store, &caller.account.id, filter).await?;
+    let devices = crate::devices::list(&state.store, &caller.account.id, &state.config).await?;
+    Ok((jobs, devices))
+}
+
+/// One line of the list: title and state, then where it ran, for how long, and when.
+fn job_card(job: &Job, device_name: Option<&str>, now: DateTime<Utc>) -> Markup {
+    html! {
+        a.card.card-link href={ "/jobs/" (job.id) } {
+            div.row { strong { (job.title) } (state_badge(job.state)) }
+            div.muted {
+                (device_name.unwrap_or("a removed computer")) " · " (job.spec.engine) " in " (job.spec.folder)
+                @if let Some(duration) = run_duration(job, now) { " · " (duration) }
+                " · " (ago(job.created_at, now))
+            }
+        }
+    }
 }
 
 pub async fn job_page(
@@ -75,30 +102,82 @@ pub async fn job_page(
                 .unwrap_or_default()
         ));
     };
-    let job = match JobId::parse(&raw_id) {
-        Ok(job_id) => crate::jobs::get(&state.store, &caller.account.id, &job_id).await,
-        Err(_) => Err(crate::error::ApiError::not_found("job")),
+    let Ok(job_id) = JobId::parse(&raw_id) else {
+        return error_page(&caller, &ApiError::not_found("job"));
     };
-    match job {
-        Ok(job) => {
+    match load(&state, &caller, &job_id).await {
+        Ok(context) => {
             let now = state.store.clock().now();
-            page(&job.title.clone(), Some(&caller), job_view(&job, now))
+            page(&context.job.title, Some(&caller), job_view(&context, now))
         }
         Err(error) => error_page(&caller, &error),
     }
 }
 
-fn job_view(job: &Job, now: DateTime<Utc>) -> Markup {
+/// A job with what its page names besides it: its computer and its neighbours in a chain.
+struct JobContext {
+    job: Job,
+    /// `None` when the computer's record is gone.
+    device: Option<Device>,
+    continues: Option<Linked>,
+    continued_by: Option<Linked>,
+}
+
+async fn load(state: &AppState, caller: &Caller, job_id: &JobId) -> Result<JobContext, ApiError> {
+    let account_id = &caller.account.id;
+    let mut job = crate::jobs::get(&state.store, account_id, job_id).await?;
+    job.queued_because =
+        crate::jobs::queue_reason(&state.store, &state.config, account_id, &job).await?;
+    let device = crate::devices::get(&state.store, account_id, &job.device_id, &state.config).await;
+    let device = unless_not_found(device)?;
+    let continues = linked(state, caller, job.continues.as_ref()).await?;
+    let continued_by = linked(state, caller, job.continued_by.as_ref()).await?;
+    Ok(JobContext {
+        job,
+        device,
+        continues,
+        continued_by,
+    })
+}
+
+/// The title of a job in the chain, looked up for the link's text.
+async fn linked(
+    state: &AppState,
+    caller: &Caller,
+    job_id: Option<&JobId>,
+) -> Result<Option<Linked>, ApiError> {
+    let Some(job_id) = job_id else {
+        return Ok(None);
+    };
+    let other = crate::jobs::get(&state.store, &caller.account.id, job_id).await;
+    Ok(Some(Linked {
+        id: job_id.clone(),
+        title: unless_not_found(other)?.map(|job| job.title),
+    }))
+}
+
+fn unless_not_found<T>(result: Result<T, ApiError>) -> Result<Option<T>, ApiError> {
+    match result {
+        Ok(found) => Ok(Some(found)),
+        Err(error) if error.code() == Code::NotFound => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+fn job_view(context: &JobContext, now: DateTime<Utc>) -> Markup {
+    let job = &context.job;
     let last_seq = job.events.last().map_or(0, |event| event.seq);
     html! {
-        section data-job-live={ "/api/jobs/" (job.id) } data-state=(job.state.as_str()) data-last-seq=(last_seq) {
+        section.job data-job-live={ "/api/jobs/" (job.id) } data-state=(job.state.as_str()) data-last-seq=(last_seq) {
             h1 { (job.title) }
             div.row {
                 span data-field="state" class={ "badge state-" (job.state.as_str()) } { (job.state.as_str()) }
-                span.muted { (job.spec.engine) " in " (job.spec.folder) " · " (job.spec.mode.as_str())
-                    " · attempt " span data-field="attempt" { (job.attempt) } }
+                span.muted { "attempt " span data-field="attempt" { (job.attempt) } }
             }
-            @if !job.spec.prompt.is_empty() { p { (job.spec.prompt) } }
+            (where_it_runs(job, context.device.as_ref()))
+            (when_it_ran(job, now))
+            (chain(context.continues.as_ref(), context.continued_by.as_ref()))
+            @if !job.spec.prompt.is_empty() { p.prompt { (job.spec.prompt) } }
             p.muted {
                 @if job.spec.network { "Network on" } @else { "Network off" }
                 @if !job.spec.secrets.is_empty() {
@@ -108,10 +187,13 @@ fn job_view(job: &Job, now: DateTime<Utc>) -> Markup {
                     }
                 }
             }
-            p data-field="outcome" {
-                @if let Some(outcome) = &job.outcome { (outcome.summary) }
-            }
+            p data-field="outcome" { @if let Some(summary) = outcome_text(job) { (summary) } }
             (decision_list(job, now))
+            // The regions marked data-refresh are rendered again when the job's state
+            // changes (app.js), so what an ended run brings appears without a reload.
+            div #job-changes data-refresh {
+                @if let Some(changes) = &job.changes { (changes_section(&job.id, changes)) }
+            }
             h2 { "Output" }
             pre.output {
                 @for event in &job.events {
@@ -119,12 +201,107 @@ fn job_view(job: &Job, now: DateTime<Utc>) -> Markup {
                     (event.text) "\n"
                 }
             }
-            (evidence_list(job))
             @if !job.state.is_final() {
                 form data-while-active data-api={ "/api/jobs/" (job.id) "/cancel" } data-confirm="Stop this job?" {
                     button.danger type="submit" { "Cancel" }
                     span.error {}
                 }
+            }
+            div #job-end data-refresh {
+                (evidence_list(job))
+                (next_steps(job, context.device.as_ref(), context.continued_by.as_ref()))
+            }
+            (files_section(job))
+        }
+        script src="/assets/job.js" defer {}
+    }
+}
+
+/// The computer (linked to its card on Computers), folder, engine and mode.
+fn where_it_runs(job: &Job, device: Option<&Device>) -> Markup {
+    html! {
+        dl.facts {
+            dt { "Computer" }
+            dd data-field="computer" {
+                @match device {
+                    Some(device) => {
+                        a href={ "/computers#device-" (device.id) } { (device.name) }
+                        @if device.revoked_at.is_some() { span.muted { " (no longer paired)" } }
+                        @else if !device.online { span.muted { " (offline)" } }
+                    }
+                    None => span.muted { "a removed computer" },
+                }
+            }
+            dt { "Folder" } dd { code { (job.spec.folder) } }
+            dt { "Engine" } dd { (job.spec.engine) }
+            dt { "Mode" } dd { (job.spec.mode.as_str()) }
+        }
+    }
+}
+
+/// Created, started, ended and how long it took, and why a queued job waits. Rendered again
+/// on each change of state.
+fn when_it_ran(job: &Job, now: DateTime<Utc>) -> Markup {
+    let waiting = job
+        .queued_because
+        .as_deref()
+        .filter(|_| job.state == JobState::Queued);
+    html! {
+        div #job-when data-refresh {
+            dl.facts {
+                dt { "Created" } dd { (moment(job.created_at, now)) }
+                @if let Some(at) = job.started_at { dt { "Started" } dd { (moment(at, now)) } }
+                @if let Some(at) = job.ended_at { dt { "Ended" } dd { (moment(at, now)) } }
+                @if let Some(duration) = run_duration(job, now) {
+                    dt { "Duration" } dd data-field="duration" { (duration) }
+                }
+            }
+            p.queued-because data-field="queued-because" hidden[waiting.is_none()] {
+                @if let Some(reason) = waiting { (reason) }
+            }
+        }
+    }
+}
+
+/// How long a run took, or has taken so far: then app.js keeps counting from the server's
+/// `now`, so a browser clock set wrong does not matter. Nothing before it started.
+fn run_duration(job: &Job, now: DateTime<Utc>) -> Option<Markup> {
+    let started = job.started_at?;
+    if job.state.is_final() {
+        let ended = job.ended_at?;
+        return Some(html! { span { (duration_text((ended - started).num_seconds())) } });
+    }
+    Some(html! {
+        span data-since=(started.timestamp_millis()) data-now=(now.timestamp_millis()) {
+            (duration_text((now - started).num_seconds()))
+        }
+    })
+}
+
+/// The outcome's summary, unless it only repeats the state ("cancelled" beside the
+/// cancelled badge). app.js's `outcomeText` applies the same rule.
+fn outcome_text(job: &Job) -> Option<&str> {
+    let summary = job.outcome.as_ref()?.summary.trim();
+    let repeats = summary
+        .trim_end_matches('.')
+        .eq_ignore_ascii_case(job.state.as_str());
+    (!summary.is_empty() && !repeats).then_some(summary)
+}
+
+/// Browsing the job's folder, live from its computer, loaded only when asked
+/// (`assets/job.js`).
+fn files_section(job: &Job) -> Markup {
+    html! {
+        section.files aria-labelledby="files-heading" {
+            h2 #files-heading { "Files" }
+            button.secondary type="button" data-files-toggle aria-expanded="false" aria-controls="files-browser" {
+                "Browse files"
+            }
+            div #files-browser hidden data-files={ "/api/jobs/" (job.id) } data-folder=(job.spec.folder) {
+                nav.breadcrumbs aria-label="Folder path" {}
+                p.files-status role="status" {}
+                ul.tree {}
+                div.file-view {}
             }
         }
     }

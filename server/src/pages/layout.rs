@@ -2,6 +2,7 @@
 
 use actix_web::http::{header, StatusCode};
 use actix_web::HttpResponse;
+use chrono::{DateTime, SecondsFormat, Utc};
 use maud::{html, Markup, DOCTYPE};
 
 use crate::auth::Caller;
@@ -107,12 +108,33 @@ fn navigation(caller: Option<&Caller>, pending: Option<usize>) -> Markup {
 }
 
 /// "3 min ago"-style text for a past moment, seen at `now` (the store's clock).
-pub fn ago(at: chrono::DateTime<chrono::Utc>, now: chrono::DateTime<chrono::Utc>) -> String {
+pub fn ago(at: DateTime<Utc>, now: DateTime<Utc>) -> String {
     let secs = (now - at).num_seconds().max(0);
     match secs {
         0..=59 => "just now".to_owned(),
         60..=3599 => format!("{} min ago", secs / 60),
         3600..=86_399 => format!("{} h ago", secs / 3600),
         _ => at.format("%Y-%m-%d %H:%M UTC").to_string(),
+    }
+}
+
+/// A moment as `<time>` in UTC (app.js rewrites it in the browser's own zone), followed by
+/// "(3 min ago)" while that is shorter than a date.
+pub fn moment(at: DateTime<Utc>, now: DateTime<Utc>) -> Markup {
+    let utc = at.format("%Y-%m-%d %H:%M UTC").to_string();
+    html! {
+        time datetime=(at.to_rfc3339_opts(SecondsFormat::Secs, true)) title=(utc) data-local { (utc) }
+        @if (now - at).num_seconds() < 86_400 { " (" (ago(at, now)) ")" }
+    }
+}
+
+/// How long something took: `42 s`, `3 min 5 s`, `2 h 4 min`. app.js's `durationText`
+/// writes the same for a run still going.
+pub fn duration_text(secs: i64) -> String {
+    let secs = secs.max(0);
+    match secs {
+        0..=59 => format!("{secs} s"),
+        60..=3599 => format!("{} min {} s", secs / 60, secs % 60),
+        _ => format!("{} h {} min", secs / 3600, secs % 3600 / 60),
     }
 }

@@ -11,7 +11,9 @@
 
 mod account;
 mod assign;
+mod changes;
 mod computers;
+mod follow_up;
 mod jobs;
 mod layout;
 mod link;
@@ -30,6 +32,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/assets/seal.js", web::get().to(seal_script))
         .route("/assets/secrets.js", web::get().to(secrets_script))
         .route("/assets/needs_me.js", web::get().to(needs_me_script))
+        .route("/assets/job.js", web::get().to(job_script))
         .route("/assets/app.css", web::get().to(stylesheet))
         .route("/signin", web::get().to(account::signin))
         .route("/signup", web::get().to(account::signup))
@@ -77,6 +80,14 @@ async fn needs_me_script() -> HttpResponse {
     asset(
         "text/javascript; charset=utf-8",
         include_str!("assets/needs_me.js"),
+    )
+}
+
+/// The job page's Changes diffs and folder browser.
+async fn job_script() -> HttpResponse {
+    asset(
+        "text/javascript; charset=utf-8",
+        include_str!("assets/job.js"),
     )
 }
 

@@ -63,6 +63,7 @@ async fn ask(
         state.config.lease_secs,
     )
     .await?;
+    state.push.decision_asked(&asked.decision_id);
     notices::decisions_changed(
         &state.hub,
         &device.account_id,

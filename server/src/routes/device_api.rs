@@ -109,7 +109,15 @@ async fn complete(
     Lease(lease): Lease,
 ) -> Result<HttpResponse, ApiError> {
     let completion = Completion::try_from(params.into_inner())?;
-    let job = leases::complete(&state.store, &device, &job_id, &lease, completion).await?;
+    let job = leases::complete(
+        &state.store,
+        &state.push,
+        &device,
+        &job_id,
+        &lease,
+        completion,
+    )
+    .await?;
     // Whatever the run still had pending was withdrawn with its end.
     if !job.decisions.is_empty() {
         notices::decisions_withdrawn(&state.hub, &device.account_id).await;

@@ -26,6 +26,7 @@ mod lease;
 pub(crate) mod links;
 pub mod openapi;
 mod pairing;
+mod push;
 mod secrets;
 mod tokens;
 
@@ -47,6 +48,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     evidence::configure(cfg);
     files::configure(cfg);
     pairing::configure(cfg);
+    push::configure(cfg);
     admin::configure(cfg);
     secrets::configure(cfg);
     devices::configure(cfg);

@@ -22,10 +22,13 @@ use tether_protocol::devices::{
 use tether_protocol::files::{FileAnswer, FileContent, Tree};
 use tether_protocol::jobs::{
     ClaimResponse, CompleteParams, Job, JobResponse, LeaseGrant, NewJobParams, ProgressParams,
-    ProgressResponse, ReattachParams, ResumeParams,
+    ProgressResponse, ReattachParams, RerunParams, ResumeParams,
 };
 use tether_protocol::pairing::{
     LinkParams, LinkedDevice, PairParams, PairResponse, RegisterParams, RegisterResponse,
+};
+use tether_protocol::push::{
+    PushKey, SubscribeParams, Subscribed, Subscription, UpdateSubscriptionParams,
 };
 use tether_protocol::routes::{EVIDENCE_HEADER, LEASE_HEADER, PROTOCOL_HEADER};
 use tether_protocol::secrets::{
@@ -64,6 +67,7 @@ pub fn json() -> &'static str {
 pub fn document() -> OpenApi {
     let mut spec = Spec::default();
     web_routes(&mut spec);
+    push_routes(&mut spec);
     pairing_routes(&mut spec);
     device_routes(&mut spec);
     operator_routes(&mut spec);
@@ -213,6 +217,18 @@ fn web_routes(spec: &mut Spec) {
     .answer::<JobResponse>(200, "Cancelled, or cancel requested from its computer.")
     .errors(&[400, 404, 409]);
     spec.op(
+        HttpMethod::Post,
+        "/api/jobs/{id}/rerun",
+        "Run a finished job again",
+        Caller::User,
+    )
+    .body::<RerunParams>()
+    .answer::<Job>(
+        201,
+        "The new job, with the same spec (and the new prompt if given).",
+    )
+    .errors(&[400, 404, 409, 413, 422, 429]);
+    spec.op(
         HttpMethod::Get,
         "/api/jobs/{id}/tree",
         "List a job's folder",
@@ -232,6 +248,19 @@ fn web_routes(spec: &mut Spec) {
     )
     .query("path", "Relative to the job's folder.")
     .answer::<FileContent>(200, "The file, read live from the computer, redacted.")
+    .errors(&[400, 404, 409, 422, 429, 504]);
+    spec.op(
+        HttpMethod::Get,
+        "/api/jobs/{id}/diff",
+        "What the run changed in one file",
+        Caller::User,
+    )
+    .query("path", "Relative to the job's folder.")
+    .stream(
+        "text/plain",
+        "The unified diff between the run's start and now, read live from the computer, \
+         redacted, at most 256 KiB (then cut, saying so).",
+    )
     .errors(&[400, 404, 409, 422, 429, 504]);
     spec.op(
         HttpMethod::Get,
@@ -286,6 +315,63 @@ fn web_routes(spec: &mut Spec) {
     )
     .empty(204, "Revoked.")
     .errors(&[400, 403, 404]);
+}
+
+fn push_routes(spec: &mut Spec) {
+    spec.op(
+        HttpMethod::Get,
+        "/api/push/key",
+        "The server's Web Push (VAPID) public key",
+        Caller::User,
+    )
+    .answer::<PushKey>(200, "The key a browser subscribes with.")
+    .errors(&[]);
+    spec.op(
+        HttpMethod::Post,
+        "/api/push/subscriptions",
+        "Subscribe a browser to push notifications",
+        Caller::User,
+    )
+    .body::<SubscribeParams>()
+    .answer::<Subscribed>(201, "Subscribed.")
+    .answer::<Subscribed>(
+        200,
+        "This endpoint was subscribed already: updated, same id.",
+    )
+    .errors(&[400, 409, 413, 415, 422]);
+    spec.op(
+        HttpMethod::Get,
+        "/api/push/subscriptions",
+        "The account's push subscriptions",
+        Caller::User,
+    )
+    .answer_list::<Subscription>(200, "Newest first; the endpoint's origin only, never its URL or keys.")
+    .errors(&[]);
+    spec.op(
+        HttpMethod::Get,
+        "/api/push/subscriptions/{id}",
+        "One push subscription",
+        Caller::User,
+    )
+    .answer::<Subscription>(200, "The subscription.")
+    .errors(&[400, 404]);
+    spec.op(
+        HttpMethod::Patch,
+        "/api/push/subscriptions/{id}",
+        "Turn kinds of notification on or off",
+        Caller::User,
+    )
+    .body::<UpdateSubscriptionParams>()
+    .answer::<Subscription>(200, "The subscription as it is now.")
+    .errors(&[400, 404, 413, 415, 422]);
+    spec.op(
+        HttpMethod::Delete,
+        "/api/push/subscriptions/{id}",
+        "Unsubscribe a browser",
+        Caller::User,
+    )
+    .empty(204, "Removed: nothing more is sent to it.")
+    .errors(&[400, 404]);
 }
 
 fn pairing_routes(spec: &mut Spec) {
@@ -502,6 +588,7 @@ fn page_routes(spec: &mut Spec) {
         ("/assets/seal.js", "text/javascript"),
         ("/assets/secrets.js", "text/javascript"),
         ("/assets/needs_me.js", "text/javascript"),
+        ("/assets/job.js", "text/javascript"),
         ("/assets/app.css", "text/css"),
     ] {
         spec.op(HttpMethod::Get, path, "A page asset", Caller::Public)

@@ -17,6 +17,7 @@
 //! allowance is used once.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use agent_client_protocol::v1::schema::{
@@ -54,6 +55,9 @@ pub struct Session {
     terminals: Terminals,
     lines: mpsc::Sender<String>,
     session_id: OnceLock<SessionId>,
+    /// Set while `session/load` is in flight: what the agent sends then is the history it
+    /// replays, already shown by the run it belongs to.
+    replaying: AtomicBool,
     transcript: Mutex<Transcript>,
     tool_calls: Mutex<ToolCalls>,
     /// Actions allowed through a permission request, not yet carried out.
@@ -78,6 +82,7 @@ impl Session {
             terminals,
             lines,
             session_id: OnceLock::new(),
+            replaying: AtomicBool::new(false),
             transcript: Mutex::new(Transcript::new()),
             tool_calls: Mutex::new(ToolCalls::new()),
             allowed: Mutex::new(Vec::new()),
@@ -97,9 +102,16 @@ impl Session {
         &self.terminals
     }
 
-    /// The agent created the session: requests must name it from now on.
+    /// `session/load` goes out: updates are the agent's replay until [`Session::started`].
+    pub fn loading(&self) {
+        self.replaying.store(true, Ordering::SeqCst);
+    }
+
+    /// The agent created (or loaded) the session: requests must name it from now on.
     pub fn started(&self, session_id: SessionId) {
         let _ = self.session_id.set(session_id);
+        // Notifications are handled in order, so every replayed one came before the answer.
+        self.replaying.store(false, Ordering::SeqCst);
     }
 
     /// The turn is being cancelled (`session/cancel` goes out).
@@ -128,6 +140,10 @@ impl Session {
 
     /// `session/update`.
     pub async fn update(&self, notification: SessionNotification) {
+        if self.replaying.load(Ordering::SeqCst) {
+            tracing::debug!("history replayed by session/load, not output");
+            return;
+        }
         if self.check_session(&notification.session_id).is_err() {
             tracing::debug!("an update for another session, ignored");
             return;

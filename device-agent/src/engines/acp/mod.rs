@@ -6,8 +6,9 @@
 //! 1. the agent is started through the same confinement layer as recipes ([`process`]), its
 //!    stdio the transport ([`transport`]);
 //! 2. `initialize` (advertising exactly what [`client`] implements: `fs.readTextFile`,
-//!    `fs.writeTextFile`, `terminal`), `session/new` in the job's folder, `session/prompt`
-//!    with the job's prompt;
+//!    `fs.writeTextFile`, `terminal`), `session/new` in the job's folder (or, for a
+//!    follow-up or a carry-on, `session/load` of a session this computer stored:
+//!    [`continuation`]), `session/prompt` with the job's prompt;
 //! 3. while the turn runs, the agent's updates become the job's output and its requests go
 //!    through the guard, the run's policy and the sandbox ([`client`]);
 //! 4. the owner's cancel becomes `session/cancel` (and a kill if the turn does not end within
@@ -21,6 +22,7 @@
 //! passes the guard and the policy first.
 
 pub mod client;
+pub mod continuation;
 pub mod files;
 pub mod permissions;
 pub mod process;
@@ -36,10 +38,10 @@ use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
     CancelNotification, ClientCapabilities, ContentBlock, CreateTerminalRequest,
     FileSystemCapabilities, Implementation, InitializeRequest, InitializeResponse,
-    KillTerminalRequest, NewSessionRequest, PromptRequest, PromptResponse, ReadTextFileRequest,
-    ReleaseTerminalRequest, RequestPermissionRequest, SessionId, SessionNotification,
-    StopReason as AcpStopReason, TerminalOutputRequest, TextContent, WaitForTerminalExitRequest,
-    WriteTextFileRequest,
+    KillTerminalRequest, LoadSessionRequest, NewSessionRequest, PromptRequest, PromptResponse,
+    ReadTextFileRequest, ReleaseTerminalRequest, RequestPermissionRequest, SessionId,
+    SessionNotification, StopReason as AcpStopReason, TerminalOutputRequest, TextContent,
+    WaitForTerminalExitRequest, WriteTextFileRequest,
 };
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::{Agent, Client};
@@ -60,6 +62,7 @@ use crate::run::progress::report_output;
 use crate::run::stop::{RunStop, StopReason};
 use crate::{sandbox, AGENT_VERSION};
 use client::Session;
+use continuation::{Load, Opening, Place, Recall};
 use process::AgentProcess;
 use terminals::{Launch, Terminals};
 use updates::cut_chars;
@@ -115,6 +118,16 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         Ok(path) => path,
         Err(refusal) => return Ok(blocked(refusal)),
     };
+    let recall = Recall::new(
+        guard.data_dir(),
+        Place {
+            job_id: job.id.clone(),
+            engine: engine.name.clone(),
+            folder: folder.label.clone(),
+            cwd: work_folder.clone(),
+        },
+    );
+    let opening = recall.opening(job);
     let (lines, line_receiver) = mpsc::channel(LINE_BUFFER);
     let reporter = tokio::spawn(report_output(
         client.clone(),
@@ -170,7 +183,13 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         lines.clone(),
     ));
     let deadline = Instant::now() + time_limit(job);
-    let turn = converse(&session, pipes, &job.spec.prompt, stop, deadline).await;
+    let conversation = Conversation {
+        opening: &opening,
+        recall: &recall,
+        stop,
+        deadline,
+    };
+    let turn = converse(&session, pipes, &conversation).await;
     let ended = end(agent, &session, &turn, stop).await;
     drop(broker);
     let (rest, final_message) = session.finish_transcript();
@@ -250,13 +269,21 @@ async fn end(agent: AgentProcess, session: &Session, turn: &Turn, stop: &RunStop
     }
 }
 
+/// What the conversation goes by besides its session.
+struct Conversation<'a> {
+    /// How the session is opened, and prompted.
+    opening: &'a Opening,
+    /// Where the session is stored once the agent names it.
+    recall: &'a Recall,
+    stop: &'a RunStop,
+    deadline: Instant,
+}
+
 /// The conversation: connect, then [`talk`]. A broken transport is a failed turn.
 async fn converse(
     session: &Arc<Session>,
     pipes: process::Pipes,
-    prompt: &str,
-    stop: &RunStop,
-    deadline: Instant,
+    conversation: &Conversation<'_>,
 ) -> Turn {
     let transport = transport::lines(pipes.stdout, pipes.input);
     let connection = Client
@@ -378,7 +405,7 @@ async fn converse(
             agent_client_protocol::on_receive_request!(),
         )
         .connect_with(transport, async |cx: ConnectionTo<Agent>| {
-            Ok(talk(&cx, session, prompt, stop, deadline).await)
+            Ok(talk(&cx, session, conversation).await)
         })
         .await;
     match connection {
@@ -398,32 +425,40 @@ fn respond<T: agent_client_protocol::JsonRpcResponse>(
     Ok(())
 }
 
-/// `initialize`, `session/new`, then the one `session/prompt` of the run, racing the run's
-/// stop and its time limit.
+/// `initialize`, `session/new` (or `session/load`), then the one `session/prompt` of the
+/// run, racing the run's stop and its time limit.
 async fn talk(
     cx: &ConnectionTo<Agent>,
     session: &Session,
-    prompt: &str,
-    stop: &RunStop,
-    deadline: Instant,
+    conversation: &Conversation<'_>,
 ) -> Turn {
-    let (agent, session_id) = tokio::select! {
-        ready = open_session(cx, session) => match ready {
+    let Conversation {
+        opening,
+        recall,
+        stop,
+        deadline,
+    } = *conversation;
+    let opened = tokio::select! {
+        ready = open_session(cx, session, opening) => match ready {
             Ok(ready) => ready,
             Err(turn) => return turn,
         },
         reason = stop.raised() => return Turn::Stopped { reason, cooperated: false },
         () = tokio::time::sleep_until(deadline) => return Turn::TimedOut,
     };
-    session.started(session_id.clone());
-    if let Some(info) = &agent.agent_info {
+    let session_id = opened.session_id;
+    recall.remember(&session_id);
+    if let Some(info) = &opened.agent.agent_info {
         session
             .say(format!("agent: {} {}", info.name, info.version))
             .await;
     }
+    for note in opened.notes {
+        session.say(note).await;
+    }
     let request = PromptRequest::new(
         session_id.clone(),
-        vec![ContentBlock::Text(TextContent::new(prompt.to_owned()))],
+        vec![ContentBlock::Text(TextContent::new(opened.prompt))],
     );
     let answer = cx.send_request(request).block_task();
     tokio::pin!(answer);
@@ -444,24 +479,83 @@ async fn talk(
     }
 }
 
-/// `initialize`, then `session/new` in the job's folder: what the agent said of itself and
-/// the session's id, or the failed turn.
+/// A session the agent opened, and what to do with it.
+struct Opened {
+    /// What the agent said of itself.
+    agent: InitializeResponse,
+    session_id: SessionId,
+    prompt: String,
+    /// Lines of output saying how the session was opened.
+    notes: Vec<String>,
+}
+
+/// `initialize`, then `session/load` of the session `opening` names when the agent can load
+/// one, else `session/new` in the job's folder; the failed turn when neither works.
 async fn open_session(
     cx: &ConnectionTo<Agent>,
     session: &Session,
-) -> Result<(InitializeResponse, SessionId), Turn> {
+    opening: &Opening,
+) -> Result<Opened, Turn> {
     let agent = cx
         .send_request(initialize_request())
         .block_task()
         .await
         .map_err(|err| Turn::Failed(format!("the agent did not initialize: {}", describe(&err))))?;
     check_version(&agent)?;
+    let mut notes = Vec::new();
+    if let Some(load) = &opening.load {
+        match load_session(cx, session, &agent, load).await {
+            Ok(session_id) => {
+                return Ok(Opened {
+                    agent,
+                    session_id,
+                    prompt: load.prompt.clone(),
+                    notes: vec![load.note.to_owned()],
+                })
+            }
+            Err(why) => notes.push(why),
+        }
+    }
     let new_session = cx
         .send_request(NewSessionRequest::new(session.folder().to_path_buf()))
         .block_task()
         .await
         .map_err(|err| Turn::Failed(session_refused(&agent, &err)))?;
-    Ok((agent, new_session.session_id))
+    session.started(new_session.session_id.clone());
+    notes.extend(opening.note.map(str::to_owned));
+    Ok(Opened {
+        agent,
+        session_id: new_session.session_id,
+        prompt: opening.prompt.clone(),
+        notes,
+    })
+}
+
+/// `session/load` of the stored session, when the agent advertises `loadSession`; what it
+/// replays meanwhile is not output. The session's id, or why it was not loaded.
+async fn load_session(
+    cx: &ConnectionTo<Agent>,
+    session: &Session,
+    agent: &InitializeResponse,
+    load: &Load,
+) -> Result<SessionId, String> {
+    if !agent.agent_capabilities.load_session {
+        return Err("the agent does not offer to load an earlier session (loadSession)".to_owned());
+    }
+    let session_id = SessionId::new(load.session_id.as_str());
+    session.loading();
+    let request = LoadSessionRequest::new(session_id.clone(), session.folder().to_path_buf())
+        .mcp_servers(Vec::new());
+    match cx.send_request(request).block_task().await {
+        Ok(_) => {
+            session.started(session_id.clone());
+            Ok(session_id)
+        }
+        Err(err) => Err(format!(
+            "the agent did not load its earlier session: {}",
+            describe(&err)
+        )),
+    }
 }
 
 /// Sends `session/cancel` and waits up to `grace` for the prompt to be answered; whether

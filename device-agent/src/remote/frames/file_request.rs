@@ -1,6 +1,6 @@
-//! Answering the web's `file.request`: a directory listing or a file of a job's folder,
-//! read live on this computer (seed 003 §4.6), in the folder the job used as this computer
-//! shares it now.
+//! Answering the web's `file.request`: a directory listing, a file, or one file's diff
+//! since the run's start, of a job's folder, read live on this computer (seed 003 §4.6), in
+//! the folder the job used as this computer shares it now.
 //!
 //! The web names a job and a path *relative to that job's shared folder*; this computer
 //! decides what that means and what it shows:
@@ -19,6 +19,9 @@
 //!   [`redaction`](super::redaction) hides (tokens with known prefixes, private key blocks,
 //!   credential assignments and quoted pairs, URL passwords; a line too long to check is
 //!   hidden whole);
+//! - a diff follows the same path rules (a file the run deleted may be gone), compares the
+//!   run's recorded start ([`crate::changes`]) with the file now, both sides redacted as a
+//!   file's text is before they are compared, and is cut at 256 KiB;
 //! - the work is bounded in time: it stops (the reading and the redaction, not only the
 //!   wait) a little before the server stops waiting (`timeoutMs` of the frame, else
 //!   [`DEFAULT_BUDGET`]), and at most [`MAX_CONCURRENT_ANSWERS`] answers are worked on at
@@ -35,6 +38,7 @@ use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use tether_protocol::changes::FileDiff;
 use tether_protocol::credential_files::{credential_kind, CredentialKind, KEY_PREFIXES};
 use tether_protocol::error::ErrorDetail;
 use tether_protocol::files::{
@@ -42,6 +46,8 @@ use tether_protocol::files::{
 };
 use tether_protocol::JobId;
 
+use crate::changes::diff::{Plan, Side};
+use crate::changes::{self, Recorded, Refusal, MAX_COMPARED_BYTES};
 use crate::local::vault;
 use crate::remote::events::FileRequest;
 use crate::remote::frames::redaction::{self, Deadline, OutOfTime};
@@ -169,7 +175,24 @@ fn answer_for_job(
         FileOp::File | FileOp::Diff => vault::Vault::new(&context.data_dir).all_values(),
         FileOp::Tree => Vec::new(),
     };
-    answer_within(&folder.path, op, raw_path, &check, &hidden, deadline)
+    if op != FileOp::Diff {
+        return answer_within(&folder.path, op, raw_path, &check, &hidden, deadline);
+    }
+    let start = match Recorded::load(context.data_dir.root(), job_id) {
+        Ok(start) => start,
+        Err(err) => {
+            tracing::warn!(job = %job_id, "cannot read the run's start: {err:#}");
+            None
+        }
+    };
+    answer_diff_within(
+        &folder.path,
+        start.as_ref(),
+        raw_path,
+        &check,
+        &hidden,
+        deadline,
+    )
 }
 
 /// [`answer_within`] with nothing saved to hide and no deadline.
@@ -207,9 +230,49 @@ pub fn answer_within(
             diff: None,
             error: None,
         }),
-        FileOp::Diff => Err(error("path_refused", "diffs are not answered yet")),
+        FileOp::Diff => return answer_diff_within(root, None, raw_path, guard, hidden, deadline),
     };
     result.unwrap_or_else(refusal)
+}
+
+/// The diff of `raw_path` inside `root` between the run's start (`start`, as recorded on
+/// this computer) and now: the same path rules as a file, each side redacted as a file's
+/// text is, cut at [`MAX_DIFF_BYTES`](tether_protocol::changes::MAX_DIFF_BYTES). Never
+/// panics; every refusal is an answer with `error`.
+pub fn answer_diff_within(
+    root: &Path,
+    start: Option<&Recorded>,
+    raw_path: &str,
+    guard: &dyn Fn(&Path) -> Option<String>,
+    hidden: &[String],
+    deadline: Deadline,
+) -> FileAnswer {
+    match diff(root, start, raw_path, guard, hidden, deadline) {
+        Ok(diff) => FileAnswer {
+            tree: None,
+            file: None,
+            diff: Some(fit_diff(diff, MAX_ANSWER_BYTES)),
+            error: None,
+        },
+        Err(error) => refusal(error),
+    }
+}
+
+/// Cuts a diff's text (saying so in its last line) until its JSON fits in `limit` bytes.
+fn fit_diff(mut diff: FileDiff, limit: usize) -> FileDiff {
+    loop {
+        let size = serde_json::to_vec(&diff).map_or(usize::MAX, |json| json.len());
+        if size <= limit || diff.text.is_empty() {
+            return diff;
+        }
+        let share = diff.text.len() as u128 * limit as u128 / size as u128;
+        let keep = usize::try_from(share)
+            .unwrap_or(0)
+            .min(diff.text.len().saturating_sub(64));
+        let cut = changes::diff::cut_to(std::mem::take(&mut diff.text), keep);
+        diff.text = cut.text;
+        diff.truncated = true;
+    }
 }
 
 /// Cuts a file's text until its JSON fits in `limit` bytes (marking it truncated).
@@ -462,6 +525,213 @@ fn read(
             truncated: false,
             text: None,
         }),
+    }
+}
+
+/// The message of a diff asked for a job whose start this computer did not record.
+const NO_START: &str = "this computer has no record of the run's start";
+
+/// What a path is now, for a diff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Now {
+    Missing,
+    File,
+    Link,
+}
+
+fn diff(
+    root: &Path,
+    start: Option<&Recorded>,
+    raw_path: &str,
+    guard: &dyn Fn(&Path) -> Option<String>,
+    hidden: &[String],
+    deadline: Deadline,
+) -> Result<FileDiff, ErrorDetail> {
+    let parts = parse_relative(raw_path)?;
+    if parts.is_empty() {
+        return Err(error("invalid_field", "path names the folder, not a file"));
+    }
+    let Some(start) = start else {
+        return Err(error("not_found", NO_START));
+    };
+    let (root, real, now) = resolve_for_diff(root, &parts, guard)?;
+    if root != start.folder() {
+        return Err(error(
+            "not_found",
+            "the folder shared now is not the one the run started in",
+        ));
+    }
+    let path = relative_path(&root, &real)?;
+    let before = start
+        .before(&path, deadline.instant())
+        .map_err(|refusal| diff_refusal(&path, refusal))?;
+    let now_side = read_now(&root, &real, now, deadline)?;
+    deadline.check()?;
+    let sha256_now = || match now {
+        Now::File => changes::manifest::hash_file(&real).ok(),
+        Now::Link | Now::Missing => None,
+    };
+    let text = match changes::diff::plan(&path, before, now_side, sha256_now) {
+        Plan::Same => changes::diff::DiffText {
+            text: String::new(),
+            truncated: false,
+        },
+        Plan::Note(note) => changes::diff::DiffText {
+            text: note,
+            truncated: false,
+        },
+        Plan::Text { old, new } => {
+            let old = old
+                .map(|text| redact_text(&text, hidden, deadline))
+                .transpose()?;
+            let new = new
+                .map(|text| redact_text(&text, hidden, deadline))
+                .transpose()?;
+            deadline.check()?;
+            changes::diff::unified(&path, old.as_deref(), new.as_deref(), deadline.instant())
+        }
+    };
+    deadline.check()?;
+    Ok(FileDiff {
+        path,
+        text: text.text,
+        truncated: text.truncated,
+    })
+}
+
+/// A side's text as the file view would show it: saved values, then the patterns.
+fn redact_text(text: &str, hidden: &[String], deadline: Deadline) -> Result<String, ErrorDetail> {
+    deadline.check()?;
+    let text = vault::redact(text, hidden);
+    deadline.check()?;
+    Ok(redaction::redact_until(&text, deadline)?)
+}
+
+fn diff_refusal(path: &str, refusal: Refusal) -> ErrorDetail {
+    match refusal {
+        Refusal::NotRecorded(why) => error("not_found", why),
+        Refusal::Folder => error("invalid_field", "path is a folder, not a file"),
+        Refusal::OutOfTime => out_of_time(),
+        Refusal::Failed(err) => {
+            tracing::warn!(path, "cannot read the run's start: {err:#}");
+            error(
+                "unavailable",
+                "this computer cannot compare this file with the run's start now",
+            )
+        }
+    }
+}
+
+/// Resolves the parts under `root` for a diff, where the file may be gone: the real folder,
+/// the real path of the file (a missing tail taken as named, a final link not followed but
+/// checked to lead inside), and what is there now.
+fn resolve_for_diff(
+    root: &Path,
+    parts: &[String],
+    guard: &dyn Fn(&Path) -> Option<String>,
+) -> Result<(PathBuf, PathBuf, Now), ErrorDetail> {
+    let root = root
+        .canonicalize()
+        .map_err(|_| error("not_found", "the job's folder no longer exists"))?;
+    let Some((name, folders)) = parts.split_last() else {
+        return Err(error("invalid_field", "path names the folder, not a file"));
+    };
+    // The longest existing part of the folders, resolved; the rest taken as named.
+    let mut existing = folders.len();
+    while existing > 0 && fs::symlink_metadata(join_parts(&root, &folders[..existing])).is_err() {
+        existing -= 1;
+    }
+    let parent = join_parts(&root, &folders[..existing])
+        .canonicalize()
+        .map_err(|_| refused("this path cannot be read"))?;
+    let parent = join_parts(&parent, &folders[existing..]);
+    let real = parent.join(name);
+    check_inside(&root, &real)?;
+    let now = match fs::symlink_metadata(&real) {
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Now::Missing,
+        Err(_) => return Err(refused("this path cannot be read")),
+        Ok(meta) if meta.file_type().is_symlink() => {
+            // Where the link leads must be inside too, and not protected.
+            let target = real
+                .canonicalize()
+                .map_err(|_| refused("this link leads nowhere in the job's folder"))?;
+            check_inside(&root, &target)?;
+            if let Some(reason) = guard(&target) {
+                return Err(refused(reason));
+            }
+            Now::Link
+        }
+        Ok(meta) if meta.is_dir() => {
+            return Err(error("invalid_field", "path is a folder, not a file"))
+        }
+        Ok(meta) if meta.is_file() => Now::File,
+        Ok(_) => return Err(refused("only regular files are shown")),
+    };
+    if let Some(reason) = guard(&real) {
+        return Err(refused(reason));
+    }
+    Ok((root, real, now))
+}
+
+fn join_parts(base: &Path, parts: &[String]) -> PathBuf {
+    parts
+        .iter()
+        .fold(base.to_path_buf(), |path, part| path.join(part))
+}
+
+/// `real` relative to `root`, `/`-separated.
+fn relative_path(root: &Path, real: &Path) -> Result<String, ErrorDetail> {
+    let relative = real
+        .strip_prefix(root)
+        .map_err(|_| refused("this path leads outside the job's folder"))?;
+    let parts: Option<Vec<&str>> = relative
+        .components()
+        .map(|part| part.as_os_str().to_str())
+        .collect();
+    parts
+        .map(|parts| parts.join("/"))
+        .filter(|path| !path.is_empty())
+        .ok_or_else(|| error("invalid_field", "path is not a valid path"))
+}
+
+/// The file at `real` now, as one side of a diff: checked as a file to show is (a regular
+/// file opened without following a link, one name only, the same file as checked), at
+/// most [`MAX_COMPARED_BYTES`].
+fn read_now(root: &Path, real: &Path, now: Now, deadline: Deadline) -> Result<Side, ErrorDetail> {
+    match now {
+        Now::Missing => Ok(Side::Absent),
+        Now::Link => fs::read_link(real)
+            .map(|target| Side::Bytes(target.as_os_str().as_encoded_bytes().to_vec()))
+            .map_err(|_| refused("this link cannot be read")),
+        Now::File => {
+            let mut file = open_no_follow(real)?;
+            let meta = file
+                .metadata()
+                .map_err(|_| refused("this file cannot be read"))?;
+            if !meta.is_file() {
+                return Err(refused("only regular files are shown"));
+            }
+            if link_count(&meta) > 1 {
+                return Err(refused(
+                    "this file has other names (hard links) and may belong elsewhere",
+                ));
+            }
+            if let Some(opened) = opened_path(&file) {
+                if opened != real {
+                    return Err(refused("the file changed while it was being read"));
+                }
+                check_inside(root, &opened)?;
+            }
+            if meta.len() > MAX_COMPARED_BYTES {
+                return Ok(Side::TooLarge);
+            }
+            let bytes = read_until(&mut file, deadline)?;
+            let mut probe = [0u8; 1];
+            if bytes.len() as u64 >= MAX_COMPARED_BYTES && matches!(file.read(&mut probe), Ok(1)) {
+                return Ok(Side::TooLarge);
+            }
+            Ok(Side::Bytes(bytes))
+        }
     }
 }
 
@@ -859,6 +1129,216 @@ mod tests {
         assert!(json.len() <= 2000, "{}", json.len());
         assert!(fitted.text.is_some_and(|text| text.len() > 200));
         assert_eq!(fit(file.clone(), 1 << 20), file);
+    }
+
+    /// A git repository with a commit, its start recorded for job `job1`.
+    struct Started {
+        _tmp: tempfile::TempDir,
+        root: PathBuf,
+        outside: PathBuf,
+        start: Recorded,
+    }
+
+    fn git(dir: &Path, args: &[&str]) {
+        let status = std::process::Command::new("git")
+            .current_dir(dir)
+            .env("HOME", dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
+            .args(args)
+            .output()
+            .unwrap_or_else(|err| panic!("{err}"));
+        assert!(status.status.success(), "git {args:?}");
+    }
+
+    fn started(files: &[(&str, &[u8])]) -> Started {
+        let tmp = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
+        let root = tmp.path().join("work");
+        let outside = tmp.path().join("outside");
+        fs::create_dir_all(&root).unwrap_or_else(|err| panic!("{err}"));
+        fs::create_dir_all(&outside).unwrap_or_else(|err| panic!("{err}"));
+        for (name, bytes) in files {
+            fs::write(root.join(name), bytes).unwrap_or_else(|err| panic!("{err}"));
+        }
+        git(&root, &["init", "-q"]);
+        git(&root, &["add", "-A"]);
+        git(&root, &["commit", "-q", "-m", "first"]);
+        let job = tether_protocol::jobs::ClaimedJob {
+            id: JobId::parse("job1").unwrap_or_else(|_| JobId::generate()),
+            attempt: 1,
+            lease_token: tether_protocol::LeaseToken::parse("lease")
+                .unwrap_or_else(|err| panic!("{err}")),
+            lease_expires_at: chrono::Utc::now(),
+            spec: tether_protocol::jobs::JobSpec {
+                title: "t".into(),
+                prompt: "p".into(),
+                folder: "work".into(),
+                engine: "tests".into(),
+                mode: tether_protocol::jobs::Mode::Unattended,
+                network: false,
+                timeout_minutes: 5,
+                secrets: Vec::new(),
+            },
+            resumed: None,
+            continues: None,
+        };
+        let data = tmp.path().join("agent");
+        changes::record_start(&data, &job, &root).unwrap_or_else(|err| panic!("{err:#}"));
+        let start = Recorded::load(&data, &job.id)
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| panic!("no start"));
+        Started {
+            _tmp: tmp,
+            root,
+            outside,
+            start,
+        }
+    }
+
+    fn diff_of(started: &Started, path: &str, hidden: &[String]) -> FileAnswer {
+        answer_diff_within(
+            &started.root,
+            Some(&started.start),
+            path,
+            &no_guard,
+            hidden,
+            Deadline::NONE,
+        )
+    }
+
+    fn diff_text(answer: &FileAnswer) -> &str {
+        answer
+            .diff
+            .as_ref()
+            .map_or("<none>", |diff| diff.text.as_str())
+    }
+
+    #[test]
+    fn diffs_keep_the_file_rules_and_need_a_start() {
+        let started = started(&[("README.md", b"hello\n"), (".env", b"TOKEN=x\n")]);
+        fs::write(started.outside.join("secret.txt"), "outside\n").unwrap_or_default();
+        fs::create_dir_all(started.root.join("src")).unwrap_or_default();
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(
+            started.outside.join("secret.txt"),
+            started.root.join("escape.txt"),
+        )
+        .unwrap_or_else(|err| panic!("{err}"));
+        let check = |path: &str, expected: Option<&str>| {
+            let answer = diff_of(&started, path, &[]);
+            assert_eq!(code(&answer), expected, "{path:?}: {answer:?}");
+        };
+        check("README.md", None);
+        check("../outside/secret.txt", Some("path_refused"));
+        check("/etc/passwd", Some("path_refused"));
+        check(".git/config", Some("path_refused"));
+        check(".env", Some("path_refused"));
+        check("src/../../outside/secret.txt", Some("path_refused"));
+        #[cfg(unix)]
+        check("escape.txt", Some("path_refused"));
+        check("src", Some("invalid_field"));
+        check("", Some("invalid_field"));
+        check("never-there.txt", None);
+        assert_eq!(diff_text(&diff_of(&started, "never-there.txt", &[])), "");
+
+        let without = answer_diff_within(
+            &started.root,
+            None,
+            "README.md",
+            &no_guard,
+            &[],
+            Deadline::NONE,
+        );
+        assert_eq!(code(&without), Some("not_found"));
+        assert_eq!(
+            without.error.map(|error| error.message),
+            Some("this computer has no record of the run's start".to_owned())
+        );
+        let plain = answer(&started.root, FileOp::Diff, "README.md", &no_guard);
+        assert_eq!(code(&plain), Some("not_found"));
+        let past = Deadline::at(Instant::now() - Duration::from_millis(1));
+        fs::write(started.root.join("README.md"), "changed\n").unwrap_or_default();
+        let late = answer_diff_within(
+            &started.root,
+            Some(&started.start),
+            "README.md",
+            &no_guard,
+            &[],
+            past,
+        );
+        assert_eq!(code(&late), Some("device_timeout"));
+    }
+
+    #[test]
+    fn a_diff_is_redacted_cut_and_says_binary() {
+        let started = started(&[
+            ("config.sh", b"NAME=box\n"),
+            ("image.bin", b"\0\x01"),
+            ("gone.txt", b"bye\n"),
+        ]);
+        let write = |name: &str, bytes: &[u8]| {
+            fs::write(started.root.join(name), bytes).unwrap_or_else(|err| panic!("{err}"));
+        };
+        let saved = "correct horse battery staple".to_owned();
+        write(
+            "config.sh",
+            format!("NAME=box\nexport GITHUB_TOKEN=ghp_abcdefghijklmnopqrstuvwxyz0123\necho 'the saved {saved}'\n")
+                .as_bytes(),
+        );
+        let answer = diff_of(&started, "config.sh", std::slice::from_ref(&saved));
+        assert_eq!(
+            diff_text(&answer),
+            concat!(
+                "--- a/config.sh\n+++ b/config.sh\n@@ -1 +1,3 @@\n NAME=box\n",
+                "+export GITHUB_TOKEN=[redacted]\n+echo 'the saved [hidden]'\n"
+            )
+        );
+        assert_eq!(
+            answer.diff.as_ref().map(|diff| diff.path.as_str()),
+            Some("config.sh")
+        );
+
+        write("image.bin", b"\0\x02");
+        assert_eq!(
+            diff_text(&diff_of(&started, "image.bin", &[])),
+            "Binary file image.bin differs\n"
+        );
+
+        fs::remove_file(started.root.join("gone.txt")).unwrap_or_default();
+        assert_eq!(
+            diff_text(&diff_of(&started, "gone.txt", &[])),
+            "--- a/gone.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-bye\n"
+        );
+
+        let line = "an added line of the big file\n";
+        write("big.txt", line.repeat(2 * MAX_DIFF / line.len()).as_bytes());
+        let big = diff_of(&started, "big.txt", &[]);
+        let diff = big.diff.unwrap_or_else(|| panic!("{:?}", big.error));
+        assert!(diff.truncated && diff.text.len() <= MAX_DIFF);
+        assert!(diff
+            .text
+            .ends_with("[the diff is longer than 256 KiB and is cut here]\n"));
+
+        // Changed by the run, put back since: nothing to show.
+        write("config.sh", b"NAME=box\n");
+        assert_eq!(diff_text(&diff_of(&started, "config.sh", &[])), "");
+    }
+
+    const MAX_DIFF: usize = tether_protocol::changes::MAX_DIFF_BYTES;
+
+    #[test]
+    fn diff_answers_fit_the_servers_limit_after_escaping() {
+        let diff = FileDiff {
+            path: "q".into(),
+            text: "+\"\u{1}\n".repeat(500),
+            truncated: false,
+        };
+        let fitted = fit_diff(diff, 2000);
+        let json = serde_json::to_vec(&fitted).unwrap_or_default();
+        assert!(fitted.truncated && json.len() <= 2000, "{}", json.len());
+        assert!(fitted.text.ends_with("cut here]\n"));
     }
 
     #[test]

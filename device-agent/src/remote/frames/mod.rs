@@ -1,7 +1,8 @@
 //! The frames of the event stream that are answered outside any run: each handler does its
 //! work off the stream's task and answers the server itself.
 //!
-//! - [`file_request`]: a listing or a file of a job's folder, read live for the web;
+//! - [`file_request`]: a listing, a file or one file's diff since the run's start, of a
+//!   job's folder, read live for the web;
 //! - [`secret_save`]: a sealed secret, opened into the vault and answered (saved or refused,
 //!   never the value);
 //! - [`redaction`]: what the live file view hides in a file's text, in linear time.

@@ -1,6 +1,7 @@
 // Tether's pages: progressive behaviour for server-rendered HTML. No build step.
 // Forms marked data-api post JSON to the API with the page's CSRF token; the job page
-// follows its job until it ends.
+// follows its job until it ends. Times are shown in the browser's zone, and a running
+// job's duration counts up.
 "use strict";
 
 const csrfToken = () => document.querySelector('meta[name="csrf-token"]')?.content || "";
@@ -32,6 +33,8 @@ function formBody(form) {
     else if (field.type === "number") body[field.name] = Number(field.value);
     // A field marked data-number sends a number, or null when left empty ("never").
     else if ("number" in field.dataset) body[field.name] = field.value === "" ? null : Number(field.value);
+    // A field marked data-json sends its value parsed: a hidden `true`, a list of names.
+    else if ("json" in field.dataset) body[field.name] = JSON.parse(field.value);
     else body[field.name] = field.value;
   }
   return body;
@@ -80,6 +83,26 @@ document.addEventListener("change", (event) => {
 
 const FINAL = ["succeeded", "failed", "blocked", "cancelled", "interrupted"];
 
+// The summary, unless it only repeats the state (as outcome_text in pages/jobs.rs).
+function outcomeText(job) {
+  const summary = (job.outcome?.summary || "").trim();
+  return summary.replace(/\.+$/, "").toLowerCase() === job.state ? "" : summary;
+}
+
+// Renders the page's [data-refresh] regions again from the server (times, what an ended
+// run brings: changes, evidence, Run again), without reloading what the page follows.
+async function refreshRegions() {
+  const response = await fetch(location.pathname, { credentials: "same-origin" });
+  if (!response.ok) throw new Error(`The server answered ${response.status}.`);
+  const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+  for (const region of document.querySelectorAll("[data-refresh][id]")) {
+    const next = fresh.getElementById(region.id);
+    if (next) region.replaceWith(document.adoptNode(next));
+  }
+  localTimes();
+  tickDurations();
+}
+
 function followJob(root) {
   const url = root.dataset.jobLive;
   const output = root.querySelector("pre.output");
@@ -96,16 +119,21 @@ function followJob(root) {
         lastSeq = line.seq;
       }
       output.scrollTop = output.scrollHeight;
+      const changed = job.state !== root.dataset.state;
       state.textContent = job.state;
       state.className = `badge state-${job.state}`;
       root.dataset.state = job.state;
       attempt.textContent = job.attempt;
-      if (job.outcome) outcome.textContent = job.outcome.summary;
+      outcome.textContent = outcomeText(job);
+      const waiting = document.querySelector("[data-field=queued-because]");
+      if (waiting) {
+        waiting.textContent = job.state === "queued" ? job.queuedBecause || "" : "";
+        waiting.hidden = !waiting.textContent;
+      }
       delay = 1000;
+      if (changed) await refreshRegions().catch(() => location.reload());
       if (FINAL.includes(job.state)) {
         root.querySelectorAll("[data-while-active]").forEach((node) => node.remove());
-        // Evidence arrives just before the end; the page lists it once reloaded.
-        if (job.evidence.length > root.querySelectorAll("[data-evidence]").length) location.reload();
         return;
       }
     } catch (error) {
@@ -116,4 +144,34 @@ function followJob(root) {
   if (!FINAL.includes(root.dataset.state)) setTimeout(tick, 500);
 }
 
+// Times arrive in UTC; show them in the browser's own zone.
+function localTimes() {
+  for (const time of document.querySelectorAll("time[data-local]")) {
+    const at = new Date(time.dateTime);
+    if (!Number.isNaN(at.getTime())) {
+      time.textContent = at.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
+    }
+  }
+}
+
+// As duration_text in pages/layout.rs.
+function durationText(secs) {
+  secs = Math.max(0, Math.floor(secs));
+  if (secs < 60) return `${secs} s`;
+  if (secs < 3600) return `${Math.floor(secs / 60)} min ${secs % 60} s`;
+  return `${Math.floor(secs / 3600)} h ${Math.floor((secs % 3600) / 60)} min`;
+}
+
+// A run still going counts up from its start, measured on the server's clock: data-now is
+// the server's time when the page was made, so a browser clock set wrong does not matter.
+function tickDurations() {
+  for (const node of document.querySelectorAll("[data-since]")) {
+    node.dataset.offset ??= String(Number(node.dataset.now) - Date.now());
+    const now = Date.now() + Number(node.dataset.offset);
+    node.textContent = durationText((now - Number(node.dataset.since)) / 1000);
+  }
+}
+
+localTimes();
+setInterval(tickDurations, 1000);
 document.querySelectorAll("[data-job-live]").forEach(followJob);

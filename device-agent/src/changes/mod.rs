@@ -1,0 +1,267 @@
+//! What a run changed in its folder: the folder's state recorded when the run starts, the
+//! [`Changes`] reported with its completion, and the live diff of one file for the web.
+//!
+//! - [`snapshot`]: recording the start (a git tree through the agent's own index, or a
+//!   bounded [`manifest`] with copies of small text files), kept by [`store`] as a
+//!   [`record::StartRecord`] per job;
+//! - [`listing`]: the folder now against its start, as [`Changes`];
+//! - [`diff`]: one file's unified diff between the start ([`Recorded::before`]) and now;
+//! - [`runs_later`]: the flags of a changed file (runs code later, a credential);
+//! - [`git`]: the hardened git runner every git command of the agent goes through, and
+//!   [`tree`]: the git commands of this wing on it.
+//!
+//! **Architecture Invariant:** no git command of the agent starts a program a repository
+//! names (hooks, filters, textconv and diff drivers, fsmonitor, pagers, helpers): see
+//! [`git`]. The repository's index, refs and work tree are never written; trees and blobs
+//! of the working state go into its object store through an index of the agent's own.
+//!
+//! **Architecture Invariant:** this wing uses only [`crate::local`] and [`crate::policy`];
+//! `remote` (the live diff) and `run` (record, then report) use it, never the reverse.
+
+pub mod diff;
+pub mod git;
+pub mod listing;
+pub mod manifest;
+pub mod record;
+pub mod runs_later;
+pub mod snapshot;
+pub mod store;
+#[cfg(test)]
+mod tests;
+pub mod tree;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use tether_protocol::changes::Changes;
+use tether_protocol::jobs::ClaimedJob;
+use tether_protocol::JobId;
+
+use crate::changes::diff::Side;
+use crate::changes::git::{GitError, Repo};
+use crate::changes::record::{Base, Entry, GitStart, Manifest, StartRecord};
+use crate::changes::store::Store;
+use crate::changes::tree::Trees;
+
+/// Largest file compared line by line (as the file view shows at most 1 MiB).
+pub const MAX_COMPARED_BYTES: u64 = 1024 * 1024;
+
+/// Records the state of `folder` as `job`'s run starts. A resumed attempt of a job whose
+/// start is recorded keeps that record: its changes are the job's, from its first start.
+///
+/// # Errors
+/// When the folder cannot be read or nothing can be written.
+pub fn record_start(data_dir: &Path, job: &ClaimedJob, folder: &Path) -> Result<()> {
+    let store = Store::new(data_dir);
+    if job.resumed.is_some() && store.has(&job.id) {
+        return Ok(());
+    }
+    snapshot::record(&store, &job.id, folder).map(|_| ())
+}
+
+/// What the run of `job_id` changed in `folder` since its recorded start (`None`: no start
+/// is recorded); saved secret values in `hidden` are hidden in paths.
+///
+/// # Errors
+/// When the folder is another than the one recorded, or it or git cannot be read.
+pub fn report(
+    data_dir: &Path,
+    job_id: &JobId,
+    folder: &Path,
+    hidden: &[String],
+) -> Result<Option<Changes>> {
+    let Some(recorded) = Recorded::load(data_dir, job_id)? else {
+        return Ok(None);
+    };
+    let folder = real_folder(folder)?;
+    if folder != recorded.record.folder {
+        anyhow::bail!(
+            "the folder is {} now, the run started in {}",
+            folder.display(),
+            recorded.record.folder.display()
+        );
+    }
+    let changes = listing::changes(&recorded.store, &recorded.record, &folder, hidden)?;
+    changes
+        .check()
+        .map_err(|err| anyhow::anyhow!("the change list breaks its own rules: {err}"))?;
+    Ok(Some(changes))
+}
+
+fn real_folder(folder: &Path) -> Result<PathBuf> {
+    folder
+        .canonicalize()
+        .with_context(|| format!("cannot find {}", folder.display()))
+}
+
+/// Why the start of one path cannot be told.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    /// Nothing of it was recorded; the reason, for the web.
+    #[error("{0}")]
+    NotRecorded(String),
+    #[error("the path is a folder, not a file")]
+    Folder,
+    #[error("out of time")]
+    OutOfTime,
+    #[error(transparent)]
+    Failed(anyhow::Error),
+}
+
+impl From<GitError> for Refusal {
+    fn from(err: GitError) -> Refusal {
+        match err {
+            GitError::TimedOut { .. } => Refusal::OutOfTime,
+            other => Refusal::Failed(other.into()),
+        }
+    }
+}
+
+/// The recorded start of one job, to answer diffs with.
+#[derive(Debug)]
+pub struct Recorded {
+    store: Store,
+    record: StartRecord,
+}
+
+impl Recorded {
+    /// The start recorded for `job_id` in the data dir `data_dir`.
+    ///
+    /// # Errors
+    /// When the record exists but cannot be read.
+    pub fn load(data_dir: &Path, job_id: &JobId) -> Result<Option<Recorded>> {
+        let store = Store::new(data_dir);
+        Ok(store.load(job_id)?.map(|record| Recorded { store, record }))
+    }
+
+    /// The folder's real path when the run started.
+    pub fn folder(&self) -> &Path {
+        &self.record.folder
+    }
+
+    /// The file at `path` (relative to the folder, `/`-separated, already checked) when the
+    /// run started; git's part stops at `deadline`.
+    ///
+    /// # Errors
+    /// A [`Refusal`].
+    pub fn before(&self, path: &str, deadline: Option<Instant>) -> Result<Side, Refusal> {
+        match &self.record.base {
+            Base::Snapshot(manifest) => self.before_in_manifest(manifest, path),
+            Base::Git(start) => self.before_in_git(start, path, deadline),
+        }
+    }
+
+    fn before_in_manifest(&self, manifest: &Manifest, path: &str) -> Result<Side, Refusal> {
+        if let Some(entry) = manifest.get(path) {
+            return Ok(self.kept(entry));
+        }
+        if manifest.beyond_cut(path) {
+            return Err(Refusal::NotRecorded(
+                "the folder held more files than the run's start records; this one is not among them".into(),
+            ));
+        }
+        let parts: Vec<&str> = path.split('/').collect();
+        if let Some((_, folders)) = parts.split_last() {
+            if let Some(skipped) = folders
+                .iter()
+                .find(|part| manifest::SKIPPED_FOLDERS.contains(part))
+            {
+                return Err(Refusal::NotRecorded(format!(
+                    "{skipped} folders are not recorded at a run's start"
+                )));
+            }
+        }
+        Ok(Side::Absent)
+    }
+
+    /// A recorded file: its copy, or what was recorded of it.
+    fn kept(&self, entry: &Entry) -> Side {
+        let copy = entry
+            .sha256
+            .as_deref()
+            .filter(|_| entry.copy)
+            .and_then(|sha| self.store.read_copy(&self.record.job_id, sha).ok());
+        match copy {
+            Some(bytes) => Side::Bytes(bytes),
+            None => Side::NotKept {
+                sha256: entry.sha256.clone(),
+                binary: entry.binary,
+            },
+        }
+    }
+
+    fn before_in_git(
+        &self,
+        start: &GitStart,
+        path: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Side, Refusal> {
+        if let Some(side) = self.before_in_nested(start, path)? {
+            return Ok(side);
+        }
+        let repo = Repo {
+            git_dir: start.git_dir.clone(),
+            work_tree: start.work_tree.clone(),
+        };
+        let trees = Trees::new(&repo, &start.prefix, &start.object_format, &self.store)
+            .map_err(Refusal::Failed)?
+            .until(deadline);
+        let Some(entry) = trees.entry(&start.tree, path).map_err(git_refusal)? else {
+            if trees.ignored(path).map_err(git_refusal)? {
+                return Err(Refusal::NotRecorded(
+                    "git ignores this path, so the run's start has no record of it".into(),
+                ));
+            }
+            return Ok(Side::Absent);
+        };
+        if entry.kind != "blob" {
+            return Err(Refusal::Folder);
+        }
+        let time = deadline.map_or(Duration::from_secs(20), |at| {
+            at.saturating_duration_since(Instant::now())
+        });
+        let max = usize::try_from(MAX_COMPARED_BYTES).unwrap_or(usize::MAX);
+        // A link's blob is its target, as a link is read now.
+        let bytes = trees.blob(&entry.id, max, time).map_err(git_refusal)?;
+        Ok(bytes.map_or(Side::TooLarge, Side::Bytes))
+    }
+
+    /// A path inside a repository nested in the folder: its start from the nested
+    /// manifest (`None`: not nested).
+    fn before_in_nested(&self, start: &GitStart, path: &str) -> Result<Option<Side>, Refusal> {
+        let root_at_start = start
+            .nested_roots
+            .iter()
+            .find(|root| path.starts_with(&format!("{root}/")));
+        let nested_now = || nested_root_now(&self.record.folder, path);
+        let Some(root) = root_at_start.cloned().or_else(nested_now) else {
+            return Ok(None);
+        };
+        if let Some(entry) = start.nested.get(path) {
+            return Ok(Some(self.kept(entry)));
+        }
+        let existed = root_at_start.is_some();
+        if existed && (!runs_later::runs_later(path) || start.nested.beyond_cut(path)) {
+            return Err(Refusal::NotRecorded(format!(
+                "{path} is inside the nested repository {root}: of it, only the files that run code later are recorded"
+            )));
+        }
+        Ok(Some(Side::Absent))
+    }
+}
+
+/// The outermost folder above `path` (not the folder itself) that holds a `.git` now.
+fn nested_root_now(folder: &Path, path: &str) -> Option<String> {
+    let parts: Vec<&str> = path.split('/').collect();
+    (1..parts.len())
+        .map(|count| parts[..count].join("/"))
+        .find(|root| manifest::join(folder, root).join(".git").exists())
+}
+
+fn git_refusal(err: anyhow::Error) -> Refusal {
+    match err.downcast::<GitError>() {
+        Ok(git) => git.into(),
+        Err(other) => Refusal::Failed(other),
+    }
+}

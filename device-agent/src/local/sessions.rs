@@ -1,0 +1,201 @@
+//! `acp-sessions.json`: which ACP session each recent run of this computer worked in, so a
+//! follow-up of that job (Continue) or a carry-on after a restart can ask the coding agent to
+//! load it again (`session/load`) instead of starting from nothing.
+//!
+//! Only ids are kept: the job, the engine's name, the agent's session id, the folder's label
+//! and canonical path, and when. The conversation itself stays with the agent. The newest
+//! [`MAX_SESSIONS`] jobs are kept, the oldest dropped first. A missing, unreadable or partly
+//! unreadable file costs only the sessions it held: a run then starts a new session.
+
+use std::collections::VecDeque;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use anyhow::{Context, Result};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tether_protocol::JobId;
+
+use crate::local::state::write_atomic;
+
+/// The file's name in the data dir.
+pub const SESSIONS_FILE: &str = "acp-sessions.json";
+/// How many jobs keep their session.
+pub const MAX_SESSIONS: usize = 500;
+
+/// Held while the file is read, changed and written back: runs end concurrently, and one
+/// agent process owns the data dir (`run.lock`), so an in-process lock is enough.
+static FILE_LOCK: Mutex<()> = Mutex::new(());
+
+/// The session one job's run worked in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredSession {
+    pub job_id: JobId,
+    /// The engine's name on this computer: a session belongs to the agent that made it.
+    pub engine: String,
+    /// The agent's own id for the session, as `session/new` answered it.
+    pub session_id: String,
+    /// The shared folder's label.
+    pub folder: String,
+    /// The folder's canonical path, the session's `cwd`: an agent loads a session only in
+    /// the folder it was made in.
+    pub cwd: PathBuf,
+    pub at: DateTime<Utc>,
+}
+
+/// The sessions file of one data dir.
+#[derive(Debug, Clone)]
+pub struct Sessions {
+    path: PathBuf,
+}
+
+impl Sessions {
+    /// The sessions file in `data_dir`.
+    pub fn in_dir(data_dir: &Path) -> Sessions {
+        Sessions::at(data_dir.join(SESSIONS_FILE))
+    }
+
+    fn at(path: PathBuf) -> Sessions {
+        Sessions { path }
+    }
+
+    /// Stores `session` as its job's (replacing an earlier one), keeping the newest
+    /// [`MAX_SESSIONS`].
+    ///
+    /// # Errors
+    /// When the file cannot be read or written.
+    pub fn remember(&self, session: StoredSession) -> Result<()> {
+        self.remember_within(session, MAX_SESSIONS)
+    }
+
+    fn remember_within(&self, session: StoredSession, max: usize) -> Result<()> {
+        let _guard = FILE_LOCK.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut sessions = self.read()?;
+        sessions.retain(|known| known.job_id != session.job_id);
+        sessions.push_back(session);
+        while sessions.len() > max {
+            sessions.pop_front();
+        }
+        let bytes = serde_json::to_vec(&sessions)?;
+        write_atomic(&self.path, &bytes)
+            .with_context(|| format!("cannot write {}", self.path.display()))
+    }
+
+    /// The session stored for `job_id`, if any. A file that cannot be read is no session.
+    pub fn find(&self, job_id: &JobId) -> Option<StoredSession> {
+        let _guard = FILE_LOCK.lock().unwrap_or_else(PoisonError::into_inner);
+        match self.read() {
+            Ok(sessions) => sessions.into_iter().find(|known| &known.job_id == job_id),
+            Err(err) => {
+                tracing::warn!("stored ACP sessions unreadable: {err:#}");
+                None
+            }
+        }
+    }
+
+    /// Every stored session, oldest first; entries that do not parse are left out (and gone
+    /// at the next write), a file that does not parse at all is empty.
+    fn read(&self) -> Result<VecDeque<StoredSession>> {
+        let bytes = match fs::read(&self.path) {
+            Ok(bytes) => bytes,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(VecDeque::new()),
+            Err(err) => {
+                return Err(err).with_context(|| format!("cannot read {}", self.path.display()))
+            }
+        };
+        let entries: Vec<serde_json::Value> = match serde_json::from_slice(&bytes) {
+            Ok(entries) => entries,
+            Err(err) => {
+                tracing::warn!("{SESSIONS_FILE} is unreadable, starting afresh: {err}");
+                Vec::new()
+            }
+        };
+        Ok(entries
+            .into_iter()
+            .filter_map(|entry| serde_json::from_value(entry).ok())
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(job: &str, engine: &str) -> StoredSession {
+        StoredSession {
+            job_id: JobId::parse(job).unwrap_or_else(|err| panic!("{err}")),
+            engine: engine.to_owned(),
+            session_id: format!("session-of-{job}"),
+            folder: "work".to_owned(),
+            cwd: PathBuf::from("/work"),
+            at: Utc::now(),
+        }
+    }
+
+    fn id(job: &str) -> JobId {
+        JobId::parse(job).unwrap_or_else(|err| panic!("{err}"))
+    }
+
+    #[test]
+    fn sessions_are_found_by_job_and_replaced() -> Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let sessions = Sessions::in_dir(tmp.path());
+        assert_eq!(sessions.find(&id("job1")), None);
+        sessions.remember(session("job1", "claude"))?;
+        sessions.remember(session("job2", "codex"))?;
+        let mut again = session("job1", "claude");
+        again.session_id = "newer".to_owned();
+        sessions.remember(again.clone())?;
+        assert_eq!(sessions.find(&id("job1")), Some(again));
+        assert_eq!(
+            sessions.find(&id("job2")).map(|found| found.engine),
+            Some("codex".to_owned())
+        );
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(tmp.path().join(SESSIONS_FILE))?
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn the_oldest_go_first() -> Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let sessions = Sessions::in_dir(tmp.path());
+        for job in ["job1", "job2", "job3", "job4"] {
+            sessions.remember_within(session(job, "claude"), 3)?;
+        }
+        let kept: Vec<bool> = ["job1", "job2", "job3", "job4"]
+            .iter()
+            .map(|job| sessions.find(&id(job)).is_some())
+            .collect();
+        assert_eq!(kept, [false, true, true, true]);
+        Ok(())
+    }
+
+    #[test]
+    fn a_corrupt_file_costs_only_what_it_held() -> Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let sessions = Sessions::in_dir(tmp.path());
+        let path = tmp.path().join(SESSIONS_FILE);
+        fs::write(&path, b"{not json")?;
+        assert_eq!(sessions.find(&id("job1")), None);
+        sessions.remember(session("job1", "claude"))?;
+        assert!(sessions.find(&id("job1")).is_some());
+        // One bad entry among good ones leaves the others readable.
+        let good = serde_json::to_value(session("job2", "claude"))?;
+        fs::write(
+            &path,
+            serde_json::to_vec(&serde_json::json!([{"jobId": "x y"}, 7, good]))?,
+        )?;
+        assert!(sessions.find(&id("job2")).is_some());
+        Ok(())
+    }
+}

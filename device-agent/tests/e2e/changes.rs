@@ -1,0 +1,240 @@
+//! What a run changed, end to end: a recipe edits, adds, deletes and renames files in a git
+//! repository with uncommitted work of its owner's; the finished job lists exactly the
+//! run's changes (flags included), and `GET /api/jobs/{id}/diff?path=` answers one file's
+//! unified diff as text, to its owner only, refusing paths the file view refuses.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::json;
+use tether_protocol::changes::{ChangeBaseKind, ChangeStatus, FLAG_RUNS_LATER};
+use tether_protocol::jobs::JobState;
+
+use crate::{agent_ok, pair, spawn_server, Daemon, Web};
+
+const RECIPE: &str = r#"printf 'a line the run added\n' >> edited.txt
+rm deleted.txt
+mv old-name.txt new-name.txt
+printf 'brand new\n' > added.txt
+printf '{"name": "app", "scripts": {"postinstall": "./setup.sh"}}\n' > package.json
+echo done"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_job_lists_its_changes_and_answers_diffs() {
+    if Command::new("git").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: git is not installed");
+        return;
+    }
+    let server = spawn_server(None).await;
+    let web = Web::sign_up(&server.base).await;
+    let home = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let head = dirty_repository(work.path());
+    let device_id = pair(&server.base, &web, home.path()).await;
+    agent_ok(
+        home.path(),
+        &["folders", "share", "work", work.path().to_str().unwrap()],
+    )
+    .await;
+    agent_ok(
+        home.path(),
+        &["recipe", "add", "edits", "--", "sh", "-c", RECIPE],
+    )
+    .await;
+    let daemon = Daemon::start(home.path());
+    web.wait_for_device(&device_id, |device| {
+        device.online && device.capabilities.is_some()
+    })
+    .await;
+
+    let job = web.create_job(&device_id, "edits", "change things").await;
+    let job_id = job.id.to_string();
+    let job = web
+        .wait_for_job(&job_id, Duration::from_secs(60), |job| job.state.is_final())
+        .await;
+    assert_eq!(
+        job.state,
+        JobState::Succeeded,
+        "{job:#?}\n{}",
+        daemon.stderr()
+    );
+    let changes = job
+        .changes
+        .clone()
+        .unwrap_or_else(|| panic!("no changes: {job:#?}\n{}", daemon.stderr()));
+    assert_eq!(changes.base.kind, ChangeBaseKind::Git);
+    assert_eq!(changes.base.head.as_deref(), Some(head.as_str()));
+    let listed: Vec<(&str, ChangeStatus, Option<&str>, u64, u64)> = changes
+        .files
+        .iter()
+        .map(|file| {
+            (
+                file.path.as_str(),
+                file.status,
+                file.from.as_deref(),
+                file.additions,
+                file.deletions,
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("added.txt", ChangeStatus::Added, None, 1, 0),
+            ("deleted.txt", ChangeStatus::Deleted, None, 0, 2),
+            ("edited.txt", ChangeStatus::Modified, None, 1, 0),
+            (
+                "new-name.txt",
+                ChangeStatus::Renamed,
+                Some("old-name.txt"),
+                0,
+                0
+            ),
+            ("package.json", ChangeStatus::Modified, None, 1, 1),
+        ],
+        "the owner's uncommitted work is no part of the run's changes"
+    );
+    let package = changes
+        .files
+        .iter()
+        .find(|file| file.path == "package.json");
+    assert_eq!(
+        package.map(|file| file.flags.clone()),
+        Some(vec![FLAG_RUNS_LATER.to_owned()])
+    );
+    assert_eq!(changes.totals.files, 5);
+    assert!(!changes.truncated);
+
+    // One file's diff, as text.
+    let res = web
+        .get(&format!("/api/jobs/{job_id}/diff?path=edited.txt"))
+        .await;
+    assert_eq!(res.status(), StatusCode::OK, "{}", daemon.stderr());
+    let content_type = res
+        .headers()
+        .get("content-type")
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(content_type.starts_with("text/plain"), "{content_type}");
+    assert_eq!(
+        res.text().await.unwrap(),
+        concat!(
+            "--- a/edited.txt\n+++ b/edited.txt\n@@ -1,3 +1,4 @@\n",
+            " edited line 1\n edited line 2\n edited line 3\n+a line the run added\n"
+        )
+    );
+    let res = web
+        .get(&format!("/api/jobs/{job_id}/diff?path=dirty.txt"))
+        .await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.text().await.unwrap(), "", "unchanged by the run");
+
+    // Paths the file view refuses are refused here too.
+    for path in ["../outside.txt", "/etc/passwd", ".git/config", ".env"] {
+        let res = web
+            .get(&format!("/api/jobs/{job_id}/diff?path={path}"))
+            .await;
+        let status = res.status();
+        assert!(
+            status == StatusCode::FORBIDDEN || status == StatusCode::UNPROCESSABLE_ENTITY,
+            "{path}: {status} {}",
+            res.text().await.unwrap_or_default()
+        );
+    }
+
+    // Another account's job does not exist for it.
+    let other = sign_up_other(&server.base).await;
+    let res = other
+        .get(&format!("/api/jobs/{job_id}/diff?path=edited.txt"))
+        .await;
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    eprintln!("--- tether-agent run said:\n{}", daemon.stderr());
+}
+
+/// A repository with a commit, then uncommitted work of its owner's (a changed file, an
+/// untracked one, a `.env`); `HEAD`'s commit.
+fn dirty_repository(work: &Path) -> String {
+    let write = |name: &str, text: &str| std::fs::write(work.join(name), text).unwrap();
+    write(
+        "edited.txt",
+        "edited line 1\nedited line 2\nedited line 3\n",
+    );
+    write("deleted.txt", "deleted 1\ndeleted 2\n");
+    let moved: String = (1..=20).map(|n| format!("moved line {n}\n")).collect();
+    write("old-name.txt", &moved);
+    write("dirty.txt", "committed\n");
+    write("package.json", "{\"name\": \"app\"}\n");
+    write(".gitignore", ".env\n");
+    git(work, &["init", "-q"]);
+    git(work, &["add", "-A"]);
+    git(work, &["commit", "-q", "-m", "first"]);
+    write("dirty.txt", "committed\nand changed by the owner\n");
+    write("untracked.txt", "the owner's\n");
+    write(".env", "TOKEN=x\n");
+    git(work, &["rev-parse", "HEAD"])
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let output = Command::new("git")
+        .current_dir(dir)
+        .env("HOME", dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .args([
+            "-c",
+            "user.name=Owner",
+            "-c",
+            "user.email=owner@example.com",
+        ])
+        .args([
+            "-c",
+            "init.defaultBranch=main",
+            "-c",
+            "commit.gpgsign=false",
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+/// A second account, with an API token of its own.
+async fn sign_up_other(base: &str) -> Web {
+    let browser = reqwest::Client::builder()
+        .cookie_store(true)
+        .build()
+        .unwrap();
+    let res = browser
+        .post(format!("{base}/api/auth/signup"))
+        .json(&json!({ "email": "other@example.com", "password": "another horse battery", "name": "Other" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let csrf = res
+        .headers()
+        .get("x-tether-csrf")
+        .map(|value| value.to_str().unwrap().to_owned());
+    let mut request = browser
+        .post(format!("{base}/api/tokens"))
+        .json(&json!({ "name": "e2e" }));
+    if let Some(csrf) = csrf {
+        request = request.header("x-tether-csrf", csrf);
+    }
+    let res = request.send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let created: serde_json::Value = res.json().await.unwrap();
+    Web {
+        base: base.to_owned(),
+        http: reqwest::Client::new(),
+        token: created["token"].as_str().unwrap().to_owned(),
+    }
+}

@@ -1,0 +1,243 @@
+//! The job page after a run: what it changed, where and when it ran, Run again and
+//! Continue, the chain of follow-ups; the Jobs list's lines; Assign starting from the last
+//! used. Runs are faked through the device API; the page's HTML is checked.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use tether_protocol::capabilities::{Engine, EngineKind};
+use tether_protocol::jobs::Job;
+
+use crate::both_backends;
+use crate::helpers::{job_body, spawn_app, DeviceClient, TestApp, WebClient};
+
+async fn html(web: &WebClient, path: &str) -> (u16, String) {
+    let res = web.get(path).await;
+    let status = res.status().as_u16();
+    (status, res.text().await.unwrap())
+}
+
+fn changes() -> Value {
+    json!({
+        "base": { "kind": "git", "head": "4b825dc642cb6eb9a060e54bf8d69288fbee4904" },
+        "files": [
+            { "path": ".env", "status": "modified", "additions": 1, "deletions": 0,
+              "binary": false, "flags": ["credential"] },
+            { "path": "package.json", "status": "modified", "additions": 2, "deletions": 1,
+              "binary": false, "flags": ["runs_later"] },
+            { "path": "src/<b>new</b>.rs", "status": "renamed", "from": "src/old.rs",
+              "additions": 9, "deletions": 3, "binary": false, "flags": [] },
+        ],
+        "totals": { "files": 5, "additions": 14, "deletions": 4 },
+        "truncated": true,
+    })
+}
+
+/// Queues `body`, claims it, lets `took` pass on the server's clock and completes it with
+/// `done`.
+async fn run_to_end(
+    app: &TestApp,
+    ann: &WebClient,
+    device: &DeviceClient,
+    body: &Value,
+    took: Duration,
+    done: Value,
+) -> Job {
+    let res = ann.post("/api/jobs", body).await;
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let job: Job = res.json().await.unwrap();
+    let claimed = device.claim_job().await;
+    assert_eq!(claimed.id, job.id);
+    app.advance(took);
+    let res = device
+        .complete(job.id.as_str(), claimed.lease_token.expose(), &done)
+        .await;
+    assert_eq!(res.status(), StatusCode::OK);
+    ann.job(job.id.as_str()).await
+}
+
+fn succeeded_with_changes() -> Value {
+    json!({ "outcome": "succeeded", "summary": "exit code 0", "exitCode": 0, "changes": changes() })
+}
+
+both_backends! {
+    async fn an_ended_job_shows_what_it_changed(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let device = app.device(&ann, "install-1").await;
+        let body = job_body(&device.device_id);
+        let job = run_to_end(&app, &ann, &device, &body, Duration::from_secs(5), succeeded_with_changes()).await;
+        assert!(job.changes.is_some(), "the server keeps the list");
+        let (status, page) = html(&ann, &format!("/jobs/{}", job.id)).await;
+        assert_eq!(status, 200);
+        assert!(page.contains(&format!(r#"data-changes="/api/jobs/{}/diff""#, job.id)), "{page}");
+        assert!(page.contains("5 files changed, +14 \u{2212}4"), "{page}");
+        assert!(page.contains("and 2 more files not listed"), "{page}");
+        // The summary warning, then a badge on the one file that runs later.
+        assert!(page.contains("<strong>Review before you build or run.</strong> 1 file here can run code outside the sandbox later: hooks, build scripts, task and CI files"), "{page}");
+        assert_eq!(page.matches(r#"<span class="badge warn-badge">Review before you build or run</span>"#).count(), 1);
+        assert!(page.contains(r#"data-diff-path="package.json""#), "{page}");
+        // A credential is named, with no way to its diff.
+        assert!(page.contains(r#"<span class="file-name">.env</span>"#) && !page.contains(r#"data-diff-path=".env""#), "{page}");
+        assert!(page.contains("Credential file"), "{page}");
+        assert!(page.contains("renamed from src/old.rs"), "{page}");
+        assert!(page.contains("src/&lt;b&gt;new&lt;/b&gt;.rs") && !page.contains("<b>new</b>"), "{page}");
+        assert!(page.contains(r#"<script src="/assets/job.js" defer>"#), "{page}");
+        let script = ann.get("/assets/job.js").await;
+        assert!(script.headers()["content-type"].to_str().unwrap().starts_with("text/javascript"));
+        let script = script.text().await.unwrap();
+        assert!(script.contains("device_offline") && script.contains("device_timeout"), "{script}");
+        assert!(!script.contains("innerHTML"), "the computer's text never becomes markup");
+
+        // A job that has not run shows no Changes and no way to run it again.
+        let queued = ann.create_job(&device.device_id).await;
+        let (_, page) = html(&ann, &format!("/jobs/{}", queued.id)).await;
+        assert!(!page.contains("data-changes") && !page.contains("/rerun"), "{page}");
+        assert!(page.contains(r#"data-files-toggle aria-expanded="false" aria-controls="files-browser""#), "{page}");
+        assert!(page.contains(&format!(r#"data-files="/api/jobs/{}" data-folder="work""#, queued.id)), "{page}");
+    }
+
+    async fn the_page_says_where_and_when_and_never_repeats_the_state(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let device = app.device(&ann, "install-1").await;
+        let body = job_body(&device.device_id);
+        let done = json!({ "outcome": "cancelled", "summary": "cancelled" });
+        let job = run_to_end(&app, &ann, &device, &body, Duration::from_secs(100), done).await;
+        let (_, page) = html(&ann, &format!("/jobs/{}", job.id)).await;
+        assert!(page.contains(&format!(r#"<a href="/computers#device-{}">laptop</a>"#, device.device_id)), "{page}");
+        assert!(page.contains("<dt>Folder</dt><dd><code>work</code></dd><dt>Engine</dt><dd>echo</dd><dt>Mode</dt><dd>review</dd>"), "{page}");
+        for label in ["Created", "Started", "Ended"] {
+            assert!(page.contains(&format!("<dt>{label}</dt><dd><time datetime=")), "{label}: {page}");
+        }
+        assert!(page.contains(r#"<dd data-field="duration"><span>1 min 40 s</span></dd>"#), "{page}");
+        assert!(page.contains("UTC</time> (1 min ago)"), "{page}");
+        assert!(page.contains(r#"<p data-field="outcome"></p>"#), "the badge says cancelled once: {page}");
+        // Ended jobs of a paired computer offer both ways on.
+        assert!(page.contains(&format!(r#"data-api="/api/jobs/{}/rerun" data-redirect="/jobs/{{id}}""#, job.id)), "{page}");
+        assert!(page.contains(r#"<textarea name="prompt" maxlength="20000">cargo test</textarea>"#), "the old prompt: {page}");
+
+        // A running job counts its duration in the browser, from the server's clock.
+        let running = ann.create_job(&device.device_id).await;
+        let claimed = device.claim_job().await;
+        app.advance(Duration::from_secs(42));
+        let (_, page) = html(&ann, &format!("/jobs/{}", running.id)).await;
+        let since = app.now() - chrono::Duration::seconds(42);
+        assert!(page.contains(&format!(r#"<span data-since="{}" data-now="{}">42 s</span>"#, since.timestamp_millis(), app.now().timestamp_millis())), "{page}");
+        assert!(!page.contains("/rerun") && page.contains("data-while-active"), "{page}");
+        let done = json!({ "outcome": "failed", "summary": "exit code 3", "exitCode": 3 });
+        device.complete(running.id.as_str(), claimed.lease_token.expose(), &done).await;
+        let (_, page) = html(&ann, &format!("/jobs/{}", running.id)).await;
+        assert!(page.contains(r#"<p data-field="outcome">exit code 3</p>"#), "{page}");
+
+        // A queued job says why it waits, as the API does.
+        let queued = ann.create_job(&device.device_id).await;
+        let api: Value = ann.get(&format!("/api/jobs/{}", queued.id)).await.json().await.unwrap();
+        let (_, page) = html(&ann, &format!("/jobs/{}", queued.id)).await;
+        match api["queuedBecause"].as_str() {
+            Some(why) => assert!(page.contains(&maud::html! { (why) }.into_string()), "{why}: {page}"),
+            None => assert!(page.contains(r#"data-field="queued-because" hidden"#), "{page}"),
+        }
+    }
+
+    async fn continue_and_the_chain_of_follow_ups(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let device = app.device(&ann, "install-1").await;
+        let mut body = job_body(&device.device_id);
+        body["secrets"] = json!(["API_KEY"]);
+        body["network"] = json!(true);
+        let earlier = run_to_end(&app, &ann, &device, &body, Duration::from_secs(1), succeeded_with_changes()).await;
+        let (_, page) = html(&ann, &format!("/jobs/{}", earlier.id)).await;
+        // The Continue form carries the spec as the API takes it.
+        for field in [
+            format!(r#"<input type="hidden" name="deviceId" value="{}">"#, device.device_id),
+            format!(r#"<input type="hidden" name="continues" value="{}">"#, earlier.id),
+            r#"<input type="hidden" name="folder" value="work">"#.to_owned(),
+            r#"<input type="hidden" name="engine" value="echo">"#.to_owned(),
+            r#"<input type="hidden" name="mode" value="review">"#.to_owned(),
+            r#"<input type="hidden" name="network" value="true" data-json>"#.to_owned(),
+            r#"<input type="hidden" name="timeoutMinutes" value="30" data-number>"#.to_owned(),
+            r#"<input type="hidden" name="secrets" value="[&quot;API_KEY&quot;]" data-json>"#.to_owned(),
+            r#"value="Follow-up: Run the tests""#.to_owned(),
+        ] {
+            assert!(page.contains(&field), "{field}: {page}");
+        }
+        // What the form posts, as app.js sends it.
+        let follow_up = json!({
+            "deviceId": device.device_id, "continues": earlier.id, "folder": "work", "engine": "echo",
+            "mode": "review", "network": true, "timeoutMinutes": 30, "secrets": ["API_KEY"],
+            "title": "Follow-up: Run the tests", "prompt": "Now fix what failed",
+        });
+        let res = ann.post("/api/jobs", &follow_up).await;
+        assert_eq!(res.status(), StatusCode::CREATED, "{}", res.text().await.unwrap());
+        let later: Job = res.json().await.unwrap();
+        let (_, page) = html(&ann, &format!("/jobs/{}", later.id)).await;
+        assert!(page.contains(&format!(r#"<p data-field="continues">Continues <a href="/jobs/{}">Run the tests</a></p>"#, earlier.id)), "{page}");
+        let (_, page) = html(&ann, &format!("/jobs/{}", earlier.id)).await;
+        assert!(page.contains(&format!(r#"<p data-field="continued-by">Continued by <a href="/jobs/{}">Follow-up: Run the tests</a></p>"#, later.id)), "{page}");
+        // Continued once: the way on is from the later job.
+        assert!(!page.contains(r#"name="continues""#) && page.contains("go on from"), "{page}");
+
+        // Another account sees none of it.
+        let eve = app.user("eve@example.com").await;
+        let (status, page) = html(&eve, &format!("/jobs/{}", later.id)).await;
+        assert_eq!(status, 404);
+        assert!(!page.contains("Run the tests"), "{page}");
+    }
+
+    async fn bad_job_addresses_are_not_found_pages(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        for path in ["/jobs/not-a-job", "/jobs/%00", "/jobs/0190d4b8-0000-7000-8000-000000000000", "/jobs/%F0%9F%92%A5"] {
+            let (status, page) = html(&ann, path).await;
+            assert_eq!(status, 404, "{path}");
+            assert!(page.contains("Not found"), "{path}: {page}");
+        }
+    }
+
+    async fn the_jobs_list_names_computer_state_duration_and_when(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let device = app.device(&ann, "install-1").await;
+        let body = job_body(&device.device_id);
+        let done = json!({ "outcome": "succeeded", "summary": "ok" });
+        run_to_end(&app, &ann, &device, &body, Duration::from_secs(75), done).await;
+        app.advance(Duration::from_secs(180));
+        let (_, list) = html(&ann, "/jobs").await;
+        assert!(list.contains(r#"<span class="badge state-succeeded">succeeded</span>"#), "{list}");
+        assert!(list.contains("laptop · echo in work · <span>1 min 15 s</span> · 4 min ago"), "{list}");
+    }
+
+    async fn assign_starts_from_the_last_used_computer_folder_and_engine(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let first = app.device(&ann, "install-1").await;
+        let second = app.device(&ann, "install-2").await;
+        let mut capabilities = second.capabilities();
+        capabilities.folders = vec!["work".to_owned(), "docs".to_owned()];
+        capabilities.engines.push(Engine { name: "tests".to_owned(), kind: EngineKind::Recipe });
+        assert_eq!(second.heartbeat_with(capabilities.clone(), &[]).await.status(), StatusCode::OK);
+        let (_, page) = html(&ann, "/assign").await;
+        assert!(page.contains(&format!(r#"<option value="{}" selected>"#, first.device_id)), "no job yet: the first: {page}");
+
+        let mut body = job_body(&second.device_id);
+        body["folder"] = json!("docs");
+        body["engine"] = json!("tests");
+        assert_eq!(ann.post("/api/jobs", &body).await.status(), StatusCode::CREATED);
+        let (_, page) = html(&ann, "/assign").await;
+        assert!(page.contains(&format!(r#"<option value="{}" selected>"#, second.device_id)), "{page}");
+        assert!(page.contains(r#"<option value="docs" selected>docs</option>"#), "{page}");
+        assert!(page.contains(r#"<option value="tests" selected>tests</option>"#), "{page}");
+        // Asking for the other computer starts from its own defaults.
+        let (_, page) = html(&ann, &format!("/assign?device={}", first.device_id)).await;
+        assert!(page.contains(r#"<option value="work">work</option>"#) && !page.contains("docs"), "{page}");
+
+        // A folder the computer stopped sharing is not chosen.
+        capabilities.folders = vec!["work".to_owned()];
+        assert_eq!(second.heartbeat_with(capabilities, &[]).await.status(), StatusCode::OK);
+        let (_, page) = html(&ann, "/assign").await;
+        assert!(page.contains(r#"<option value="work">work</option>"#) && !page.contains("docs"), "{page}");
+    }
+}
