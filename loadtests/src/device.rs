@@ -395,6 +395,7 @@ pub fn capabilities(device: &Device) -> Capabilities {
         },
         seal_key: device.seal_key.clone(),
         accept_web_approvals: true,
+        git: None,
     }
 }
 

@@ -106,6 +106,7 @@ impl JobRow {
             evidence: Vec::new(),
             continued_by: None,
             queued_because: None,
+            delivery: None,
         })
     }
 }

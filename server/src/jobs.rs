@@ -73,6 +73,7 @@ impl TryFrom<NewJobParams> for NewJob {
             network: params.network,
             timeout_minutes: params.timeout_minutes,
             secrets: params.secrets,
+            git: params.git,
         };
         Ok(NewJob {
             device_id: params.device_id,
@@ -163,6 +164,7 @@ pub async fn create(store: &Store, account_id: &AccountId, new: NewJob) -> Resul
         continues,
         continued_by: None,
         queued_because: None,
+        delivery: None,
     })
 }
 
@@ -239,6 +241,7 @@ pub async fn rerun(
         timeout_minutes: spec.timeout_minutes,
         secrets: spec.secrets,
         continues: None,
+        git: spec.git,
     };
     create(store, account_id, NewJob::try_from(params)?).await
 }

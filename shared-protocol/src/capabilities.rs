@@ -74,4 +74,18 @@ pub struct Capabilities {
     pub seal_key: SealKey,
     /// Off keeps every decision answer on the computer.
     pub accept_web_approvals: bool,
+    /// Present when the computer delivers work with git (branches, commits, pushes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<GitCapability>,
+}
+
+/// What the computer's git delivery can do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GitCapability {
+    /// `git --version`'s number, e.g. `2.47.3`.
+    pub version: String,
+    /// Hosts with a GitHub token in the vault (pull requests), e.g. `github.com`.
+    #[serde(default)]
+    pub github_hosts: Vec<String>,
 }

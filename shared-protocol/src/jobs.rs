@@ -6,6 +6,7 @@ use utoipa::ToSchema;
 
 use crate::changes::Changes;
 use crate::decisions::Decision;
+use crate::git::{DeliveryReport, GitOptions};
 use crate::ids::{DeviceId, JobId};
 use crate::lease::LeaseToken;
 
@@ -133,6 +134,9 @@ pub struct NewJobParams {
     /// claimed before that one ended, and works on what that one left in the folder.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continues: Option<JobId>,
+    /// What becomes of the work in a git repository; absent: nothing (no git handling).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<GitOptions>,
 }
 
 /// `POST /api/jobs/{id}/rerun`: a new job with the same spec; `prompt` replaces the
@@ -157,6 +161,9 @@ pub struct JobSpec {
     pub timeout_minutes: u32,
     #[serde(default)]
     pub secrets: Vec<String>,
+    /// What becomes of the work in a git repository (delivery, branch, pull request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<GitOptions>,
 }
 
 /// One line of a job's timeline.
@@ -213,6 +220,9 @@ pub struct Job {
     /// folder, the job it follows up has not ended, or the account's run limit.
     #[serde(default)]
     pub queued_because: Option<String>,
+    /// What became of the work in git (branch, commits, push, pull request), once known.
+    #[serde(default)]
+    pub delivery: Option<DeliveryReport>,
 }
 
 /// A file a run attached to its result.
@@ -386,6 +396,10 @@ pub struct CompleteParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Changes>)]
     pub changes: Option<serde_json::Value>,
+    /// What became of the work in git ([`DeliveryReport`]); checked like `changes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<DeliveryReport>)]
+    pub delivery: Option<serde_json::Value>,
 }
 
 /// Answer of complete, and of cancel.

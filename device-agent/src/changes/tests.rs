@@ -44,6 +44,7 @@ fn rig() -> Result<Rig> {
             network: false,
             timeout_minutes: 5,
             secrets: Vec::new(),
+            git: None,
         },
         resumed: None,
         continues: None,

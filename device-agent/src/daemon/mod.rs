@@ -427,6 +427,7 @@ impl Shared {
             sandbox: sandbox::report(),
             seal_key: self.seal_key.clone(),
             accept_web_approvals: config.accept_web_approvals,
+            git: None,
         }
     }
 

@@ -187,6 +187,7 @@ mod tests {
                 network: false,
                 timeout_minutes: 1,
                 secrets: Vec::new(),
+                git: None,
             },
             resumed: None,
             continues: None,

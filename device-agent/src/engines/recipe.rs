@@ -193,6 +193,7 @@ fn completion(
         exit_code,
         report: None,
         changes: None,
+        delivery: None,
     })
 }
 

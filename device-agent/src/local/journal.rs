@@ -117,6 +117,7 @@ impl RunRecord {
                 exit_code: *exit_code,
                 report: None,
                 changes: changes.clone(),
+                delivery: None,
             }),
             RunState::Starting | RunState::Running => None,
         }
@@ -383,6 +384,7 @@ mod tests {
                 network: false,
                 timeout_minutes: 5,
                 secrets: Vec::new(),
+                git: None,
             },
             resumed: Some(1),
             continues: None,

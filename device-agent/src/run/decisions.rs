@@ -723,6 +723,7 @@ mod tests {
                 network: false,
                 timeout_minutes: 5,
                 secrets: Vec::new(),
+                git: None,
             },
             resumed: None,
             continues: None,

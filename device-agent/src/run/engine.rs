@@ -49,6 +49,7 @@ pub fn blocked(summary: String) -> CompleteParams {
         exit_code: None,
         report: None,
         changes: None,
+        delivery: None,
     }
 }
 

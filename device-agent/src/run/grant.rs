@@ -150,6 +150,7 @@ pub(crate) mod tests {
                 network: false,
                 timeout_minutes,
                 secrets: Vec::new(),
+                git: None,
             },
             resumed: None,
             continues: None,

@@ -681,6 +681,7 @@ impl Harness {
             exit_code: None,
             report: None,
             changes: None,
+            delivery: None,
         };
         self.client
             .complete(&run.job_id, &lease.token(), &params)
@@ -755,6 +756,7 @@ fn heartbeat_params(
             },
             seal_key: seal_key.public().clone(),
             accept_web_approvals,
+            git: None,
         },
         running: runs
             .iter()

@@ -56,7 +56,8 @@ impl VapidKey {
     pub fn from_base64(encoded: &str) -> anyhow::Result<VapidKey> {
         let bytes = URL_SAFE_NO_PAD
             .decode(encoded.trim().trim_end_matches('='))
-            .context("the key must be base64url")?;
+            // Without the decoder's detail, which would quote the key.
+            .map_err(|_| anyhow::anyhow!("the key must be base64url"))?;
         let secret = SecretKey::from_slice(&bytes)
             .map_err(|_| anyhow::anyhow!("the key must be a 32-byte P-256 private scalar"))?;
         Ok(VapidKey::from_secret(&secret))

@@ -394,6 +394,7 @@ impl DeviceClient {
             },
             seal_key: self.seal_key.clone(),
             accept_web_approvals: true,
+            git: None,
         }
     }
 

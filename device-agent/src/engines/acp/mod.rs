@@ -713,6 +713,7 @@ fn completion(done: Completion) -> Result<CompleteParams, StopReason> {
         exit_code: None,
         report: Some(report),
         changes: None,
+        delivery: None,
     })
 }
 

@@ -1179,6 +1179,7 @@ mod tests {
                 network: false,
                 timeout_minutes: 5,
                 secrets: Vec::new(),
+                git: None,
             },
             resumed: None,
             continues: None,
