@@ -20,6 +20,7 @@
 use serde_json::json;
 use tether_protocol::changes::Changes;
 use tether_protocol::decisions::DecisionState;
+use tether_protocol::git::DeliveryReport;
 use tether_protocol::jobs::{Job, JobEvent, JobOutcome, JobSpec, JobState, Outcome};
 use tether_protocol::{AccountId, Code, DeviceId, JobId, LeaseToken};
 
@@ -31,7 +32,7 @@ use crate::store::{on_read, on_tx, stored_id, Store, Tx};
 
 const JOB_COLUMNS: &str = "id, account_id, device_id, title, spec_json, state, attempt, \
     cancel_requested, outcome_json, lease_token_hash, lease_expires_at, progress_seq, \
-    created_at, started_at, ended_at, last_lease_hash, end_cause, resumes, continues, changes_json";
+    created_at, started_at, ended_at, last_lease_hash, end_cause, resumes, continues, changes_json, delivery_json";
 
 /// A `jobs` row. Not `Serialize`: [`JobRow::into_job`] builds the wire type. Only this
 /// module reads or writes one; the fields are for callers' decisions.
@@ -59,6 +60,8 @@ pub(crate) struct JobRow {
     pub(crate) continues: Option<String>,
     /// The [`Changes`] its computer reported, checked before it was stored.
     pub(crate) changes_json: Option<String>,
+    /// The [`DeliveryReport`] its computer reported, checked before it was stored.
+    pub(crate) delivery_json: Option<String>,
 }
 
 impl JobRow {
@@ -83,6 +86,10 @@ impl JobRow {
             .changes_json
             .as_deref()
             .and_then(|json| serde_json::from_str::<Changes>(json).ok());
+        let delivery = self
+            .delivery_json
+            .as_deref()
+            .and_then(|json| serde_json::from_str::<DeliveryReport>(json).ok());
         let continues = self.continues.clone().map(stored_id).transpose()?;
         Ok(Job {
             changes,
@@ -106,7 +113,7 @@ impl JobRow {
             evidence: Vec::new(),
             continued_by: None,
             queued_because: None,
-            delivery: None,
+            delivery,
         })
     }
 }
@@ -604,6 +611,28 @@ pub(crate) async fn store_changes(
     let json = serde_json::to_string(changes)?;
     on_tx!(tx, |conn| sqlx::query(
         "UPDATE jobs SET changes_json = $1 WHERE id = $2"
+    )
+    .bind(&json)
+    .bind(&job.id)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
+/// Stores what became of the run's work in git (checked by the caller), with its
+/// completion.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn store_delivery(
+    tx: &mut Tx,
+    job: &JobRow,
+    report: &DeliveryReport,
+) -> Result<(), ApiError> {
+    let json = serde_json::to_string(report)?;
+    on_tx!(tx, |conn| sqlx::query(
+        "UPDATE jobs SET delivery_json = $1 WHERE id = $2"
     )
     .bind(&json)
     .bind(&job.id)

@@ -7,6 +7,7 @@
 //! `not_found`.
 
 use serde_json::json;
+use tether_protocol::git::{BranchChoice, GitOptions};
 use tether_protocol::jobs::{Job, JobSpec, JobState, NewJobParams, Outcome};
 use tether_protocol::text::TextKind;
 use tether_protocol::{AccountId, Code, DeviceId, JobId};
@@ -18,7 +19,7 @@ use crate::error::ApiError;
 use crate::job_rows::{self, EndCause, OpenDecisions};
 use crate::ledger::{self, LedgerKind};
 use crate::store::{stored_id, Store, Tx};
-use crate::{decisions, devices, evidence};
+use crate::{decisions, delivery, devices, evidence};
 
 /// Longest prompt, in characters.
 pub const MAX_PROMPT_CHARS: usize = 20_000;
@@ -75,6 +76,9 @@ impl TryFrom<NewJobParams> for NewJob {
             secrets: params.secrets,
             git: params.git,
         };
+        if let Some(git) = &spec.git {
+            delivery::check_options(git, &spec)?;
+        }
         Ok(NewJob {
             device_id: params.device_id,
             spec,
@@ -92,7 +96,7 @@ impl TryFrom<NewJobParams> for NewJob {
 pub async fn create(store: &Store, account_id: &AccountId, new: NewJob) -> Result<Job, ApiError> {
     let NewJob {
         device_id,
-        spec,
+        mut spec,
         continues,
     } = new;
     let now = store.now();
@@ -125,7 +129,13 @@ pub async fn create(store: &Store, account_id: &AccountId, new: NewJob) -> Resul
             ),
         ));
     }
+    if spec.git.is_some() {
+        delivery::check_capable(capabilities.as_ref())?;
+    }
     let job_id = JobId::generate();
+    spec.git = spec
+        .git
+        .map(|git| delivery::with_default_branch(git, &job_id, &spec.title));
     let earlier = continues.as_ref();
     job_rows::insert_queued(
         &mut tx, &job_id, account_id, &device_id, &spec, earlier, now,
@@ -241,9 +251,18 @@ pub async fn rerun(
         timeout_minutes: spec.timeout_minutes,
         secrets: spec.secrets,
         continues: None,
-        git: spec.git,
+        git: spec.git.map(fresh_branch),
     };
     create(store, account_id, NewJob::try_from(params)?).await
+}
+
+/// A re-run's own new branch: the earlier run's branch exists now, so a new one gets a new
+/// default name.
+fn fresh_branch(mut git: GitOptions) -> GitOptions {
+    if matches!(git.branch, Some(BranchChoice::New(_))) {
+        git.branch = Some(BranchChoice::New(String::new()));
+    }
+    git
 }
 
 /// Why a queued job of `account_id` has not started, in words; `None` for any other job.

@@ -26,6 +26,7 @@ use tether_protocol::{Code, JobId, LeaseToken};
 use crate::clock::{secs, to_time, Millis};
 use crate::config::Config;
 use crate::credentials;
+use crate::delivery::{self, ReportedDelivery};
 use crate::devices::{self, DeviceIdentity};
 use crate::error::ApiError;
 use crate::job_rows::{self, truncate, EndCause, JobRow, OpenDecisions};
@@ -109,6 +110,7 @@ impl TryFrom<ProgressParams> for ProgressReport {
 pub struct Completion {
     outcome: JobOutcome,
     changes: ReportedChanges,
+    delivery: ReportedDelivery,
 }
 
 /// The change list of a completion.
@@ -160,6 +162,7 @@ impl TryFrom<CompleteParams> for Completion {
                 report: params.report,
             },
             changes: ReportedChanges::check(params.changes),
+            delivery: ReportedDelivery::check(params.delivery),
         })
     }
 }
@@ -369,7 +372,11 @@ pub async fn complete(
     lease: &LeaseToken,
     completion: Completion,
 ) -> Result<Job, ApiError> {
-    let Completion { outcome, changes } = completion;
+    let Completion {
+        outcome,
+        changes,
+        delivery,
+    } = completion;
     let now = store.now();
     let mut tx = store.begin().await?;
     let job = job_rows::lock_for_device(&mut tx, &device.device_id, job_id)
@@ -395,6 +402,20 @@ pub async fn complete(
         ReportedChanges::Dropped(why) => {
             let text = [format!(
                 "The computer's list of changes was dropped: {why}."
+            )];
+            job_rows::append_events(&mut tx, &job, now, "system", &text).await?;
+        }
+    }
+    match &delivery {
+        ReportedDelivery::None => {}
+        ReportedDelivery::Checked(report) => {
+            job_rows::store_delivery(&mut tx, &job, report).await?;
+            let account_id = job.account_id()?;
+            delivery::record(&mut tx, &account_id, &job.id, report, now).await?;
+        }
+        ReportedDelivery::Dropped(why) => {
+            let text = [format!(
+                "The computer's delivery report was dropped: {why}."
             )];
             job_rows::append_events(&mut tx, &job, now, "system", &text).await?;
         }

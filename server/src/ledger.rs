@@ -25,6 +25,9 @@ pub enum LedgerKind {
     DecisionAsked,
     DecisionAnswered,
     EvidenceUploaded,
+    GitPushed,
+    GitPullRequest,
+    GitMerged,
 }
 
 impl LedgerKind {
@@ -41,6 +44,9 @@ impl LedgerKind {
             LedgerKind::DecisionAsked => "decision.asked",
             LedgerKind::DecisionAnswered => "decision.answered",
             LedgerKind::EvidenceUploaded => "evidence.uploaded",
+            LedgerKind::GitPushed => "git.pushed",
+            LedgerKind::GitPullRequest => "git.pull_request",
+            LedgerKind::GitMerged => "git.merged",
         }
     }
 }

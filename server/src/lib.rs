@@ -27,6 +27,7 @@ pub mod clock;
 pub mod config;
 pub mod credentials;
 pub mod decisions;
+pub mod delivery;
 pub mod devices;
 pub mod error;
 pub mod evidence;

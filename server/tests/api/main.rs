@@ -10,6 +10,7 @@ mod helpers;
 
 mod auth;
 mod decisions;
+mod delivery;
 mod devices;
 mod edge;
 mod events;
