@@ -127,7 +127,7 @@ impl ReportedDelivery {
             return ReportedDelivery::None;
         };
         let parsed = serde_json::from_value::<DeliveryReport>(raw).map_err(|err| err.to_string());
-        match parsed.and_then(|report| checked(report)) {
+        match parsed.and_then(checked) {
             Ok(report) => ReportedDelivery::Checked(report),
             Err(why) => ReportedDelivery::Dropped(truncate(&why, 300)),
         }

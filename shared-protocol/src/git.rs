@@ -195,19 +195,17 @@ mod tests {
 
     #[test]
     fn the_wire_forms_are_as_documented() {
-        let options: GitOptions = serde_json::from_str(
+        let parsed: Result<GitOptions, _> = serde_json::from_str(
             r#"{"delivery":"pull_request","branch":{"new":"tether/x"},"merge":"ask"}"#,
-        )
-        .unwrap_or_else(|_| GitOptions {
-            delivery: Delivery::Local,
-            branch: None,
+        );
+        let expected = GitOptions {
+            delivery: Delivery::PullRequest,
+            branch: Some(BranchChoice::New("tether/x".into())),
             base: None,
-            merge: None,
+            merge: Some(MergeChoice::Ask),
             worktree: false,
-        });
-        assert_eq!(options.delivery, Delivery::PullRequest);
-        assert_eq!(options.branch, Some(BranchChoice::New("tether/x".into())));
-        assert_eq!(options.merge, Some(MergeChoice::Ask));
+        };
+        assert_eq!(parsed.ok(), Some(expected));
         let current: Result<BranchChoice, _> = serde_json::from_str(r#"{"current":true}"#);
         assert_eq!(current.ok(), Some(BranchChoice::Current(true)));
     }

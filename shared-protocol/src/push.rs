@@ -171,7 +171,11 @@ mod tests {
     #[test]
     fn kinds_are_named_as_the_messages_name_them() {
         let kinds = serde_json::to_value(Kinds::ALL).unwrap_or_default();
-        for kind in [PushKind::Decision, PushKind::JobEnded, PushKind::DeviceOffline] {
+        for kind in [
+            PushKind::Decision,
+            PushKind::JobEnded,
+            PushKind::DeviceOffline,
+        ] {
             assert_eq!(kinds[kind.as_str()], true, "{kinds}");
             assert_eq!(
                 serde_json::to_value(kind).unwrap_or_default(),

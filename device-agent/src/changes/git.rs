@@ -447,7 +447,7 @@ fn clean_env() -> Vec<(&'static str, OsString)> {
 
 /// The caller's `PATH` without relative entries: a relative entry would be looked up in the
 /// folder git runs in.
-fn absolute_path_entries() -> OsString {
+pub fn absolute_path_entries() -> OsString {
     let path = std::env::var_os("PATH").unwrap_or_default();
     let absolute: Vec<PathBuf> = std::env::split_paths(&path)
         .filter(|entry| entry.is_absolute())
@@ -456,7 +456,7 @@ fn absolute_path_entries() -> OsString {
 }
 
 /// The git program: the first executable `git` in an absolute `PATH` entry, found once.
-fn program() -> Option<PathBuf> {
+pub fn program() -> Option<PathBuf> {
     static FOUND: OnceLock<Option<PathBuf>> = OnceLock::new();
     FOUND
         .get_or_init(|| {

@@ -427,7 +427,7 @@ impl Shared {
             sandbox: sandbox::report(),
             seal_key: self.seal_key.clone(),
             accept_web_approvals: config.accept_web_approvals,
-            git: None,
+            git: crate::run::delivery::capability(&self.data_dir),
         }
     }
 

@@ -212,6 +212,7 @@ mod tests {
             summary: "exit code 2".into(),
             exit_code: Some(2),
             changes: None,
+            delivery: None,
         };
         // Finished: report, whatever its process.
         let plan_of = |state: RunState, process, group: &dyn Fn(&ProcessMark) -> bool| {

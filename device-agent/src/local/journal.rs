@@ -83,6 +83,9 @@ pub enum RunState {
         /// What the run changed in its folder, as reported with the completion.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         changes: Option<serde_json::Value>,
+        /// What became of the work in git, as reported with the completion.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        delivery: Option<serde_json::Value>,
     },
 }
 
@@ -111,13 +114,14 @@ impl RunRecord {
                 summary,
                 exit_code,
                 changes,
+                delivery,
             } => Some(CompleteParams {
                 outcome: *outcome,
                 summary: summary.clone(),
                 exit_code: *exit_code,
                 report: None,
                 changes: changes.clone(),
-                delivery: None,
+                delivery: delivery.clone(),
             }),
             RunState::Starting | RunState::Running => None,
         }
@@ -415,17 +419,19 @@ mod tests {
                 summary: "exit code 0".into(),
                 exit_code: Some(0),
                 changes: Some(serde_json::json!({"files": []})),
+                delivery: Some(serde_json::json!({"branch": "main"})),
             };
         })?;
         let loaded = journal.load_all()?;
         assert_eq!(loaded.len(), 1);
         let completion = loaded[0].completion();
         assert_eq!(
-            completion.map(|c| (c.outcome, c.exit_code, c.changes)),
+            completion.map(|c| (c.outcome, c.exit_code, c.changes, c.delivery)),
             Some((
                 Outcome::Succeeded,
                 Some(0),
-                Some(serde_json::json!({"files": []}))
+                Some(serde_json::json!({"files": []})),
+                Some(serde_json::json!({"branch": "main"}))
             ))
         );
 

@@ -7,6 +7,8 @@
 //! - [`seal_key`]: the device's P-256 key pair, the private half encrypted under the local
 //!   key;
 //! - [`vault`]: the saved secrets, encrypted under the local key;
+//! - [`github`]: the GitHub tokens pull requests are opened with, encrypted under the local
+//!   key and kept apart from the secrets;
 //! - [`journal`]: the runs this computer holds or has yet to report, and the folder each
 //!   recent job used;
 //! - [`decisions`]: the questions runs wait on, and the answers given on the computer;
@@ -19,6 +21,7 @@
 pub mod acp_engines;
 pub mod decisions;
 pub mod folders;
+pub mod github;
 pub mod journal;
 pub mod recipes;
 pub mod seal_key;

@@ -70,6 +70,7 @@ pub fn settings(situation: Situation) -> RunSettings {
         sandbox: situation.sandbox,
         guard: situation.guard,
         temporary: zones::temporary_folders(),
+        delivery: None,
     }
 }
 

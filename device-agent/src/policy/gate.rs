@@ -193,6 +193,7 @@ mod tests {
                 &fx.home.join(".local/share/tether-agent"),
             ),
             temporary: Vec::new(),
+            delivery: None,
         };
         Gate::new(RunPolicy::new(settings), None)
     }

@@ -135,6 +135,83 @@ pub fn check(argv: &[String]) -> Evaluation {
 /// Nesting deeper than this (`sh -c "sh -c \"…\""`) is refused rather than followed forever.
 const MAX_DEPTH: usize = 8;
 
+/// One simple command a command line runs, found the way the floor finds them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimpleCommand {
+    /// The `NAME=VALUE` words it runs with: set by `env`, in front of it in a script, or
+    /// for a shell that runs it.
+    pub assignments: Vec<String>,
+    /// The program and its arguments, wrappers stripped.
+    pub words: Vec<String>,
+}
+
+/// Every simple command `argv` runs: wrappers stripped, `sh -c` scripts, `eval` and
+/// `find -exec` followed, as [`check`] follows them. Nesting past the floor's depth is not
+/// followed (the floor refuses it).
+pub fn simple_commands(argv: &[String]) -> Vec<SimpleCommand> {
+    let mut found = Vec::new();
+    collect_commands(argv, &[], 0, &mut found);
+    found
+}
+
+fn collect_commands(
+    argv: &[String],
+    inherited: &[String],
+    depth: usize,
+    found: &mut Vec<SimpleCommand>,
+) {
+    if depth > MAX_DEPTH {
+        return;
+    }
+    let mut assignments = inherited.to_vec();
+    let words = unwrap_collecting(argv, &mut assignments);
+    let Some(program) = words.first() else {
+        return;
+    };
+    let name = basename(program);
+    let script = match shell_script(&name, &words[1..]) {
+        Some(script) => Some(script),
+        None if name == "eval" => Some(words[1..].join(" ")),
+        // `env -S "prog args"` leaves its one argument to be split.
+        None if program.contains(char::is_whitespace) => Some(words.join(" ")),
+        None => None,
+    };
+    if let Some(script) = script {
+        for command in parse_script(&script).pipelines.iter().flatten() {
+            collect_commands(command, &assignments, depth + 1, found);
+        }
+        return;
+    }
+    if name == "find" {
+        for command in find_commands(words) {
+            collect_commands(&command, &assignments, depth + 1, found);
+        }
+    }
+    found.push(SimpleCommand {
+        assignments,
+        words: words.to_vec(),
+    });
+}
+
+/// The commands of `find … -exec CMD ;` (and `-execdir`, `-ok`, `-okdir`).
+fn find_commands(words: &[String]) -> Vec<Vec<String>> {
+    let mut commands = Vec::new();
+    let mut index = 0;
+    while let Some(word) = words.get(index) {
+        index += 1;
+        if matches!(word.as_str(), "-exec" | "-execdir" | "-ok" | "-okdir") {
+            commands.push(
+                words[index..]
+                    .iter()
+                    .take_while(|word| *word != ";" && *word != "+")
+                    .cloned()
+                    .collect(),
+            );
+        }
+    }
+    commands
+}
+
 fn check_depth(argv: &[String], depth: usize) -> Evaluation {
     if depth > MAX_DEPTH {
         return Evaluation::forbid(Rule::ForkBomb, argv);
@@ -206,16 +283,29 @@ fn check_script(script: &str, depth: usize) -> Evaluation {
 
 /// Strips wrappers that start another program with the same rights: `env`, `timeout`,
 /// `nohup`, `nice`, `ionice`, `setsid`, `stdbuf`, `time`, `command`, `exec`, `xargs`, `chrt`,
-/// `taskset`, `caffeinate`, `unbuffer`, `flock`.
+/// `taskset`, `caffeinate`, `unbuffer`, `flock`, and a script's `NAME=VALUE` words in front.
 fn unwrap(argv: &[String]) -> &[String] {
+    unwrap_collecting(argv, &mut Vec::new())
+}
+
+/// [`unwrap`], adding the `NAME=VALUE` words it strips (of `env` or in front of a command)
+/// to `assignments`.
+fn unwrap_collecting<'a>(argv: &'a [String], assignments: &mut Vec<String>) -> &'a [String] {
     let mut words = argv;
     loop {
         let Some(program) = words.first() else {
             return words;
         };
         let rest = &words[1..];
+        if is_assignment(program) {
+            assignments.push(program.clone());
+            words = rest;
+            continue;
+        }
         let skip = match basename(program).as_str() {
-            "env" => skip_env(rest),
+            "env" => skip_env(rest).inspect(|&n| {
+                assignments.extend(rest[..n.min(rest.len())].iter().filter(|word| is_assignment(word)).cloned());
+            }),
             "timeout" => {
                 skip_options(rest, &["-s", "--signal", "-k", "--kill-after"]).map(|n| n + 1)
             }
@@ -251,6 +341,14 @@ fn unwrap(argv: &[String]) -> &[String] {
             None => return words,
         }
     }
+}
+
+/// `NAME=VALUE`, a variable set for the command after it.
+fn is_assignment(word: &str) -> bool {
+    word.split_once('=').is_some_and(|(name, _)| {
+        name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
 }
 
 /// Counts leading options (and the values of those in `with_value`).

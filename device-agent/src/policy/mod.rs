@@ -37,6 +37,7 @@ pub mod asking;
 pub mod commands;
 pub mod explain;
 pub mod gate;
+pub mod git;
 pub mod guard;
 pub mod hard_floor;
 pub mod trust;
@@ -50,6 +51,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tether_protocol::capabilities::SandboxStrength;
 use tether_protocol::decisions::Answer;
+use tether_protocol::git::Delivery;
 use tether_protocol::jobs::Mode;
 
 use crate::policy::guard::{Guard, Refusal};
@@ -188,6 +190,8 @@ pub enum Rule {
     /// Named `hard-floor:<the floor's rule>` in a judgement.
     HardFloor,
     EmptyCommand,
+    GitPrograms,
+    GitLocalDelivery,
     Guard,
     SystemFolder,
     NetworkOff,
@@ -213,9 +217,11 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule (`docs/POLICY.md` lists them all; a test keeps it so).
-    pub const ALL: [Rule; 23] = [
+    pub const ALL: [Rule; 25] = [
         Rule::HardFloor,
         Rule::EmptyCommand,
+        Rule::GitPrograms,
+        Rule::GitLocalDelivery,
         Rule::Guard,
         Rule::SystemFolder,
         Rule::NetworkOff,
@@ -244,6 +250,8 @@ impl Rule {
         match self {
             Rule::HardFloor => "hard-floor",
             Rule::EmptyCommand => "empty-command",
+            Rule::GitPrograms => "git-programs",
+            Rule::GitLocalDelivery => "git-local-delivery",
             Rule::Guard => "guard",
             Rule::SystemFolder => "system-folder",
             Rule::NetworkOff => "network-off",
@@ -273,6 +281,12 @@ impl Rule {
         match self {
             Rule::HardFloor => "a dangerous command, refused in every mode before anyone is asked",
             Rule::EmptyCommand => "a command with no program is refused",
+            Rule::GitPrograms => {
+                "git told to run or obey a program outside the sandbox (unsafe configuration, options naming programs) is refused in every mode"
+            }
+            Rule::GitLocalDelivery => {
+                "the job's delivery is local: git commands that make commits are refused"
+            }
             Rule::Guard => {
                 "keys, sign-ins, browser data and the agent's own data are refused in every mode"
             }
@@ -317,6 +331,8 @@ pub struct RunSettings {
     pub guard: Guard,
     /// This computer's temporary folders ([`zones::temporary_folders`]).
     pub temporary: Vec<PathBuf>,
+    /// The job's git delivery; `None` when it asks for no git handling.
+    pub delivery: Option<Delivery>,
 }
 
 /// The policy of one run.
@@ -329,6 +345,7 @@ pub struct RunPolicy {
     sandbox: SandboxStrength,
     guard: Guard,
     temporary: Vec<PathBuf>,
+    delivery: Option<Delivery>,
     /// What "allow for this run" answers granted. A std mutex: held only to read or push.
     run_rules: Mutex<Vec<Grant>>,
 }
@@ -344,6 +361,7 @@ impl RunPolicy {
             sandbox: settings.sandbox,
             guard: settings.guard,
             temporary: zones::with_canonical(settings.temporary),
+            delivery: settings.delivery,
             run_rules: Mutex::new(Vec::new()),
         }
     }
@@ -428,6 +446,21 @@ impl RunPolicy {
             let mut judgement = self.refuse(action, Rule::HardFloor, refusal);
             judgement.rule = format!("{}:{}", Rule::HardFloor.name(), rule.name());
             return judgement;
+        }
+        let git = git::GitContext {
+            folder: &self.folder,
+            cwd,
+            home: self.guard.home(),
+            delivery: self.delivery,
+        };
+        match git::check(argv, &git) {
+            Some(git::GitRefusal::Programs(why)) => {
+                return self.refuse(action, Rule::GitPrograms, why)
+            }
+            Some(git::GitRefusal::LocalDelivery(why)) => {
+                return self.refuse(action, Rule::GitLocalDelivery, why)
+            }
+            None => {}
         }
         let facts = commands::analyse(argv, cwd, self.guard.home());
         for path in &facts.paths {

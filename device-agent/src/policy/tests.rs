@@ -42,6 +42,7 @@ struct Situation {
     trusted: bool,
     network: bool,
     sandbox: SandboxStrength,
+    delivery: Option<Delivery>,
 }
 
 fn situation(mode: Mode) -> Situation {
@@ -50,6 +51,7 @@ fn situation(mode: Mode) -> Situation {
         trusted: false,
         network: true,
         sandbox: SandboxStrength::Strong,
+        delivery: None,
     }
 }
 
@@ -66,6 +68,7 @@ fn policy(fx: &Fixture, situation: &Situation) -> RunPolicy {
         sandbox: situation.sandbox,
         guard: Guard::new(Some(fx.home.clone()), &fx.data),
         temporary: vec![fx.temp.clone()],
+        delivery: situation.delivery,
     })
 }
 
@@ -582,5 +585,220 @@ fn every_rule_is_documented() {
             rule.name()
         );
         assert!(!rule.summary().is_empty());
+    }
+}
+
+fn argv(words: &[&str]) -> Action {
+    Action::Command {
+        argv: words.iter().map(|word| (*word).to_owned()).collect(),
+        cwd: PathBuf::from("."),
+    }
+}
+
+#[test]
+fn git_told_to_obey_programs_later_is_refused_in_every_mode() {
+    let fx = fixture();
+    for mode in Mode::ALL {
+        let policy = policy(&fx, &situation(mode));
+        let refused = |action: Action| (action, "refuse", "git-programs");
+        check(
+            &policy,
+            &[
+                refused(run("git -c core.hooksPath=/tmp/x commit -m x")),
+                refused(run("git -ccore.sshCommand=x fetch")),
+                refused(run("git -c alias.st=!sh status")),
+                refused(run("git -c Core.FsMonitor=./x status")),
+                refused(run("git --git-dir=/x log")),
+                refused(run("git --work-tree=/x status")),
+                refused(run("git --exec-path=/tmp status")),
+                refused(run("git --config-env=core.pager=X log")),
+                refused(run("git -C /srv/other status")),
+                refused(run("git -C .. status")),
+                refused(argv(&["git", "config", "--global", "alias.x", "!sh"])),
+                refused(run("git config include.path x")),
+                refused(run("git config --file .git/config core.fsmonitor x")),
+                refused(run("git config core.hooksPath hooks")),
+                refused(run("git config --add filter.lfs.clean x")),
+                refused(run("git config diff.pdf.textconv x")),
+                refused(run("git config --unset core.hooksPath")),
+                refused(run("git config set core.pager less")),
+                refused(run("git config remote.origin.url https://evil.example/x")),
+                refused(run("git config credential.helper store")),
+                refused(run("git config -e")),
+                refused(run("git config --rename-section foo alias")),
+                refused(run("git config includeIf.gitdir:/x.path y")),
+                refused(run("git fetch --upload-pack=/tmp/x origin")),
+                refused(run("git fetch --upload=/tmp/x origin")),
+                refused(run("git push --receive-pack=x origin")),
+                refused(run("git push --exec=x origin")),
+                refused(run("git clone -u /tmp/x https://example.com/r")),
+                refused(run("git ls-remote -u /tmp/x origin")),
+                refused(run("git clone --template=/tmp/t https://example.com/r")),
+                refused(run("git clone -c core.hooksPath=/tmp https://example.com/r")),
+                refused(run("git rebase --exec make main")),
+                refused(run("GIT_CONFIG_PARAMETERS='core.pager=x' git log")),
+                refused(run("env GIT_SSH_COMMAND=x git fetch")),
+                refused(run("env GIT_DIR=/x git log")),
+                refused(run("env GIT_CONFIG_COUNT=1 make")),
+                refused(shell("GIT_EXEC_PATH=/tmp git status")),
+                refused(shell("ls && git -c core.pager=x log")),
+                refused(shell("cd src; git config core.hooksPath /tmp/h")),
+                refused(argv(&["bash", "-lc", "git --git-dir=/x log"])),
+                refused(argv(&["timeout", "5", "git", "-c", "core.sshCommand=x", "fetch"])),
+                refused(argv(&["env", "-S", "git -c core.pager=x log"])),
+                refused(argv(&["find", ".", "-exec", "git", "--git-dir=/x", "log", ";"])),
+                refused(argv(&["sh", "-c", "eval 'git config core.pager x'"])),
+            ],
+        );
+    }
+}
+
+#[test]
+fn ordinary_git_goes_ahead() {
+    let fx = fixture();
+    let policy = policy(&fx, &situation(Mode::Unattended));
+    let allowed = |action: Action| (action, "allow", "read-only-command");
+    let inside = |action: Action| (action, "allow", "inside-folder");
+    check(
+        &policy,
+        &[
+            allowed(run("git status")),
+            allowed(run("git --no-pager log --oneline")),
+            allowed(run("git config --get user.name")),
+            allowed(run("git config --list --show-origin")),
+            allowed(run("git config -l")),
+            inside(run("git config core.hooksPath")),
+            inside(run("git config get core.hooksPath")),
+            inside(run("git config user.name Tether")),
+            inside(run("git config --local user.email me@example.com")),
+            inside(run("git config branch.main.rebase true")),
+            inside(run("git config advice.detachedHead false")),
+            inside(run("git config pull.rebase false")),
+            inside(run("git -c user.name=T -c user.email=t@example.com commit -m x")),
+            inside(run("git -C . status --short")),
+            inside(run("git --version")),
+            inside(run("GIT_AUTHOR_NAME=T git commit -m x")),
+            inside(shell("GIT_EDITOR=true git rebase --continue")),
+            inside(run("git stash")),
+            inside(run("git commit -m x")),
+            inside(run("git tag v1")),
+            inside(run("git fetch -u origin")),
+        ],
+    );
+}
+
+#[test]
+fn local_delivery_refuses_commits_only() {
+    let fx = fixture();
+    let local = Situation {
+        delivery: Some(Delivery::Local),
+        ..situation(Mode::Unattended)
+    };
+    let policy = policy(&fx, &local);
+    let refused = |action: Action| (action, "refuse", "git-local-delivery");
+    let inside = |action: Action| (action, "allow", "inside-folder");
+    check(
+        &policy,
+        &[
+            refused(run("git commit -m x")),
+            refused(run("git -C . commit --amend --no-edit")),
+            refused(run("git merge feature")),
+            refused(run("git rebase main")),
+            refused(run("git rebase --continue")),
+            refused(run("git cherry-pick abc")),
+            refused(run("git revert HEAD")),
+            refused(run("git tag v1")),
+            refused(run("git am patch.mbox")),
+            refused(run("git pull")),
+            refused(run("git pull --rebase --ff-only")),
+            refused(run("git commit-tree HEAD^{tree}")),
+            refused(run("git update-ref refs/heads/main HEAD")),
+            refused(run("git notes add -m x")),
+            refused(shell("git add -A && git commit -m wip")),
+            refused(argv(&["env", "LANG=C", "git", "commit", "-m", "x"])),
+            (run("git tag --list"), "allow", "read-only-command"),
+            (run("git status"), "allow", "read-only-command"),
+            inside(run("git tag")),
+            inside(run("git stash")),
+            inside(run("git stash pop")),
+            inside(run("git add -A")),
+            inside(run("git checkout -b topic")),
+            inside(run("git merge --abort")),
+            inside(run("git rebase --abort")),
+            inside(run("git notes")),
+            (run("git pull --ff-only"), "allow", "network-on"),
+        ],
+    );
+    // Other deliveries commit on purpose.
+    let commit = Situation {
+        delivery: Some(Delivery::Commit),
+        ..situation(Mode::Unattended)
+    };
+    check(
+        &policy(&fx, &commit),
+        &[(run("git commit -m x"), "allow", "inside-folder")],
+    );
+}
+
+#[test]
+fn git_keys_and_variables_follow_the_safe_lists() {
+    for key in [
+        "user.name",
+        "USER.Email",
+        "branch.feature/x.merge",
+        "branch.main.Rebase",
+        "advice.detachedHead",
+        "init.defaultBranch",
+        "core.autocrlf",
+    ] {
+        assert!(git::safe_key(key), "{key}");
+    }
+    for key in [
+        "",
+        "user",
+        "user.signingkey",
+        "core.hooksPath",
+        "core.sshCommand",
+        "core.fsmonitor",
+        "core.pager",
+        "include.path",
+        "includeIf.gitdir:~/x.path",
+        "alias.st",
+        "diff.external",
+        "diff.pdf.textconv",
+        "filter.lfs.smudge",
+        "credential.helper",
+        "credential.https://example.com.helper",
+        "remote.origin.url",
+        "remote.origin.push",
+        "remote.origin.uploadpack",
+        "branch.main.remote",
+        "branch..merge",
+        "push.default",
+        "gpg.program",
+        "sequence.editor",
+        "advice.",
+    ] {
+        assert!(!git::safe_key(key), "{key}");
+    }
+    for name in ["PATH", "GIT_AUTHOR_NAME", "GIT_EDITOR", "git_dir"] {
+        assert!(git::safe_variable(name), "{name}");
+    }
+    for name in [
+        "GIT_CONFIG_PARAMETERS",
+        "GIT_CONFIG_COUNT",
+        "GIT_CONFIG_KEY_0",
+        "GIT_CONFIG_GLOBAL",
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_EXEC_PATH",
+        "GIT_SSH",
+        "GIT_SSH_COMMAND",
+        "GIT_ASKPASS",
+        "GIT_PROXY_COMMAND",
+        "GIT_EXTERNAL_DIFF",
+        "GIT_TEMPLATE_DIR",
+    ] {
+        assert!(!git::safe_variable(name), "{name}");
     }
 }

@@ -395,6 +395,7 @@ pub fn gate(
         sandbox: sandbox::report().strength,
         guard: sandbox::guard(),
         temporary: zones::temporary_folders(),
+        delivery: job.spec.git.as_ref().map(|git| git.delivery),
     };
     let asker = Asker {
         client: client.clone(),

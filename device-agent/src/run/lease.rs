@@ -154,6 +154,7 @@ impl RunLease {
             summary: params.summary.clone(),
             exit_code: params.exit_code,
             changes: params.changes.clone(),
+            delivery: params.delivery.clone(),
         };
         self.journal_update(|record| record.state = state);
     }

@@ -9,6 +9,8 @@
 //! - [`lease`]: its lease, the one place the token lives, reattached after an outage;
 //! - [`progress`]: its output, in numbered batches; [`evidence`]: its evidence folder;
 //! - [`decisions`]: asking the owner, the run's side of the policy's [`Ask`];
+//! - [`delivery`]: the job's git delivery — its branch before the run, then commits, a push
+//!   with the computer's sign-in and a pull request;
 //! - [`secret_http`]: secrets used by reference, through a broker the run's programs call;
 //! - [`environment`]: the allow list of the child environment;
 //! - [`process_group`]: signalling a run's whole process tree.
@@ -21,6 +23,7 @@
 //! [`Granted`]: grant::Granted
 
 pub mod decisions;
+pub mod delivery;
 pub mod engine;
 pub mod environment;
 pub mod evidence;
@@ -137,10 +140,45 @@ async fn execute<E: Engine>(
         named,
     };
     let data_dir = crate::sandbox::guard().data_dir().to_path_buf();
+    let prepared = match delivery::prepare(run.job, &folder.path, &data_dir).await {
+        delivery::Preparation::NotAsked => None,
+        delivery::Preparation::Ready(prepared) => Some(*prepared),
+        delivery::Preparation::Blocked(why) => return Ok(blocked(why)),
+    };
     record_start(&data_dir, run.job, &folder.path).await;
     let mut params = engine.run(ctx).await?;
+    if let Some(prepared) = prepared {
+        deliver(run, prepared, &data_dir, &mut params).await;
+    }
     params.changes = report_changes(&data_dir, run.job, &folder.path, run.secrets).await;
     Ok(params)
+}
+
+/// Delivers the run's work with git as its job asks, asking the owner through the run's
+/// decisions when the job wants that before a merge.
+async fn deliver(
+    run: Claimed<'_>,
+    prepared: delivery::Prepared,
+    data_dir: &Path,
+    params: &mut CompleteParams,
+) {
+    let asker = decisions::Asker {
+        client: run.client.clone(),
+        job_id: run.job.id.clone(),
+        lease: run.lease.clone(),
+        stop: run.stop.clone(),
+        hub: decisions::hub(),
+        accept_web_approvals: run.config.accept_web_approvals,
+        timings: decisions::Timings::from_env(),
+    };
+    let delivering = delivery::Delivering {
+        job: run.job,
+        data_dir,
+        hidden: &run.secrets.hidden,
+        asker: &asker,
+        stop: run.stop,
+    };
+    delivery::deliver(prepared, &delivering, params).await;
 }
 
 /// Records the folder's state before the engine starts. A failure is logged: it costs the

@@ -8,6 +8,7 @@ use tether_protocol::devices::Device;
 use tether_protocol::jobs::{Job, JobSpec, Mode};
 use tether_protocol::secrets::SavedName;
 
+use super::delivery::{git_fieldset, FIELD_WORDS};
 use super::layout::{error_page, page};
 use super::redirects::signin_redirect;
 use crate::auth::Caller;
@@ -113,7 +114,7 @@ fn assign_form(
                 code { "tether-agent run" } "."
             }
         } @else {
-            form.stack data-api="/api/jobs" data-redirect="/jobs/{id}" {
+            form.stack data-api="/api/jobs" data-redirect="/jobs/{id}" data-fields=(FIELD_WORDS) {
                 input type="hidden" name="deviceId" value=(device.id);
                 label { "Folder"
                     select name="folder" {
@@ -138,11 +139,13 @@ fn assign_form(
                 }
                 label.inline { input type="checkbox" name="network"; "Allow network access" }
                 (secret_choices(held))
+                (git_fieldset(device, last.and_then(|spec| spec.git.as_ref())))
                 label { "Time limit (minutes)"
                     input type="number" name="timeoutMinutes" value="30" min="1" max="1440" required; }
                 p.error role="alert" {}
                 button type="submit" { "Assign to " (device.name) }
             }
+            script src="/assets/assign.js" defer {}
         }
     }
 }

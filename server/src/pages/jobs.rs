@@ -12,6 +12,7 @@ use tether_protocol::jobs::{Job, JobState};
 use tether_protocol::{Code, DeviceId, JobId};
 
 use super::changes::changes_section;
+use super::delivery::{asked_text, delivery_section};
 use super::follow_up::{chain, next_steps, Linked};
 use super::layout::{ago, duration_text, error_page, moment, page};
 use super::redirects::signin_redirect;
@@ -194,6 +195,9 @@ fn job_view(context: &JobContext, now: DateTime<Utc>) -> Markup {
             div #job-changes data-refresh {
                 @if let Some(changes) = &job.changes { (changes_section(&job.id, changes)) }
             }
+            div #job-delivery data-refresh {
+                @if let Some(report) = &job.delivery { (delivery_section(report, job.spec.git.as_ref())) }
+            }
             h2 { "Output" }
             pre.output {
                 @for event in &job.events {
@@ -235,6 +239,7 @@ fn where_it_runs(job: &Job, device: Option<&Device>) -> Markup {
             dt { "Folder" } dd { code { (job.spec.folder) } }
             dt { "Engine" } dd { (job.spec.engine) }
             dt { "Mode" } dd { (job.spec.mode.as_str()) }
+            @if let Some(git) = &job.spec.git { dt { "Git" } dd data-field="git" { (asked_text(git)) } }
         }
     }
 }

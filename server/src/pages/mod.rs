@@ -13,6 +13,7 @@ mod account;
 mod assign;
 mod changes;
 mod computers;
+mod delivery;
 mod follow_up;
 mod jobs;
 mod layout;
@@ -33,6 +34,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/assets/secrets.js", web::get().to(secrets_script))
         .route("/assets/needs_me.js", web::get().to(needs_me_script))
         .route("/assets/job.js", web::get().to(job_script))
+        .route("/assets/assign.js", web::get().to(assign_script))
         .route("/assets/app.css", web::get().to(stylesheet))
         .route("/signin", web::get().to(account::signin))
         .route("/signup", web::get().to(account::signup))
@@ -88,6 +90,14 @@ async fn job_script() -> HttpResponse {
     asset(
         "text/javascript; charset=utf-8",
         include_str!("assets/job.js"),
+    )
+}
+
+/// The Assign page's Git choices, composed into the `git` field the form posts.
+async fn assign_script() -> HttpResponse {
+    asset(
+        "text/javascript; charset=utf-8",
+        include_str!("assets/assign.js"),
     )
 }
 

@@ -71,7 +71,8 @@ fn encrypt_with(
     }
     let sender_public = sender.public_key().to_encoded_point(false);
     let receiver_public = receiver.public.to_encoded_point(false);
-    let shared = p256::ecdh::diffie_hellman(sender.to_nonzero_scalar(), receiver.public.as_affine());
+    let shared =
+        p256::ecdh::diffie_hellman(sender.to_nonzero_scalar(), receiver.public.as_affine());
     let mut info = b"WebPush: info\0".to_vec();
     info.extend_from_slice(receiver_public.as_bytes());
     info.extend_from_slice(sender_public.as_bytes());
@@ -120,7 +121,8 @@ mod tests {
     fn rfc_8291_appendix_a() {
         let plaintext = b64("V2hlbiBJIGdyb3cgdXAsIEkgd2FudCB0byBiZSBhIHdhdGVybWVsb24");
         assert_eq!(plaintext, b"When I grow up, I want to be a watermelon");
-        let sender = SecretKey::from_slice(&b64("yfWPiYE-n46HLnH0KqZOF1fJJU3MYrct3AELtAQ-oRw")).unwrap();
+        let sender =
+            SecretKey::from_slice(&b64("yfWPiYE-n46HLnH0KqZOF1fJJU3MYrct3AELtAQ-oRw")).unwrap();
         assert_eq!(
             sender.public_key().to_encoded_point(false).as_bytes(),
             b64("BP4z9KsN6nGRTbVYI_c7VJSPQTBtkgcy27mlmlMoZIIgDll6e3vCYLocInmYWAmS6TlzAC8wEqKK6PBru3jl7A8")

@@ -158,9 +158,10 @@ fn is_public_v6(ip: Ipv6Addr) -> bool {
         let [c, d] = s[2].to_be_bytes();
         return is_public_v4(Ipv4Addr::new(a, b, c, d));
     }
-    let refused = (s[0] == 0x2001 && s[1] < 0x0200) // IETF protocol assignments (Teredo, …)
-        || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
-        || (s[0] & 0xfff0) == 0x3ff0; // documentation (3fff::/20)
+    // 2001::/23 is IETF protocol assignments (Teredo, …), 2001:db8::/32 and 3fff::/20
+    // documentation.
+    let refused =
+        (s[0] == 0x2001 && (s[1] < 0x0200 || s[1] == 0x0db8)) || (s[0] == 0x3fff && s[1] < 0x1000);
     !refused
 }
 
@@ -184,9 +185,8 @@ impl Resolve for PublicResolver {
     fn resolve(&self, name: Name) -> Resolving {
         let host = name.as_str().to_owned();
         Box::pin(async move {
-            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .collect();
+            let addrs: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             if addrs.is_empty() || addrs.iter().any(|addr| !is_public(addr.ip())) {
                 return Err(Box::new(NotPublic) as Box<dyn std::error::Error + Send + Sync>);
             }
@@ -216,7 +216,10 @@ mod tests {
                 "https://updates.push.services.mozilla.com/wpush/v2/gAAA",
                 "https://updates.push.services.mozilla.com",
             ),
-            ("https://push.example.com:8443/x", "https://push.example.com:8443"),
+            (
+                "https://push.example.com:8443/x",
+                "https://push.example.com:8443",
+            ),
             ("https://8.8.8.8/x", "https://8.8.8.8"),
             ("https://[2606:4700::1111]/x", "https://[2606:4700::1111]"),
         ] {
@@ -250,6 +253,8 @@ mod tests {
             "https://[64:ff9b::a00:1]/",
             "https://[2002:7f00:1::]/",
             "https://[2001:db8::1]/",
+            "https://[2001::1]/",
+            "https://[3fff::1]/",
             "https://localhost/",
             "https://LOCALHOST./",
             "https://push.localhost/",

@@ -71,7 +71,10 @@ pub async fn compose(store: &Store, notice: &Notice) -> Result<Option<Outgoing>,
 }
 
 async fn decision(store: &Store, id: &DecisionId) -> Result<Option<Outgoing>, ApiError> {
-    let row = on_read!(store, |pool| sqlx::query_as::<_, (String, String, Millis, String)>(
+    let row = on_read!(store, |pool| sqlx::query_as::<
+        _,
+        (String, String, Millis, String),
+    >(
         "SELECT d.account_id, d.question, d.expires_at, v.name FROM decisions d \
          JOIN devices v ON v.id = d.device_id WHERE d.id = $1 AND d.state = 'pending'"
     )

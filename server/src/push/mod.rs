@@ -135,10 +135,14 @@ impl Push {
     fn put(&self, notice: Notice) {
         if self.inner.queue.put(notice) {
             self.inner.metrics.record_push_dropped();
-            tracing::warn!(
-                dropped = self.inner.queue.dropped(),
-                "push queue full; the oldest notification was dropped"
-            );
+            // Said at the first drop and every hundredth: a flood must not flood the log.
+            let dropped = self.inner.queue.dropped();
+            if dropped == 1 || dropped.is_multiple_of(100) {
+                tracing::warn!(
+                    dropped,
+                    "push queue full; the oldest notification was dropped"
+                );
+            }
         }
     }
 
@@ -156,14 +160,13 @@ impl Push {
                 }
             };
             let kind = outgoing.message.kind;
-            let targets =
-                match subscriptions::targets(&store, &outgoing.account_id, kind).await {
-                    Ok(targets) => targets,
-                    Err(error) => {
-                        tracing::warn!(%error, "reading push subscriptions failed");
-                        continue;
-                    }
-                };
+            let targets = match subscriptions::targets(&store, &outgoing.account_id, kind).await {
+                Ok(targets) => targets,
+                Err(error) => {
+                    tracing::warn!(%error, "reading push subscriptions failed");
+                    continue;
+                }
+            };
             for target in targets {
                 // Waiting here leaves notices on the bounded queue, not in tasks.
                 let Ok(permit) = permits.clone().acquire_owned().await else {

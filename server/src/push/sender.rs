@@ -145,7 +145,10 @@ impl Sender {
             .authorization(&origin, expires_at, self.subject.as_deref());
         let mut backoff = FIRST_BACKOFF;
         for attempt in 1..=ATTEMPTS {
-            let wait = match self.attempt(&endpoint, &authorization, outgoing, &body).await {
+            let wait = match self
+                .attempt(&endpoint, &authorization, outgoing, &body)
+                .await
+            {
                 Try::Done(delivery) => {
                     log(target, &origin, delivery, attempt);
                     return delivery;
@@ -184,7 +187,11 @@ impl Sender {
             Ok(answer) => judge(answer.status(), retry_after(&answer)),
             // Without the URL: reqwest's error text would carry the endpoint.
             Err(error) => {
-                tracing::debug!(timeout = error.is_timeout(), connect = error.is_connect(), "push request failed");
+                tracing::debug!(
+                    timeout = error.is_timeout(),
+                    connect = error.is_connect(),
+                    "push request failed"
+                );
                 Try::Again(None)
             }
         }

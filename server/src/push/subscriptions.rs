@@ -35,16 +35,18 @@ impl NewSubscription {
     ///
     /// # Errors
     /// 422 `invalid_field` naming `endpoint`, `keys.p256dh`, `keys.auth` or `name`.
-    pub fn check(params: SubscribeParams, allow_loopback: bool) -> Result<NewSubscription, ApiError> {
+    pub fn check(
+        params: SubscribeParams,
+        allow_loopback: bool,
+    ) -> Result<NewSubscription, ApiError> {
         Endpoint::parse(&params.endpoint, allow_loopback)
             .map_err(|why| ApiError::invalid_field("endpoint", why))?;
-        let public = decode_public_key(&params.keys.p256dh)
-            .ok_or_else(|| {
-                ApiError::invalid_field(
-                    "keys.p256dh",
-                    "must be base64url of an uncompressed P-256 point (65 bytes) on the curve.",
-                )
-            })?;
+        let public = decode_public_key(&params.keys.p256dh).ok_or_else(|| {
+            ApiError::invalid_field(
+                "keys.p256dh",
+                "must be base64url of an uncompressed P-256 point (65 bytes) on the curve.",
+            )
+        })?;
         let auth = decode_auth(&params.keys.auth).ok_or_else(|| {
             ApiError::invalid_field("keys.auth", "must be base64url of 16 bytes.")
         })?;
@@ -306,10 +308,13 @@ pub async fn targets(
         "SELECT id, endpoint, p256dh, auth FROM push_subscriptions \
          WHERE account_id = $1 AND {column} = 1 ORDER BY created_at, id"
     );
-    let rows = on_read!(store, |pool| sqlx::query_as::<_, (String, String, String, String)>(&sql)
-        .bind(account_id.as_str())
-        .fetch_all(pool)
-        .await)?;
+    let rows = on_read!(store, |pool| sqlx::query_as::<
+        _,
+        (String, String, String, String),
+    >(&sql)
+    .bind(account_id.as_str())
+    .fetch_all(pool)
+    .await)?;
     Ok(rows
         .into_iter()
         .filter_map(|(id, endpoint, p256dh, auth)| {
@@ -351,11 +356,13 @@ pub async fn delivered(store: &Store, id: &str) -> Result<(), ApiError> {
 /// A database error.
 pub async fn gone(store: &Store, id: &str) -> Result<(), ApiError> {
     let mut tx = store.begin().await?;
-    on_tx!(&mut tx, |conn| sqlx::query("DELETE FROM push_subscriptions WHERE id = $1")
-        .bind(id)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
+    on_tx!(&mut tx, |conn| sqlx::query(
+        "DELETE FROM push_subscriptions WHERE id = $1"
+    )
+    .bind(id)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
     tx.commit().await
 }
 
@@ -451,9 +458,13 @@ mod tests {
 
     #[test]
     fn keys_must_be_a_point_on_the_curve_and_16_bytes() {
-        let point = SecretKey::random(&mut OsRng).public_key().to_encoded_point(false);
+        let point = SecretKey::random(&mut OsRng)
+            .public_key()
+            .to_encoded_point(false);
         let good_key = URL_SAFE_NO_PAD.encode(point.as_bytes());
-        let compressed = SecretKey::random(&mut OsRng).public_key().to_encoded_point(true);
+        let compressed = SecretKey::random(&mut OsRng)
+            .public_key()
+            .to_encoded_point(true);
         let good_auth = URL_SAFE_NO_PAD.encode([1u8; 16]);
         let endpoint = "https://push.example.com/x";
         assert!(NewSubscription::check(params(endpoint, &good_key, &good_auth), false).is_ok());
@@ -481,7 +492,8 @@ mod tests {
             let checked = NewSubscription::check(params(endpoint, &good_key, &bad_auth), false);
             assert_eq!(field_of(checked), "keys.auth", "{bad_auth}");
         }
-        let checked = NewSubscription::check(params("https://10.0.0.1/", &good_key, &good_auth), false);
+        let checked =
+            NewSubscription::check(params("https://10.0.0.1/", &good_key, &good_auth), false);
         assert_eq!(field_of(checked), "endpoint");
     }
 }

@@ -176,7 +176,11 @@ mod tests {
     #[test]
     fn the_header_is_an_es256_token_for_the_audience() {
         let key = VapidKey::from_secret(&SecretKey::random(&mut OsRng));
-        let header = key.authorization("https://push.example.com", 1_900_000_000, Some("mailto:ops@example.com"));
+        let header = key.authorization(
+            "https://push.example.com",
+            1_900_000_000,
+            Some("mailto:ops@example.com"),
+        );
         let (token, public) = header
             .strip_prefix("vapid t=")
             .and_then(|rest| rest.split_once(", k="))
@@ -196,9 +200,10 @@ mod tests {
         );
         let verifying =
             VerifyingKey::from_sec1_bytes(&URL_SAFE_NO_PAD.decode(public).unwrap()).unwrap();
-        let signature =
-            Signature::from_slice(&URL_SAFE_NO_PAD.decode(signature).unwrap()).unwrap();
-        assert!(verifying.verify(signing_input.as_bytes(), &signature).is_ok());
+        let signature = Signature::from_slice(&URL_SAFE_NO_PAD.decode(signature).unwrap()).unwrap();
+        assert!(verifying
+            .verify(signing_input.as_bytes(), &signature)
+            .is_ok());
     }
 
     #[test]
@@ -226,7 +231,10 @@ mod tests {
         let secret = SecretKey::random(&mut OsRng);
         let encoded = URL_SAFE_NO_PAD.encode(secret.to_bytes());
         let key = VapidKey::load(Some(&encoded), dir.path()).unwrap();
-        assert_eq!(key.public_key(), VapidKey::from_secret(&secret).public_key());
+        assert_eq!(
+            key.public_key(),
+            VapidKey::from_secret(&secret).public_key()
+        );
         assert!(!dir.path().join(KEY_FILE).exists());
         for bad in ["", "!!!", "AAAA", &URL_SAFE_NO_PAD.encode([0u8; 32])] {
             assert!(VapidKey::from_base64(bad).is_err(), "{bad}");

@@ -345,7 +345,10 @@ fn push_routes(spec: &mut Spec) {
         "The account's push subscriptions",
         Caller::User,
     )
-    .answer_list::<Subscription>(200, "Newest first; the endpoint's origin only, never its URL or keys.")
+    .answer_list::<Subscription>(
+        200,
+        "Newest first; the endpoint's origin only, never its URL or keys.",
+    )
     .errors(&[]);
     spec.op(
         HttpMethod::Get,

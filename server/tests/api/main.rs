@@ -11,6 +11,7 @@ mod helpers;
 mod auth;
 mod decisions;
 mod delivery;
+mod delivery_page;
 mod devices;
 mod edge;
 mod events;

@@ -183,10 +183,15 @@ impl Browser {
     /// Opens an `aes128gcm` body as RFC 8291 §3 says the user agent does.
     fn decrypt(&self, body: &[u8]) -> Value {
         let salt = &body[..16];
-        assert_eq!(u32::from_be_bytes(body[16..20].try_into().unwrap()), 4096, "rs");
+        assert_eq!(
+            u32::from_be_bytes(body[16..20].try_into().unwrap()),
+            4096,
+            "rs"
+        );
         assert_eq!(body[20], 65, "idlen");
         let sender = PublicKey::from_sec1_bytes(&body[21..86]).unwrap();
-        let shared = p256::ecdh::diffie_hellman(self.secret.to_nonzero_scalar(), sender.as_affine());
+        let shared =
+            p256::ecdh::diffie_hellman(self.secret.to_nonzero_scalar(), sender.as_affine());
         let mut info = b"WebPush: info\0".to_vec();
         info.extend(self.public());
         info.extend(&body[21..86]);
@@ -196,9 +201,11 @@ impl Browser {
             .unwrap();
         let keys = Hkdf::<Sha256>::new(Some(salt), &ikm);
         let mut cek = [0u8; 16];
-        keys.expand(b"Content-Encoding: aes128gcm\0", &mut cek).unwrap();
+        keys.expand(b"Content-Encoding: aes128gcm\0", &mut cek)
+            .unwrap();
         let mut nonce = [0u8; 12];
-        keys.expand(b"Content-Encoding: nonce\0", &mut nonce).unwrap();
+        keys.expand(b"Content-Encoding: nonce\0", &mut nonce)
+            .unwrap();
         let cipher = Aes128Gcm::new(&Key::<Aes128Gcm>::from(cek));
         let mut record = cipher.decrypt(&Nonce::from(nonce), &body[86..]).unwrap();
         // The last record: the 0x02 delimiter, then only zero padding.
@@ -212,7 +219,9 @@ impl Browser {
 
 /// The claims of the VAPID header, after checking its ES256 signature with `public_key`.
 fn vapid_claims(authorization: &str, public_key: &str) -> Value {
-    let rest = authorization.strip_prefix("vapid t=").expect("a vapid header");
+    let rest = authorization
+        .strip_prefix("vapid t=")
+        .expect("a vapid header");
     let (token, k) = rest.split_once(", k=").unwrap();
     assert_eq!(k, public_key, "k is the server's key");
     let (signing_input, signature) = token.rsplit_once('.').unwrap();
@@ -264,7 +273,10 @@ async fn running(owner: &WebClient, device: &DeviceClient) -> (String, String) {
 async fn ask(device: &DeviceClient, job_id: &str, lease: &str) -> reqwest::Response {
     device
         .http
-        .post(format!("{}/api/devices/self/jobs/{job_id}/ask", device.base))
+        .post(format!(
+            "{}/api/devices/self/jobs/{job_id}/ask",
+            device.base
+        ))
         .bearer_auth(&device.token)
         .header("x-tether-protocol", "1")
         .header("x-tether-lease", lease)
@@ -531,6 +543,9 @@ both_backends! {
         ] {
             assert_error(ann.post("/api/push/subscriptions", &body).await, 400, "invalid_request").await;
         }
+        // A cookie-signed change without the page's CSRF header.
+        let res = ann.http.post(format!("{}/api/push/subscriptions", ann.base)).json(&good).send().await.unwrap();
+        assert_error(res, 403, "csrf_rejected").await;
         assert!(subscriptions(&ann).await.is_empty(), "nothing was stored");
         let res = ann.patch("/api/push/subscriptions/nope", &json!({ "kinds": {} })).await;
         assert_error(res, 404, "not_found").await;

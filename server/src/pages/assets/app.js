@@ -24,7 +24,8 @@ async function api(method, url, body) {
 function formBody(form) {
   const body = {};
   for (const field of form.elements) {
-    if (!field.name || field.disabled) continue;
+    // Fields marked data-unsent only feed another field (Assign's Git choices make `git`).
+    if (!field.name || field.disabled || "unsent" in field.dataset) continue;
     if (field.type === "checkbox" && "list" in field.dataset) {
       // Checkboxes marked data-list send the values of those ticked, as one array.
       body[field.name] ??= [];
@@ -46,9 +47,17 @@ function fillTemplate(template, data) {
     encodeURIComponent(path.split(".").reduce((value, key) => value?.[key], data) ?? ""));
 }
 
+// A form's data-fields names the API's fields in its own words: "git.branch: …" reads
+// "Branch: …".
+function inWords(form, message) {
+  const words = form.dataset.fields ? JSON.parse(form.dataset.fields) : {};
+  const [, field, rest] = /^([\w.]+): (.*)$/s.exec(message) || [];
+  return field && words[field] ? `${words[field]}: ${rest}` : message;
+}
+
 function showError(form, message) {
   const slot = form.querySelector(".error");
-  if (slot) slot.textContent = message; else alert(message);
+  if (slot) slot.textContent = inWords(form, message); else alert(message);
 }
 
 document.addEventListener("submit", async (event) => {
