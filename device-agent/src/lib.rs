@@ -25,9 +25,10 @@
 //! the path and the argv always come from this computer's own configuration.
 //!
 //! **Architecture Invariant:** only [`remote::client`] talks to the Tether server (it also
-//! builds the event stream's WebSocket request, which [`remote::events`] drives). The one
-//! other HTTP client is [`run::secret_http`], which sends only the owner's own requests that
-//! use saved secrets by reference, to the sites those secrets admit.
+//! builds the event stream's WebSocket request, which [`remote::events`] drives). The other
+//! HTTP clients are [`run::secret_http`], which sends only the owner's own requests that use
+//! saved secrets by reference, to the sites those secrets admit, and
+//! [`run::delivery::github`], which calls only the GitHub API registered for `origin`'s host.
 //!
 //! **Architecture Invariant:** only [`local`] and [`changes`] (its `snapshots/`) write to the
 //! data directory, every file through [`local::state`]'s atomic writes (plus the lock files

@@ -8,12 +8,15 @@
 //! - [`diff`]: one file's unified diff between the start ([`Recorded::before`]) and now;
 //! - [`runs_later`]: the flags of a changed file (runs code later, a credential);
 //! - [`git`]: the hardened git runner every git command of the agent goes through, and
-//!   [`tree`]: the git commands of this wing on it.
+//!   [`tree`]: the git commands of this wing on it;
+//! - [`worktree`]: a run's own git worktree of a shared repository, on its own branch.
 //!
 //! **Architecture Invariant:** no git command of the agent starts a program a repository
 //! names (hooks, filters, textconv and diff drivers, fsmonitor, pagers, helpers): see
 //! [`git`]. The repository's index, refs and work tree are never written; trees and blobs
-//! of the working state go into its object store through an index of the agent's own.
+//! of the working state go into its object store through an index of the agent's own. The
+//! one exception is [`worktree`]: adding a run's worktree writes its new branch and the
+//! repository's `worktrees/` entry, and removing it takes the entry away.
 //!
 //! **Architecture Invariant:** this wing uses only [`crate::local`] and [`crate::policy`];
 //! `remote` (the live diff) and `run` (record, then report) use it, never the reverse.
@@ -29,6 +32,7 @@ pub mod store;
 #[cfg(test)]
 mod tests;
 pub mod tree;
+pub mod worktree;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -1,5 +1,6 @@
 //! The command line: parse with clap, then apply one command.
 
+pub mod github;
 pub mod status;
 
 use std::future::Future;
@@ -77,6 +78,12 @@ pub enum Command {
     Secrets {
         #[command(subcommand)]
         command: SecretsCommand,
+    },
+    /// GitHub tokens for pull requests, one per host, kept apart from the secrets (never
+    /// shown, never given to a job).
+    Github {
+        #[command(subcommand)]
+        command: github::GithubCommand,
     },
     /// Inside a job: one HTTP request with `{{NAME}}` in a header or the body replaced by
     /// the saved secret NAME, sent by the agent only to that secret's allowed sites. Prints
@@ -334,6 +341,7 @@ async fn apply(cli: Cli, shutdown: impl Future) -> Result<i32> {
         Command::Recipe { command } => apply_recipes(&data_dir, command),
         Command::Engine { command } => apply_engines(&data_dir, command),
         Command::Secrets { command } => apply_secrets(&data_dir, command),
+        Command::Github { command } => github::apply(&data_dir, command),
         Command::Trust { command } => apply_trust(&data_dir, command),
         Command::Approvals { state } => apply_approvals(&data_dir, state),
         Command::Evidence { state } => apply_evidence(&data_dir, state),

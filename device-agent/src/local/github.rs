@@ -53,7 +53,9 @@ impl GithubToken {
             bail!("the token is empty");
         }
         if token.len() > MAX_TOKEN_BYTES || !token.bytes().all(|b| b.is_ascii_graphic()) {
-            bail!("a token is one line of letters, digits and punctuation, at most 1024 characters");
+            bail!(
+                "a token is one line of letters, digits and punctuation, at most 1024 characters"
+            );
         }
         Ok(GithubToken(token.to_owned()))
     }
@@ -188,7 +190,9 @@ impl<'a> GithubVault<'a> {
     }
 
     fn update<T>(&self, change: impl FnOnce(&mut Contents) -> Result<T>) -> Result<T> {
-        let _guard = MUTEX.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _guard = MUTEX
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let _file_lock = self.lock_file()?;
         let mut contents = self.load()?;
         let answer = change(&mut contents)?;
@@ -231,9 +235,9 @@ impl<'a> GithubVault<'a> {
             msg: &ciphertext,
             aad: STORAGE_AAD,
         };
-        let plain = cipher
-            .decrypt(&Nonce::from(nonce), payload)
-            .map_err(|_| anyhow::anyhow!("cannot decrypt github.vault (tampered, or another local.key)"))?;
+        let plain = cipher.decrypt(&Nonce::from(nonce), payload).map_err(|_| {
+            anyhow::anyhow!("cannot decrypt github.vault (tampered, or another local.key)")
+        })?;
         serde_json::from_slice(&plain).context("github.vault holds no vault")
     }
 
@@ -275,7 +279,9 @@ pub fn parse_host(raw: &str) -> Result<String> {
         && name.split('.').all(|label| {
             !label.is_empty()
                 && !label.starts_with('-')
-                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
         });
     let port_ok = port.is_none_or(|port| port.parse::<u16>().is_ok_and(|port| port > 0));
     if !name_ok || !port_ok {
@@ -297,7 +303,8 @@ pub fn api_url_for(host: &str, api_url: Option<&str>) -> Result<String> {
             format!("https://{host}/api/v3")
         });
     };
-    let url = reqwest::Url::parse(raw.trim()).with_context(|| format!("{raw:?} is not an address"))?;
+    let url =
+        reqwest::Url::parse(raw.trim()).with_context(|| format!("{raw:?} is not an address"))?;
     let loopback = url.host_str().is_some_and(is_loopback);
     match url.scheme() {
         "https" => {}
@@ -326,14 +333,32 @@ mod tests {
 
     #[test]
     fn hosts_and_api_addresses_are_checked() {
-        assert_eq!(parse_host(" GitHub.com ").ok().as_deref(), Some("github.com"));
-        assert_eq!(parse_host("127.0.0.1:9418").ok().as_deref(), Some("127.0.0.1:9418"));
-        for bad in ["", "a b", "x:0", "x:99999", "-x.com", "a..b", "https://github.com", "x/y"] {
+        assert_eq!(
+            parse_host(" GitHub.com ").ok().as_deref(),
+            Some("github.com")
+        );
+        assert_eq!(
+            parse_host("127.0.0.1:9418").ok().as_deref(),
+            Some("127.0.0.1:9418")
+        );
+        for bad in [
+            "",
+            "a b",
+            "x:0",
+            "x:99999",
+            "-x.com",
+            "a..b",
+            "https://github.com",
+            "x/y",
+        ] {
             assert!(parse_host(bad).is_err(), "{bad:?}");
         }
         let api = |host: &str, url: Option<&str>| api_url_for(host, url).ok();
         assert_eq!(api("github.com", None).as_deref(), Some(DEFAULT_API_URL));
-        assert_eq!(api("ghe.example.com", None).as_deref(), Some("https://ghe.example.com/api/v3"));
+        assert_eq!(
+            api("ghe.example.com", None).as_deref(),
+            Some("https://ghe.example.com/api/v3")
+        );
         assert_eq!(
             api("x", Some("http://127.0.0.1:8080/")).as_deref(),
             Some("http://127.0.0.1:8080")

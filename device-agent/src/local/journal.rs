@@ -14,7 +14,7 @@
 use std::collections::VecDeque;
 use std::fs;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
 use anyhow::{Context, Result};
@@ -242,10 +242,25 @@ impl Journal {
     /// # Errors
     /// When the file cannot be read or written.
     pub fn remember_folder(&self, job_id: &JobId, label: &str) -> Result<()> {
-        self.remember_folder_within(job_id, label, MAX_REMEMBERED_JOBS)
+        self.remember_folder_within(job_id, label, None, MAX_REMEMBERED_JOBS)
     }
 
-    fn remember_folder_within(&self, job_id: &JobId, label: &str, max: usize) -> Result<()> {
+    /// Remembers that `job_id` works in the worktree at `path` of the folder labelled
+    /// `label`: file browsing reads the worktree, not the shared folder.
+    ///
+    /// # Errors
+    /// When the file cannot be read or written.
+    pub fn remember_worktree(&self, job_id: &JobId, label: &str, path: &Path) -> Result<()> {
+        self.remember_folder_within(job_id, label, Some(path), MAX_REMEMBERED_JOBS)
+    }
+
+    fn remember_folder_within(
+        &self,
+        job_id: &JobId,
+        label: &str,
+        worktree: Option<&Path>,
+        max: usize,
+    ) -> Result<()> {
         let _guard = self
             .job_folders_lock
             .lock()
@@ -255,6 +270,7 @@ impl Journal {
         folders.push_back(JobFolder {
             job_id: job_id.clone(),
             folder: label.to_owned(),
+            worktree: worktree.map(Path::to_path_buf),
         });
         while folders.len() > max {
             folders.pop_front();
@@ -282,6 +298,22 @@ impl Journal {
             .into_iter()
             .find(|known| &known.job_id == job_id)
             .map(|known| known.folder))
+    }
+
+    /// The worktree a job of this computer works (or worked) in, if it ran in one.
+    ///
+    /// # Errors
+    /// When the file cannot be read.
+    pub fn worktree_of(&self, job_id: &JobId) -> Result<Option<PathBuf>> {
+        let _guard = self
+            .job_folders_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        Ok(self
+            .read_job_folders()?
+            .into_iter()
+            .find(|known| &known.job_id == job_id)
+            .and_then(|known| known.worktree))
     }
 
     fn read_job_folders(&self) -> Result<VecDeque<JobFolder>> {
@@ -318,6 +350,9 @@ impl Journal {
 struct JobFolder {
     job_id: JobId,
     folder: String,
+    /// The agent's worktree of that folder the job ran in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    worktree: Option<PathBuf>,
 }
 
 /// Marks the process `pid` with its start time, to recognise it after a restart.
@@ -501,10 +536,15 @@ mod tests {
         let data_dir = DataDir::resolve(Some(tmp.path().to_path_buf()))?;
         let journal = Journal::new(&data_dir);
         let first = JobId::parse("first")?;
-        journal.remember_folder_within(&first, "work", 3)?;
+        journal.remember_folder_within(&first, "work", None, 3)?;
         assert_eq!(journal.folder_of(&first)?.as_deref(), Some("work"));
+        assert_eq!(journal.worktree_of(&first)?, None);
+        // A worktree replaces the job's entry and keeps its label.
+        journal.remember_worktree(&first, "work", Path::new("/w/first"))?;
+        assert_eq!(journal.folder_of(&first)?.as_deref(), Some("work"));
+        assert_eq!(journal.worktree_of(&first)?, Some(PathBuf::from("/w/first")));
         for i in 0..3 {
-            journal.remember_folder_within(&JobId::parse(&format!("j{i}"))?, "other", 3)?;
+            journal.remember_folder_within(&JobId::parse(&format!("j{i}"))?, "other", None, 3)?;
         }
         assert_eq!(journal.folder_of(&first)?, None);
         assert_eq!(

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::zones;
+use super::{git, zones};
 
 /// Nesting deeper than this (`sh -c "sh -c …"`) is not followed: the command is then not
 /// read-only.
@@ -224,6 +224,10 @@ fn git_read_only(args: &[String]) -> bool {
     let Some((subcommand, rest)) = git_subcommand(args) else {
         return false;
     };
+    // Configuration given for the command: never taken for reading only.
+    if args.iter().any(|arg| arg.starts_with("-c")) {
+        return false;
+    }
     if rest.iter().any(|arg| {
         arg.starts_with("--output")
                 || arg == "--ext-diff"
@@ -264,12 +268,15 @@ fn git_read_only(args: &[String]) -> bool {
 }
 
 /// The subcommand of `git [global options] SUBCOMMAND …`; `None` when a global option could
-/// change what git runs (`-c`, `--exec-path`, `--config-env`).
+/// change what git runs (`-c` of a key off the safe list, `--exec-path`, `--config-env`).
 fn git_subcommand(args: &[String]) -> Option<(&str, &[String])> {
+    let safe_pair = |pair: &str| git::safe_key(pair.split_once('=').map_or(pair, |(key, _)| key));
     let mut index = 0;
     while let Some(arg) = args.get(index) {
         match arg.as_str() {
             "-C" => index += 2,
+            "-c" if args.get(index + 1).is_some_and(|pair| safe_pair(pair)) => index += 2,
+            _ if arg.len() > 2 && arg.starts_with("-c") && safe_pair(&arg[2..]) => index += 1,
             "-c" | "--config-env" => return None,
             _ if arg.starts_with("--exec-path") || arg.starts_with("--config-env") => return None,
             _ if arg.starts_with('-') => index += 1,

@@ -311,14 +311,26 @@ pub fn absolute(path: &Path) -> PathBuf {
 }
 
 /// Files in a work folder that git runs or obeys later, outside any sandbox: every
-/// repository's `.git/hooks` and `.git/config`, found to a bounded depth.
-pub fn git_protected(work_folder: &Path) -> Vec<PathBuf> {
+/// repository's `.git/hooks` and `.git/config`, found to a bounded depth; the work folder's
+/// `.git` file when it is a worktree (it names the git folder); and in each `granted`
+/// folder that is a worktree's own git folder (it holds `commondir`), the files naming its
+/// repository and checkout and its own configuration.
+pub fn git_protected(work_folder: &Path, granted: &[PathBuf]) -> Vec<PathBuf> {
     let mut found = Vec::new();
     find_git_dirs(work_folder, 0, &mut found);
-    found
+    let mut protected: Vec<PathBuf> = found
         .into_iter()
         .flat_map(|git| [git.join("hooks"), git.join("config")])
-        .collect()
+        .collect();
+    let link = work_folder.join(".git");
+    if link.is_file() {
+        protected.push(link);
+    }
+    // Only folders the agent granted: a `.git` file's own word is never followed.
+    for dir in granted.iter().filter(|dir| dir.join("commondir").is_file()) {
+        protected.extend(["commondir", "gitdir", "config.worktree"].map(|name| dir.join(name)));
+    }
+    protected
 }
 
 /// How deep, and how many directories, the nested-repository scan looks.
@@ -359,9 +371,9 @@ pub struct GitSnapshot {
 }
 
 impl GitSnapshot {
-    /// Records `.git/hooks` and `.git/config` of every repository in `work_folder`.
-    pub fn take(work_folder: &Path) -> GitSnapshot {
-        let roots = git_protected(work_folder);
+    /// Records what [`git_protected`] names for `work_folder` and the `granted` folders.
+    pub fn take(work_folder: &Path, granted: &[PathBuf]) -> GitSnapshot {
+        let roots = git_protected(work_folder, granted);
         let mut snapshot = GitSnapshot {
             files: BTreeMap::new(),
             roots: roots.clone(),
@@ -569,7 +581,7 @@ mod tests {
         fs::create_dir_all(work.join("nested/lib/.git")).unwrap_or_default();
         fs::write(work.join(".git/config"), "[core]\n").unwrap_or_default();
         fs::write(work.join(".git/hooks/pre-commit.sample"), "#!/bin/sh\n").unwrap_or_default();
-        let snapshot = GitSnapshot::take(&work);
+        let snapshot = GitSnapshot::take(&work, &[]);
         fs::write(work.join(".git/config"), "[core]\nfsmonitor = evil\n").unwrap_or_default();
         fs::write(work.join(".git/hooks/pre-commit"), "evil").unwrap_or_default();
         fs::create_dir_all(work.join("nested/lib/.git/hooks")).unwrap_or_default();

@@ -1158,6 +1158,36 @@ mod tests {
     }
 
     #[test]
+    fn assignments_in_front_are_stripped_and_kept() {
+        assert_eq!(sh("FOO=1 sudo ls"), Some("privilege"));
+        assert_eq!(sh("A=1 B=2 env C=3 git status"), None);
+        let found = simple_commands(&argv(&[
+            "env",
+            "A=1",
+            "sh",
+            "-c",
+            "B=2 git fetch; find . -exec git log ';'",
+        ]));
+        let shapes: Vec<(Vec<&str>, Vec<&str>)> = found
+            .iter()
+            .map(|command| {
+                (
+                    command.assignments.iter().map(String::as_str).collect(),
+                    command.words.iter().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shapes,
+            [
+                (vec!["A=1", "B=2"], vec!["git", "fetch"]),
+                (vec!["A=1"], vec!["git", "log"]),
+                (vec!["A=1"], vec!["find", ".", "-exec", "git", "log", ";"]),
+            ]
+        );
+    }
+
+    #[test]
     fn a_refusal_names_the_rule() {
         let evaluation = check(&argv(&["bash", "-lc", "sudo id"]));
         assert_eq!(

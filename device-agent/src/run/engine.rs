@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tether_protocol::jobs::{ClaimedJob, CompleteParams, Outcome};
 
+use crate::changes::worktree::Worktree;
 use crate::local::state::{Config, SharedFolder};
 use crate::local::vault::NamedSecrets;
 use crate::remote::client::DeviceClient;
@@ -21,8 +22,11 @@ pub struct RunContext<'a> {
     pub job: &'a ClaimedJob,
     /// The owner's configuration at claim time (trusted folders, web answers, evidence).
     pub config: &'a Config,
-    /// The shared folder the job names, which exists.
+    /// The shared folder the job names, which exists; for a run in its own worktree, the
+    /// worktree (same label).
     pub folder: &'a SharedFolder,
+    /// The run's worktree, when it works in one: its git folders are granted to the sandbox.
+    pub worktree: Option<&'a Worktree>,
     pub stop: &'a RunStop,
     pub lease: &'a Arc<RunLease>,
     pub secrets: &'a RunSecrets,

@@ -66,11 +66,18 @@ const CREDENTIAL_NAME_PARTS: &[&str] = &[
 ];
 /// Prefixes of variables that are credentials or the agent's own settings.
 const DENIED_PREFIXES: &[&str] = &["AWS_", "TETHER_", "GITHUB_", "GH_", "AZURE_", "GOOGLE_"];
-/// Variables that are credentials without saying so: agent sockets that sign for the user.
+/// Variables that are credentials without saying so: agent sockets that sign for the user,
+/// and the programs git and ssh ask for a password or sign in with (only Tether's own push
+/// signs in, outside the sandbox).
 const CREDENTIAL_NAMES: &[&str] = &[
     "SSH_AUTH_SOCK",
     "GPG_AGENT_INFO",
     "DBUS_SESSION_BUS_ADDRESS",
+    "GIT_ASKPASS",
+    "SSH_ASKPASS",
+    "GIT_SSH",
+    "GIT_SSH_COMMAND",
+    "GIT_CONFIG_GLOBAL",
 ];
 
 /// Whether a variable's name suggests it holds a credential (or the agent's own settings).
@@ -132,6 +139,33 @@ mod tests {
         .collect();
         let names: Vec<String> = scrub(inherited).into_iter().map(|(name, _)| name).collect();
         assert_eq!(names, ["PATH", "HOME", "LANG", "LC_ALL"]);
+    }
+
+    #[test]
+    fn no_git_sign_in_reaches_a_run() {
+        let inherited: Vec<(OsString, OsString)> = [
+            ("HOME", "/home/me"),
+            ("SSH_AUTH_SOCK", "/run/user/1000/ssh-agent"),
+            ("GIT_ASKPASS", "/usr/lib/git-core/git-gui--askpass"),
+            ("SSH_ASKPASS", "/usr/bin/ksshaskpass"),
+            ("GIT_SSH_COMMAND", "ssh -i ~/.ssh/deploy"),
+            ("GIT_SSH", "/usr/bin/ssh"),
+            ("GIT_CONFIG_GLOBAL", "/home/me/.gitconfig"),
+            ("GH_TOKEN", "gho_x"),
+        ]
+        .iter()
+        .map(|(name, value)| ((*name).into(), (*value).into()))
+        .collect();
+        let names: Vec<String> = scrub(inherited).into_iter().map(|(name, _)| name).collect();
+        assert_eq!(names, ["HOME"]);
+        for name in [
+            "SSH_AUTH_SOCK",
+            "GIT_ASKPASS",
+            "SSH_ASKPASS",
+            "GIT_SSH_COMMAND",
+        ] {
+            assert!(is_denied_name(name), "{name}");
+        }
     }
 
     #[test]

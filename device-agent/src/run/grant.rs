@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tether_protocol::jobs::ClaimedJob;
 use tokio::sync::mpsc;
 
+use crate::changes::worktree::Worktree;
 use crate::local::state::DataDir;
 use crate::local::vault::{Missing, NamedSecrets, Reference, Vault};
 use crate::run::environment;
@@ -50,6 +51,8 @@ pub struct Granted<'a> {
     pub secret_env: Vec<(String, String)>,
     pub evidence: Option<&'a RunEvidence>,
     pub broker: Option<&'a Broker>,
+    /// The run's worktree: its repository's git folders, for commits.
+    pub worktree: Option<&'a Worktree>,
 }
 
 impl Granted<'_> {
@@ -65,6 +68,10 @@ impl Granted<'_> {
         }
         if let Some(broker) = self.broker {
             broker.grant(&mut env, &mut readable);
+        }
+        if let Some(worktree) = self.worktree {
+            writable.extend(worktree.writable());
+            readable.extend(worktree.readable());
         }
         (env, writable, readable)
     }

@@ -11,6 +11,7 @@
 //! **Architecture Invariant:** a run never acts under two leases: the token is replaced in
 //! one place, under one lock, and every writer reads it from here.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -77,6 +78,9 @@ pub struct RunLease {
     held: Mutex<Held>,
     /// Held while reattaching, so concurrent writers that all hit `stale_lease` make one call.
     reattaching: tokio::sync::Mutex<()>,
+    /// The last progress `seq` taken in this attempt: one count for every progress call of
+    /// the run (its output, and what the run says before and after its engine).
+    progress_seq: Arc<AtomicU64>,
 }
 
 #[derive(Debug, Clone)]
@@ -103,7 +107,20 @@ impl RunLease {
                 confirmed_at: Instant::now(),
             }),
             reattaching: tokio::sync::Mutex::new(()),
+            progress_seq: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// The attempt's progress numbering, shared by everything that reports progress.
+    pub fn progress_seq(&self) -> Arc<AtomicU64> {
+        self.progress_seq.clone()
+    }
+
+    /// The run works in the worktree at `path`: remembered for file browsing.
+    pub fn worktree(&self, label: &str, path: &Path) {
+        if let Err(err) = self.journal.remember_worktree(&self.job_id, label, path) {
+            tracing::warn!(job = %self.job_id, "cannot remember the run's worktree: {err:#}");
+        }
     }
 
     pub fn job_id(&self) -> &JobId {

@@ -7,6 +7,8 @@
 //! - [`stop`]: how a run stops ([`RunStop`], [`StopReason`]) and how a run task ended;
 //! - [`grant`]: what it is granted ([`RunSecrets`], [`Granted`], the broker's start);
 //! - [`lease`]: its lease, the one place the token lives, reattached after an outage;
+//! - [`workplace`]: where it works — its shared folder, held by one run at a time (a run
+//!   whose folder another holds waits), or its own git worktree of it;
 //! - [`progress`]: its output, in numbered batches; [`evidence`]: its evidence folder;
 //! - [`decisions`]: asking the owner, the run's side of the policy's [`Ask`];
 //! - [`delivery`]: the job's git delivery — its branch before the run, then commits, a push
@@ -33,6 +35,7 @@ pub mod process_group;
 pub mod progress;
 pub mod secret_http;
 pub mod stop;
+pub mod workplace;
 
 pub use engine::{Engine, RunContext};
 pub use grant::RunSecrets;
@@ -129,17 +132,31 @@ async fn execute<E: Engine>(
             spec.engine
         )));
     };
+    let data_dir = crate::sandbox::guard().data_dir().to_path_buf();
+    let entry = workplace::Entry {
+        client: run.client,
+        job: run.job,
+        lease: run.lease,
+        stop: run.stop,
+        data_dir: &data_dir,
+    };
+    // The folder alone, or the job's own worktree of it: what everything after sees.
+    let place = match workplace::enter(entry, folder).await? {
+        workplace::Entered::Ready(place) => place,
+        workplace::Entered::Ended(params) => return Ok(params),
+    };
+    let folder = &place.folder;
     let ctx = RunContext {
         client: run.client,
         job: run.job,
         config: run.config,
         folder,
+        worktree: place.worktree.as_ref(),
         stop: run.stop,
         lease: run.lease,
         secrets: run.secrets,
         named,
     };
-    let data_dir = crate::sandbox::guard().data_dir().to_path_buf();
     let prepared = match delivery::prepare(run.job, &folder.path, &data_dir).await {
         delivery::Preparation::NotAsked => None,
         delivery::Preparation::Ready(prepared) => Some(*prepared),
@@ -151,6 +168,7 @@ async fn execute<E: Engine>(
         deliver(run, prepared, &data_dir, &mut params).await;
     }
     params.changes = report_changes(&data_dir, run.job, &folder.path, run.secrets).await;
+    place.leave(entry).await;
     Ok(params)
 }
 

@@ -5,6 +5,7 @@
 //! than the last; a call that got no answer is sent again with the same `seq`, which the
 //! server treats as a repeat, so no line is recorded twice.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,17 +35,23 @@ pub struct Batch {
 pub struct ProgressBatcher {
     lines: Vec<String>,
     bytes: usize,
-    next_seq: u64,
+    /// The last `seq` taken, shared with whatever else reports progress for the attempt.
+    last_seq: Arc<AtomicU64>,
 }
 
 impl ProgressBatcher {
     /// Numbering starts at 1, so a server that keeps "last seq seen" starting at 0 accepts
     /// the first call.
     pub fn new() -> ProgressBatcher {
+        ProgressBatcher::numbered_by(Arc::new(AtomicU64::new(0)))
+    }
+
+    /// Numbers batches after `last_seq`, taking each number from it.
+    pub fn numbered_by(last_seq: Arc<AtomicU64>) -> ProgressBatcher {
         ProgressBatcher {
             lines: Vec::new(),
             bytes: 0,
-            next_seq: 1,
+            last_seq,
         }
     }
 
@@ -73,8 +80,7 @@ impl ProgressBatcher {
         if self.lines.is_empty() {
             return None;
         }
-        let seq = self.next_seq;
-        self.next_seq += 1;
+        let seq = self.last_seq.fetch_add(1, Ordering::SeqCst) + 1;
         self.bytes = 0;
         Some(Batch {
             seq,
@@ -122,7 +128,7 @@ pub async fn report_output(
     stop: RunStop,
     hidden: Arc<Vec<String>>,
 ) {
-    let mut batcher = ProgressBatcher::new();
+    let mut batcher = ProgressBatcher::numbered_by(lease.progress_seq());
     let mut tick = tokio::time::interval(FLUSH_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -135,7 +141,12 @@ pub async fn report_output(
             _ = tick.tick() => (batcher.take(), false),
         };
         if let Some(batch) = batch {
-            let delivery = deliver(&client, &lease, batch, &stop).await;
+            let params = ProgressParams {
+                seq: batch.seq,
+                lines: batch.lines,
+                status: None,
+            };
+            let delivery = deliver(&client, &lease, params, &stop).await;
             if delivery == Delivery::Abandoned {
                 return;
             }
@@ -146,19 +157,29 @@ pub async fn report_output(
     }
 }
 
+/// Sends what a run says outside its engine's output (waiting for its folder, where its
+/// worktree is kept): `lines` of output and a `status`, numbered after the attempt's last
+/// call. Retried like output; nothing is sent once the lease is gone.
+pub async fn say(
+    client: &DeviceClient,
+    lease: &RunLease,
+    stop: &RunStop,
+    lines: Vec<String>,
+    status: Option<String>,
+) {
+    let seq = lease.progress_seq().fetch_add(1, Ordering::SeqCst) + 1;
+    let params = ProgressParams { seq, lines, status };
+    deliver(client, lease, params, stop).await;
+}
+
 /// Sends one batch, retrying with the same `seq` while the server cannot be reached.
 async fn deliver(
     client: &DeviceClient,
     lease: &RunLease,
-    batch: Batch,
+    params: ProgressParams,
     stop: &RunStop,
 ) -> Delivery {
     let job_id = lease.job_id();
-    let params = ProgressParams {
-        seq: batch.seq,
-        lines: batch.lines,
-        status: None,
-    };
     let mut backoff = Backoff::new();
     loop {
         let token = lease.token();

@@ -132,8 +132,8 @@ pub fn args(mounts: &Mounts<'_>) -> Vec<OsString> {
 /// Makes sure every repository in the work folder has `.git/hooks` and `.git/config` (an
 /// empty folder or file, as `git init` makes them) so they can be mounted read-only: bubblewrap
 /// cannot mount over a path that does not exist. Returns the paths to protect.
-pub fn prepare_git(work_folder: &Path) -> Vec<PathBuf> {
-    let paths = crate::policy::guard::git_protected(work_folder);
+pub fn prepare_git(work_folder: &Path, granted: &[PathBuf]) -> Vec<PathBuf> {
+    let paths = crate::policy::guard::git_protected(work_folder, granted);
     for path in &paths {
         if fs::symlink_metadata(path).is_ok() {
             continue;
@@ -291,7 +291,7 @@ mod tests {
         fs::create_dir_all(work.join(".git")).unwrap_or_default();
         fs::create_dir_all(home.join(".cargo")).unwrap_or_default();
         fs::write(home.join(".cargo/credentials.toml"), "x").unwrap_or_default();
-        let git = prepare_git(&work);
+        let git = prepare_git(&work, &[]);
         assert!(work.join(".git/hooks").is_dir() && work.join(".git/config").is_file());
         let policy = Policy {
             work_folder: work.clone(),

@@ -337,7 +337,7 @@ impl Sandbox {
         };
         let (layer, mut command, git_snapshot) = match &self.backend {
             Backend::Bwrap { path, proc } => {
-                let protected_git = bwrap::prepare_git(&policy.work_folder);
+                let protected_git = bwrap::prepare_git(&policy.work_folder, &policy.writable);
                 let args = bwrap::args(&bwrap::Mounts {
                     policy: &policy,
                     denied: &denied,
@@ -352,7 +352,7 @@ impl Sandbox {
             }
             Backend::Landlock => {
                 let command = tokio::process::Command::new(&self.launcher);
-                let snapshot = guard::GitSnapshot::take(&policy.work_folder);
+                let snapshot = guard::GitSnapshot::take(&policy.work_folder, &policy.writable);
                 (Layer::Landlock, command, Some(snapshot))
             }
             Backend::Seatbelt => {
@@ -363,7 +363,7 @@ impl Sandbox {
             }
             Backend::None { .. } => {
                 let command = tokio::process::Command::new(&self.launcher);
-                let snapshot = guard::GitSnapshot::take(&policy.work_folder);
+                let snapshot = guard::GitSnapshot::take(&policy.work_folder, &policy.writable);
                 (Layer::Unconfined, command, Some(snapshot))
             }
         };

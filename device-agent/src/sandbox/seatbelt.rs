@@ -74,7 +74,7 @@ pub fn profile(policy: &Policy, denied: &[PathBuf], home: Option<&Path>) -> Stri
         out.push_str("(deny network*)\n");
     }
     out.push_str("(deny file-write*\n");
-    for path in crate::policy::guard::git_protected(&policy.work_folder) {
+    for path in crate::policy::guard::git_protected(&policy.work_folder, &policy.writable) {
         let _ = writeln!(out, "  (subpath {})", quote(&path));
     }
     let _ = writeln!(

@@ -52,6 +52,8 @@ pub struct Browser {
     socket: Socket,
     session_id: String,
     next_id: u64,
+    /// DevTools events seen while waiting for answers, oldest first (the last 500).
+    events: Vec<Value>,
     _profile: tempfile::TempDir,
 }
 
@@ -104,6 +106,7 @@ impl Browser {
             socket,
             session_id: String::new(),
             next_id: 0,
+            events: Vec::new(),
             _profile: profile,
         };
         let target = browser
@@ -121,8 +124,9 @@ impl Browser {
         browser
     }
 
-    /// Sends one DevTools command and waits for its answer, skipping events.
-    async fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
+    /// Sends one DevTools command (to the browser, or to the target `session` is attached
+    /// to) and waits for its answer, keeping the events that arrive meanwhile.
+    pub async fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
         self.next_id += 1;
         let id = self.next_id;
         let mut message = json!({"id": id, "method": method, "params": params});
@@ -145,12 +149,31 @@ impl Browser {
                 assert!(answer.get("error").is_none(), "{method} failed: {answer}");
                 return answer["result"].clone();
             }
+            if answer.get("method").is_some() {
+                if self.events.len() == 500 {
+                    self.events.remove(0);
+                }
+                self.events.push(answer);
+            }
         }
     }
 
-    async fn page_call(&mut self, method: &str, params: Value) -> Value {
+    /// Sends one DevTools command to the page.
+    pub async fn page_call(&mut self, method: &str, params: Value) -> Value {
         let session = self.session_id.clone();
         self.call(Some(&session), method, params).await
+    }
+
+    /// The parameters of the latest event `method` seen so far (DevTools sends events on
+    /// the socket; they are read while waiting for answers).
+    pub async fn last_event(&mut self, method: &str) -> Option<Value> {
+        // A harmless call, so events sent since the last one are read.
+        self.call(None, "Browser.getVersion", json!({})).await;
+        self.events
+            .iter()
+            .rev()
+            .find(|event| event["method"] == json!(method))
+            .map(|event| event["params"].clone())
     }
 
     /// Opens `url` in the page.

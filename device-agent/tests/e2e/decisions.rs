@@ -631,6 +631,7 @@ impl Harness {
             sandbox: SandboxStrength::Strong,
             guard: tether_agent::policy::guard::Guard::for_user(self.home()),
             temporary: zones::temporary_folders(),
+            delivery: None,
         });
         let asker = Asker {
             client: self.client.clone(),

@@ -6,13 +6,18 @@
 //! daemon with its message and leaves no token behind.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod accessibility;
 mod acp;
 mod browser;
 mod changes;
 mod chromium;
 mod confined;
 mod decisions;
+mod delivery;
 mod evidence;
+mod folders;
+mod installable;
+mod git_assign;
 mod phone;
 #[path = "../../../server/tests/support/postgres.rs"]
 mod postgres;

@@ -72,6 +72,11 @@ pub async fn show(state: web::Data<AppState>, caller: Option<Caller>) -> HttpRes
         html! {
             h1 { "Account" }
             p { strong { (caller.user.name) } " · " (caller.user.email) }
+            section.card #notifications {
+                h2 { "Notifications" }
+                p { "Get told on your phone when a run asks you something, a job ends or a computer goes offline." }
+                p { a href="/account/notifications" { "Notifications on your devices" } }
+            }
             section.card #tokens {
                 h2 { "API tokens" }
                 p.muted {

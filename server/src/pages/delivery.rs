@@ -10,8 +10,8 @@ use maud::{html, Markup};
 use tether_protocol::capabilities::GitCapability;
 use tether_protocol::devices::Device;
 use tether_protocol::git::{
-    BranchChoice, Delivery, DeliveredCommit, DeliveryReport, GitOptions, MergeChoice,
-    PullRequest, PullRequestState,
+    BranchChoice, DeliveredCommit, Delivery, DeliveryReport, GitOptions, MergeChoice, PullRequest,
+    PullRequestState,
 };
 
 /// The API's field names in the words of the Assign form (`data-fields`), so that a 422
@@ -21,7 +21,11 @@ pub(super) const FIELD_WORDS: &str = r#"{"git":"Git","git.delivery":"Delivery","
 /// The Git fieldset of Assign: the choices for a computer that delivers with git, else one
 /// line saying why there are none. `last` is the latest job's choices on this computer.
 pub(super) fn git_fieldset(device: &Device, last: Option<&GitOptions>) -> Markup {
-    let Some(git) = device.capabilities.as_ref().and_then(|caps| caps.git.as_ref()) else {
+    let Some(git) = device
+        .capabilities
+        .as_ref()
+        .and_then(|caps| caps.git.as_ref())
+    else {
         return html! {
             fieldset.git {
                 legend { "Git" }
@@ -32,14 +36,14 @@ pub(super) fn git_fieldset(device: &Device, last: Option<&GitOptions>) -> Markup
             }
         };
     };
-    let start = starting_choices(last);
+    let (start, merge) = starting_choices(last);
     html! {
         fieldset.git data-git-choices {
             legend { "Git" }
             input type="hidden" name="git" data-json value=(initial_json(&start));
             (delivery_choices(start.delivery))
             (branch_choices())
-            (pull_request_choices(git, start.delivery, start.merge))
+            (pull_request_choices(git, merge))
             label.inline {
                 input type="checkbox" data-unsent data-git="worktree" checked[start.worktree];
                 "Run in a separate copy (git worktree) if the folder is busy"
@@ -93,19 +97,25 @@ pub(super) fn delivery_section(report: &DeliveryReport, asked: Option<&GitOption
     }
 }
 
-/// The choices to start from: the latest job's delivery, merge and worktree on this
-/// computer (a branch is the job's own, so it starts from the current one), else Local
-/// only.
-fn starting_choices(last: Option<&GitOptions>) -> GitOptions {
-    let delivery = last.map_or(Delivery::Local, |options| options.delivery);
-    let pull_request = delivery == Delivery::PullRequest;
-    GitOptions {
+/// The choices to start from: the latest job's on this computer (a branch is the job's
+/// own, so it starts from the current one), else Local only; and the merge choice for when
+/// Pull request is picked. A pull request starts as Push: the fresh form has network access
+/// off, which a pull request needs.
+fn starting_choices(last: Option<&GitOptions>) -> (GitOptions, MergeChoice) {
+    let delivery = match last.map(|options| options.delivery) {
+        None => Delivery::Local,
+        Some(Delivery::PullRequest) => Delivery::Push,
+        Some(delivery) => delivery,
+    };
+    let start = GitOptions {
         delivery,
         branch: Some(BranchChoice::Current(true)),
         base: None,
-        merge: pull_request.then(|| last.and_then(|options| options.merge).unwrap_or(MergeChoice::Never)),
+        merge: None,
         worktree: last.is_some_and(|options| options.worktree),
-    }
+    };
+    let merge = last.and_then(|options| options.merge);
+    (start, merge.unwrap_or(MergeChoice::Never))
 }
 
 /// The hidden field's value before the script runs: what the checked controls say.
@@ -171,21 +181,16 @@ fn branch_choices() -> Markup {
     }
 }
 
-/// A pull request's base branch and when it is merged; shown only for Pull request.
-fn pull_request_choices(
-    git: &GitCapability,
-    chosen: Delivery,
-    merge: Option<MergeChoice>,
-) -> Markup {
+/// A pull request's base branch and when it is merged; shown (by the script) only for
+/// Pull request.
+fn pull_request_choices(git: &GitCapability, merge: MergeChoice) -> Markup {
     const MERGES: [(MergeChoice, &str, &str); 3] = [
         (MergeChoice::Ask, "ask", "When I allow it"),
         (MergeChoice::Auto, "auto", "Automatically when checks pass"),
         (MergeChoice::Never, "never", "Never"),
     ];
-    let merge = merge.unwrap_or(MergeChoice::Never);
-    let shown = chosen == Delivery::PullRequest;
     html! {
-        fieldset.choices #git-pull-request hidden[!shown] disabled[!shown] {
+        fieldset.choices #git-pull-request hidden disabled {
             legend { "Pull request" }
             @if git.github_hosts.is_empty() {
                 p.warning #git-needs-github role="note" {

@@ -57,7 +57,14 @@ fn render(
                 @if let Some(token) = caller.and_then(|caller| caller.csrf_token.as_deref()) {
                     meta name="csrf-token" content=(token);
                 }
+                meta name="theme-color" content="#2558b8" media="(prefers-color-scheme: light)";
+                meta name="theme-color" content="#16181d" media="(prefers-color-scheme: dark)";
                 title { (title) " · Tether" }
+                link rel="manifest" href="/manifest.webmanifest";
+                link rel="icon" href="/favicon.ico" sizes="32x32";
+                link rel="icon" href="/assets/icon.svg" type="image/svg+xml";
+                link rel="apple-touch-icon" href="/assets/apple-touch-icon.png";
+                meta name="apple-mobile-web-app-title" content="Tether";
                 link rel="stylesheet" href="/assets/app.css";
                 script src="/assets/app.js" defer {}
                 @if caller.is_some() { script src="/assets/needs_me.js" defer {} }

@@ -10,6 +10,7 @@
 //! `redirects`.
 
 mod account;
+mod app_shell;
 mod assign;
 mod changes;
 mod computers;
@@ -19,6 +20,7 @@ mod jobs;
 mod layout;
 mod link;
 mod needs_me;
+mod notifications;
 mod redirects;
 
 use actix_web::http::header;
@@ -36,9 +38,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/assets/job.js", web::get().to(job_script))
         .route("/assets/assign.js", web::get().to(assign_script))
         .route("/assets/app.css", web::get().to(stylesheet))
+        .route("/assets/notifications.js", web::get().to(push_script))
+        .configure(app_shell::configure)
         .route("/signin", web::get().to(account::signin))
         .route("/signup", web::get().to(account::signup))
         .route("/account", web::get().to(account::show))
+        .route("/account/notifications", web::get().to(notifications::show))
         .route("/computers", web::get().to(computers::show))
         .route("/link", web::get().to(link::show))
         .route("/assign", web::get().to(assign::show))
@@ -98,6 +103,14 @@ async fn assign_script() -> HttpResponse {
     asset(
         "text/javascript; charset=utf-8",
         include_str!("assets/assign.js"),
+    )
+}
+
+/// The Notifications page: subscribing this browser, the kinds, Remove.
+async fn push_script() -> HttpResponse {
+    asset(
+        "text/javascript; charset=utf-8",
+        include_str!("assets/notifications.js"),
     )
 }
 

@@ -34,6 +34,7 @@ pub async fn show(state: web::Data<AppState>, caller: Option<Caller>) -> HttpRes
     let now = state.store.clock().now();
     let body = html! {
         h1 { "Needs me" }
+        p.notify-link { a href="/account/notifications" { "Get told when something needs you" } }
         p.muted #needs-me-empty hidden[!pending.is_empty()] {
             "Nothing is waiting for you. Questions your runs ask show up here as they come."
         }

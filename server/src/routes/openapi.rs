@@ -574,6 +574,10 @@ fn page_routes(spec: &mut Spec) {
         ("/signin", "Sign in"),
         ("/signup", "Sign up"),
         ("/account", "Account and API tokens"),
+        (
+            "/account/notifications",
+            "Notifications on this and other devices",
+        ),
         ("/computers", "Computers"),
         ("/link", "Approve a pairing code"),
         ("/assign", "Assign a job"),
@@ -592,7 +596,18 @@ fn page_routes(spec: &mut Spec) {
         ("/assets/secrets.js", "text/javascript"),
         ("/assets/needs_me.js", "text/javascript"),
         ("/assets/job.js", "text/javascript"),
+        ("/assets/assign.js", "text/javascript"),
+        ("/assets/notifications.js", "text/javascript"),
         ("/assets/app.css", "text/css"),
+        ("/sw.js", "text/javascript"),
+        ("/manifest.webmanifest", "application/manifest+json"),
+        ("/assets/offline.html", "text/html"),
+        ("/favicon.ico", "image/x-icon"),
+        ("/assets/icon.svg", "image/svg+xml"),
+        ("/assets/icon-192.png", "image/png"),
+        ("/assets/icon-512.png", "image/png"),
+        ("/assets/icon-maskable-512.png", "image/png"),
+        ("/assets/apple-touch-icon.png", "image/png"),
     ] {
         spec.op(HttpMethod::Get, path, "A page asset", Caller::Public)
             .tag("pages")

@@ -37,12 +37,7 @@ async fn git_device(
 }
 
 /// Queues a job with these `git` choices, claims it and completes it with `delivery`.
-async fn delivered(
-    ann: &WebClient,
-    device: &DeviceClient,
-    git: Value,
-    delivery: Value,
-) -> Job {
+async fn delivered(ann: &WebClient, device: &DeviceClient, git: Value, delivery: Value) -> Job {
     let mut body = job_body(&device.device_id);
     body["network"] = json!(true);
     body["git"] = git;
@@ -82,7 +77,7 @@ both_backends! {
         }
         assert!(page.contains(r#"value="local" checked"#), "Local only is the default: {page}");
         assert!(page.contains(r#"placeholder="tether/&lt;job id&gt;/&lt;title&gt;""#), "{page}");
-        for label in ["New branch name (empty: the default)", "Existing branch name", "Base branch (empty: the repository&#39;s default)", "When I allow it", "Automatically when checks pass", "Run in a separate copy (git worktree) if the folder is busy"] {
+        for label in ["New branch name (empty: the default)", "Existing branch name", "Base branch (empty: the repository's default)", "When I allow it", "Automatically when checks pass", "Run in a separate copy (git worktree) if the folder is busy"] {
             assert!(page.contains(label), "{label}: {page}");
         }
         // Pull request's choices wait hidden; this computer has no GitHub sign-in yet.
@@ -96,7 +91,7 @@ both_backends! {
         assert!(script.contains("pull_request") && !script.contains("innerHTML"), "{script}");
 
         // With a sign-in, the page says where pull requests open; the last job's choices
-        // are where the next one starts.
+        // on this computer are where the next one starts.
         let signed_in = git_device(&app, &ann, "install-gh", &["github.com"]).await;
         let mut body = job_body(&signed_in.device_id);
         body["network"] = json!(true);
@@ -105,9 +100,10 @@ both_backends! {
         let (_, page) = html(&ann, &format!("/assign?device={}", signed_in.device_id)).await;
         assert!(page.contains("Opened on github.com with the computer"), "{page}");
         assert!(!page.contains("tether-agent github add"), "{page}");
-        assert!(page.contains(r#"value="pull_request" checked"#), "{page}");
+        // A pull request starts as Push (network access starts off); its merge choice waits.
+        assert!(page.contains(r#"value="push" checked"#) && !page.contains(r#"value="pull_request" checked"#), "{page}");
         assert!(page.contains(r#"value="auto" checked"#), "{page}");
-        assert!(page.contains(r#"<fieldset class="choices" id="git-pull-request"><legend>"#), "{page}");
+        assert!(page.contains(r#"name="git" data-json value="{&quot;delivery&quot;:&quot;push&quot;,&quot;branch&quot;:{&quot;current&quot;:true},&quot;worktree&quot;:true}""#), "{page}");
     }
 
     async fn the_job_page_shows_what_was_delivered_as_text(backend) {

@@ -37,7 +37,7 @@ use super::terminals::{self, CommandRequest, Terminals};
 use super::updates::Transcript;
 use crate::policy::gate::{Gate, Passage};
 use crate::policy::guard::Guard;
-use crate::policy::hard_floor;
+use crate::policy::{git, hard_floor};
 use crate::policy::{shell_line, Action};
 
 /// The JSON-RPC error code of a refusal (outside the ranges JSON-RPC and ACP reserve).
@@ -271,6 +271,20 @@ impl Session {
             None => self.folder.clone(),
         };
         if let Some(refusal) = hard_floor::check(&argv).refusal() {
+            self.say(format!("refused: $ {}: {refusal}", shell_line(&argv)))
+                .await;
+            return Err(refused(&refusal));
+        }
+        // The terminal's own variables reach git as surely as `NAME=VALUE` in the line.
+        if let Some(variable) = request
+            .env
+            .iter()
+            .find(|variable| !git::safe_variable(&variable.name))
+        {
+            let refusal = format!(
+                "{} would set git's configuration, repository or programs (rule git-programs)",
+                variable.name
+            );
             self.say(format!("refused: $ {}: {refusal}", shell_line(&argv)))
                 .await;
             return Err(refused(&refusal));

@@ -108,6 +108,7 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         job,
         config,
         folder,
+        worktree,
         stop,
         lease,
         secrets,
@@ -151,6 +152,7 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         secret_env: named.env,
         evidence: evidence.as_ref(),
         broker: broker.as_ref(),
+        worktree,
     }
     .into_parts(job);
     let launch = Launch {

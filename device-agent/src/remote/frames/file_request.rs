@@ -47,7 +47,10 @@ use tether_protocol::files::{
 use tether_protocol::JobId;
 
 use crate::changes::diff::{Plan, Side};
+use crate::changes::worktree;
 use crate::changes::{self, Recorded, Refusal, MAX_COMPARED_BYTES};
+use crate::local::journal::Journal;
+use crate::local::state::DataDir;
 use crate::local::vault;
 use crate::remote::events::FileRequest;
 use crate::remote::frames::redaction::{self, Deadline, OutOfTime};
@@ -169,6 +172,11 @@ fn answer_for_job(
     if let Err(refusal_of) = guard.check_shared_folder(&folder.label, &folder.path) {
         return refusal(error("path_refused", refusal_of.to_string()));
     }
+    // A job that ran in its own worktree is read there.
+    let root = match worktree_of(&context.journal, &context.data_dir, job_id) {
+        Ok(worktree) => worktree.unwrap_or_else(|| folder.path.clone()),
+        Err(refused) => return refusal(refused),
+    };
     let check = |path: &Path| guard.check_access(path).err().map(|r| r.to_string());
     // Saved secret values never leave in a file's text.
     let hidden = match op {
@@ -176,7 +184,7 @@ fn answer_for_job(
         FileOp::Tree => Vec::new(),
     };
     if op != FileOp::Diff {
-        return answer_within(&folder.path, op, raw_path, &check, &hidden, deadline);
+        return answer_within(&root, op, raw_path, &check, &hidden, deadline);
     }
     let start = match Recorded::load(context.data_dir.root(), job_id) {
         Ok(start) => start,
@@ -186,13 +194,44 @@ fn answer_for_job(
         }
     };
     answer_diff_within(
-        &folder.path,
+        &root,
         start.as_ref(),
         raw_path,
         &check,
         &hidden,
         deadline,
     )
+}
+
+/// The worktree `job_id` ran in, if it ran in one: only one of the agent's own worktrees
+/// (beside its data dir), still there and not protected.
+///
+/// # Errors
+/// The refusal to answer with.
+fn worktree_of(
+    journal: &Journal,
+    data_dir: &DataDir,
+    job_id: &JobId,
+) -> Result<Option<PathBuf>, ErrorDetail> {
+    let known = journal.worktree_of(job_id).map_err(|err| {
+        tracing::warn!(job = %job_id, "cannot read the job's worktree: {err:#}");
+        error("not_found", "this computer cannot tell which folder that job used")
+    })?;
+    let Some(path) = known else {
+        return Ok(None);
+    };
+    let removed = || {
+        error(
+            "not_found",
+            "the worktree that job ran in was removed; its work is on its branch",
+        )
+    };
+    let root = worktree::root(data_dir.root());
+    let canonical = sandbox::guard().check_folder(&path).map_err(|_| removed())?;
+    if canonical != path || !path.starts_with(root.canonicalize().unwrap_or(root)) {
+        return Err(removed());
+    }
+    Ok(Some(path))
 }
 
 /// [`answer_within`] with nothing saved to hide and no deadline.

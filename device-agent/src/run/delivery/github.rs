@@ -197,36 +197,56 @@ impl Github {
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let answer = request
-            .send()
-            .await
-            .map_err(|err| failure(None, format!("GitHub could not be reached ({})", err.without_url())))?;
+        let answer = request.send().await.map_err(|err| {
+            failure(
+                None,
+                format!("GitHub could not be reached ({})", err.without_url()),
+            )
+        })?;
         let status = answer.status();
-        let text = answer
-            .text()
-            .await
-            .map_err(|err| failure(Some(status), format!("GitHub's answer could not be read ({})", err.without_url())))?;
+        let text = answer.text().await.map_err(|err| {
+            failure(
+                Some(status),
+                format!("GitHub's answer could not be read ({})", err.without_url()),
+            )
+        })?;
         if !status.is_success() {
             return Err(self.refused(status, path, &text));
         }
-        serde_json::from_str(&text)
-            .map_err(|err| failure(Some(status), format!("GitHub's answer to {path} is not as expected: {err}")))
+        serde_json::from_str(&text).map_err(|err| {
+            failure(
+                Some(status),
+                format!("GitHub's answer to {path} is not as expected: {err}"),
+            )
+        })
     }
 
     /// The error of a refusal: its status and GitHub's `message`, cut short, token hidden.
     fn refused(&self, status: StatusCode, path: &str, body: &str) -> GithubError {
         let said = serde_json::from_str::<Value>(body)
             .ok()
-            .and_then(|value| value.get("message").and_then(Value::as_str).map(str::to_owned))
+            .and_then(|value| {
+                value
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
             .unwrap_or_else(|| body.to_owned());
         let said: String = said.chars().take(MAX_ERROR_CHARS).collect();
         let said = said.replace(self.token.expose(), HIDDEN);
         let why = match status {
-            StatusCode::UNAUTHORIZED => " (the saved token is refused; save a new one with `tether-agent github add`)",
-            StatusCode::FORBIDDEN | StatusCode::NOT_FOUND => " (the token may lack access to this repository)",
+            StatusCode::UNAUTHORIZED => {
+                " (the saved token is refused; save a new one with `tether-agent github add`)"
+            }
+            StatusCode::FORBIDDEN | StatusCode::NOT_FOUND => {
+                " (the token may lack access to this repository)"
+            }
             _ => "",
         };
-        failure(Some(status), format!("GitHub answered {status} to {path}: {said}{why}"))
+        failure(
+            Some(status),
+            format!("GitHub answered {status} to {path}: {said}{why}"),
+        )
     }
 }
 
@@ -263,12 +283,16 @@ fn sum_up(runs: &CheckRuns, status: &CombinedStatus) -> Checks {
     if let Some(run) = runs.check_runs.iter().find(run_failed) {
         return Checks::Failed(run.name.clone());
     }
-    let context_failed = |context: &&StatusContext| matches!(context.state.as_str(), "failure" | "error");
+    let context_failed =
+        |context: &&StatusContext| matches!(context.state.as_str(), "failure" | "error");
     if let Some(context) = status.statuses.iter().find(context_failed) {
         return Checks::Failed(context.context.clone());
     }
     let pending = runs.check_runs.iter().any(|run| run.status != "completed")
-        || status.statuses.iter().any(|context| context.state == "pending");
+        || status
+            .statuses
+            .iter()
+            .any(|context| context.state == "pending");
     if pending {
         Checks::Pending
     } else {

@@ -31,9 +31,9 @@ use tether_protocol::git::{BranchChoice, Delivery, DeliveryReport, GitOptions, M
 use tether_protocol::jobs::{ClaimedJob, CompleteParams, Outcome};
 
 use crate::changes::git::{Git, Limits};
+use crate::changes::record::Base;
 use crate::changes::runs_later::is_credential;
 use crate::changes::store::Store;
-use crate::changes::record::Base;
 use crate::local::github::{GithubSignIn, GithubVault};
 use crate::local::state::DataDir;
 use crate::local::vault::redact;
@@ -141,7 +141,9 @@ fn prepare_now(
     };
     let failed = |err: anyhow::Error| format!("git failed: {err:#}");
     if repository.head().map_err(failed)?.is_none() {
-        return Err("the repository has no commit yet; commit once, then assign the job again".to_owned());
+        return Err(
+            "the repository has no commit yet; commit once, then assign the job again".to_owned(),
+        );
     }
     let resumed = job.resumed.is_some();
     let branch = switch_branch(&repository, options.branch.as_ref(), resumed)?;
@@ -194,7 +196,9 @@ fn switch_branch(
         (true, false) => repository.create_branch(name),
         // A carry-on finds the branch its first attempt made.
         (true, true) if !resumed => {
-            return Err(format!("a branch named {name} already exists in the repository"))
+            return Err(format!(
+                "a branch named {name} already exists in the repository"
+            ))
         }
         (_, true) => repository.check_out(name),
         (false, false) => return Err(format!("the repository has no branch named {name}")),
@@ -266,7 +270,9 @@ async fn deliver_steps(
         return Ok(Delivered { report, notes });
     }
     let Some(branch) = prepared.branch.clone() else {
-        let why = "HEAD is detached, so there is no branch to push; the commits stay in the repository".to_owned();
+        let why =
+            "HEAD is detached, so there is no branch to push; the commits stay in the repository"
+                .to_owned();
         return Err(stopped(&mut notes, Some(report), why));
     };
     // A pull request needs its host's token: found before anything is pushed.
@@ -335,7 +341,11 @@ async fn local_steps(
 }
 
 /// `local`: the commits made during the run are undone, every file change kept unstaged.
-fn undo_commits(repository: &Repository, start: &str, notes: &mut Vec<String>) -> anyhow::Result<()> {
+fn undo_commits(
+    repository: &Repository,
+    start: &str,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<()> {
     let made = repository.commits_since(start)?;
     if made.is_empty() {
         return Ok(());
@@ -360,8 +370,9 @@ fn commit_leftovers(
     let dirty = repository.dirty_paths()?;
     let (credentials, rest): (Vec<String>, Vec<String>) =
         dirty.into_iter().partition(|path| is_credential(path));
-    let (earlier, paths): (Vec<String>, Vec<String>) =
-        rest.into_iter().partition(|path| dirty_before.contains(path));
+    let (earlier, paths): (Vec<String>, Vec<String>) = rest
+        .into_iter()
+        .partition(|path| dirty_before.contains(path));
     if !credentials.is_empty() {
         notes.push(format!(
             "Left uncommitted (credential files): {}.",
@@ -378,14 +389,21 @@ fn commit_leftovers(
         return Ok(());
     }
     repository.commit(&paths, message, identity)?;
-    notes.push(format!("Committed {} file(s) the run left uncommitted.", paths.len()));
+    notes.push(format!(
+        "Committed {} file(s) the run left uncommitted.",
+        paths.len()
+    ));
     Ok(())
 }
 
 /// The job's title, then the run's summary cut to [`MAX_BODY_CHARS`].
 fn commit_message(title: &str, summary: &str) -> String {
     let title = title.lines().next().unwrap_or_default().trim();
-    let title = if title.is_empty() { "Work from Tether" } else { title };
+    let title = if title.is_empty() {
+        "Work from Tether"
+    } else {
+        title
+    };
     let mut body: String = summary.trim().chars().take(MAX_BODY_CHARS).collect();
     if summary.trim().chars().count() > MAX_BODY_CHARS {
         body.push('…');
@@ -423,7 +441,8 @@ async fn push(prepared: &Prepared, branch: &str) -> Result<(), String> {
     if config_now != prepared.config_before {
         return Err("the repository's git configuration changed during the run, so Tether does not push with this computer's sign-in; review .git/config, then push yourself".to_owned());
     }
-    let signed_in = SignedInGit::new(prepared.repository.repo()).map_err(|err| format!("{err:#}"))?;
+    let signed_in =
+        SignedInGit::new(prepared.repository.repo()).map_err(|err| format!("{err:#}"))?;
     match signed_in.push(branch, &config_now).await {
         Ok(Pushed::Done) => Ok(()),
         Ok(Pushed::Rejected) => Err(format!(
@@ -444,7 +463,10 @@ fn github_of(
         .map_err(|err| format!("git failed: {err:#}"))?
         .ok_or("the repository has no remote named origin to open a pull request on")?;
     let repo = origin::parse(&url).ok_or_else(|| {
-        format!("origin ({}) is not a GitHub repository address, so no pull request can be opened", signed_in::hide_url_passwords(&url))
+        format!(
+            "origin ({}) is not a GitHub repository address, so no pull request can be opened",
+            signed_in::hide_url_passwords(&url)
+        )
     })?;
     let vault_dir = vault_dir.ok_or("the agent's data folder cannot be found")?;
     let vault = GithubVault::new(vault_dir);

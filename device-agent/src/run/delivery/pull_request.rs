@@ -91,7 +91,10 @@ pub async fn propose(
         }
     };
     let number = pull_request.number;
-    let said = format!("{opened} pull request #{number} into {base}: {}", pull_request.url);
+    let said = format!(
+        "{opened} pull request #{number} into {base}: {}",
+        pull_request.url
+    );
     let merged = merge(github, proposal, merging, number, &base).await;
     if merged.is_ok() {
         pull_request.state = PullRequestState::Merged;
@@ -184,7 +187,9 @@ async fn wait_for_checks(
         let now = tokio::time::Instant::now();
         if now >= deadline {
             let minutes = merging.wait.limit.as_secs().div_ceil(60);
-            return Err(format!("left open: its checks did not finish within {minutes} min."));
+            return Err(format!(
+                "left open: its checks did not finish within {minutes} min."
+            ));
         }
         let wake = (now + pause).min(deadline);
         tokio::select! {

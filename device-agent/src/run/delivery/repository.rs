@@ -166,8 +166,10 @@ impl Repository {
     /// # Errors
     /// When git fails.
     pub fn undo_commits(&self, start: &str) -> Result<()> {
-        self.git.run(&["reset", "-q", "--soft", start], WRITE_LIMITS)?;
-        self.git.run(&["reset", "-q", "--mixed", start], WRITE_LIMITS)?;
+        self.git
+            .run(&["reset", "-q", "--soft", start], WRITE_LIMITS)?;
+        self.git
+            .run(&["reset", "-q", "--mixed", start], WRITE_LIMITS)?;
         Ok(())
     }
 

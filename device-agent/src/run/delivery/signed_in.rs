@@ -84,7 +84,13 @@ impl SignedInGit {
         }
         let mut command = self.command().await;
         let destination = format!("HEAD:refs/heads/{branch}");
-        command.args(["push", "--porcelain", "--no-verify", "origin", destination.as_str()]);
+        command.args([
+            "push",
+            "--porcelain",
+            "--no-verify",
+            "origin",
+            destination.as_str(),
+        ]);
         let output = run(command, PUSH_TIMEOUT).await?;
         if output.status.success() {
             return Ok(Pushed::Done);
@@ -127,7 +133,11 @@ impl SignedInGit {
             ("protocol.ext.allow", "never".to_owned()),
             ("credential.helper", String::new()),
         ];
-        config.extend(helpers.into_iter().map(|helper| ("credential.helper", helper)));
+        config.extend(
+            helpers
+                .into_iter()
+                .map(|helper| ("credential.helper", helper)),
+        );
         command.arg("--no-pager");
         for (key, value) in config {
             command.arg("-c").arg(format!("{key}={value}"));
@@ -214,7 +224,9 @@ fn url_credential_helper(listing: &[u8]) -> Option<String> {
         .filter_map(|entry| entry.split(|byte| *byte == b'\n').next())
         .filter_map(|key| std::str::from_utf8(key).ok())
         .map(str::to_ascii_lowercase)
-        .find(|key| key.starts_with("credential.") && key.ends_with(".helper") && key != "credential.helper")
+        .find(|key| {
+            key.starts_with("credential.") && key.ends_with(".helper") && key != "credential.helper"
+        })
 }
 
 /// `scheme://user:password@` spelled `scheme://user:[hidden]@` in git's words.
@@ -250,8 +262,12 @@ mod tests {
         assert!(is_rejected(
             "To /tmp/x.git\n!\tHEAD:refs/heads/main\t[rejected] (fetch first)\nDone\n"
         ));
-        assert!(is_rejected("!\tHEAD:refs/heads/a\t[rejected] (non-fast-forward)\n"));
-        assert!(!is_rejected("!\tHEAD:refs/heads/a\t[remote rejected] (hook declined)\n"));
+        assert!(is_rejected(
+            "!\tHEAD:refs/heads/a\t[rejected] (non-fast-forward)\n"
+        ));
+        assert!(!is_rejected(
+            "!\tHEAD:refs/heads/a\t[remote rejected] (hook declined)\n"
+        ));
         assert!(!is_rejected("*\tHEAD:refs/heads/a\t[new branch]\n"));
     }
 

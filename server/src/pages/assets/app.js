@@ -184,3 +184,8 @@ function tickDurations() {
 localTimes();
 setInterval(tickDurations, 1000);
 document.querySelectorAll("[data-job-live]").forEach(followJob);
+
+// The service worker (assets/sw.js) keeps the app working offline and shows notifications.
+if ("serviceWorker" in navigator) {
+  navigator.serviceWorker.register("/sw.js", { scope: "/" }).catch(() => {});
+}

@@ -1,0 +1,165 @@
+//! Every page checked with axe-core (from npm) in a real headless Chromium, as a phone in
+//! light and dark mode and as a desktop window: any `serious` or `critical` violation
+//! fails the test, naming the rule and the elements.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::chromium::{chromium_or_skip, Browser};
+use crate::{agent_ok, pair, spawn_server, Daemon, Web};
+
+/// The axe-core release the test runs.
+const AXE_VERSION: &str = "4.10.3";
+
+/// Runs axe on the page and answers its serious and critical violations, in short.
+const RUN_AXE: &str = r#"axe.run(document, {resultTypes: ["violations"]}).then((result) =>
+    result.violations.filter((v) => v.impact === "serious" || v.impact === "critical")
+        .map((v) => `${v.id} (${v.impact}): ${v.help}\n` + v.nodes.map((n) =>
+            `    ${n.target.join(" ")}: ${n.failureSummary.replace(/\s+/g, " ")}`).join("\n")))"#;
+
+/// axe-core's script, installed once into the target folder with npm; `None` (after
+/// saying why) when npm or the registry is not available here.
+async fn axe_source() -> Option<String> {
+    let skip = |why: String| {
+        assert!(
+            std::env::var("TETHER_REQUIRE_EXTERNAL").as_deref() != Ok("1"),
+            "{why}"
+        );
+        eprintln!("SKIPPED: {why}");
+        None
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("axe-core-{AXE_VERSION}"));
+    let script = dir.join("node_modules/axe-core/axe.min.js");
+    if !script.exists() {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("package.json"), r#"{"private": true}"#).unwrap();
+        let installed = tokio::time::timeout(
+            Duration::from_secs(180),
+            tokio::process::Command::new("npm")
+                .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
+                .arg(format!("axe-core@{AXE_VERSION}"))
+                .current_dir(&dir)
+                .output(),
+        )
+        .await;
+        match installed {
+            Ok(Ok(output)) if output.status.success() => {}
+            Ok(Ok(output)) => {
+                return skip(format!(
+                    "npm could not install axe-core: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                ))
+            }
+            Ok(Err(err)) => return skip(format!("npm cannot run here: {err}")),
+            Err(_) => return skip("npm install took more than 3 minutes".to_owned()),
+        }
+    }
+    Some(std::fs::read_to_string(script).unwrap())
+}
+
+/// The serious and critical violations on the page at `url`, each as one text.
+async fn violations(browser: &mut Browser, axe: &str, url: &str) -> Vec<String> {
+    browser.goto(url).await;
+    // Scripts that fill the page in (the badge, the Notifications status) settle first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    browser.eval(axe).await;
+    let found = browser.eval(RUN_AXE).await;
+    let found = found.as_array().cloned().unwrap_or_default();
+    found
+        .iter()
+        .map(|v| format!("{url}: {}", v.as_str().unwrap_or_default()))
+        .collect()
+}
+
+/// Looks at the pages in three ways: a phone, the phone in dark mode, a desktop.
+async fn check_all(browser: &mut Browser, axe: &str, urls: &[String]) -> Vec<String> {
+    let mut found = Vec::new();
+    for look in ["phone", "dark", "desktop"] {
+        match look {
+            "phone" => browser.phone_viewport().await,
+            "desktop" => browser.desktop_viewport().await,
+            _ => {}
+        }
+        let scheme = if look == "dark" { "dark" } else { "light" };
+        browser
+            .page_call(
+                "Emulation.setEmulatedMedia",
+                json!({"features": [{"name": "prefers-color-scheme", "value": scheme}]}),
+            )
+            .await;
+        for url in urls {
+            for violation in violations(browser, axe, url).await {
+                found.push(format!("[{look}] {violation}"));
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_page_passes_axe() {
+    let Some(chromium) = chromium_or_skip("the accessibility test") else {
+        return;
+    };
+    let Some(axe) = axe_source().await else {
+        return;
+    };
+    let server = spawn_server(None).await;
+    let base = server.base.clone();
+    let web = Web::sign_up(&base).await;
+    let home = tempfile::tempdir().unwrap();
+    let device_id = pair(&base, &web, home.path()).await;
+    let work = tempfile::tempdir().unwrap();
+    let work_path = work.path().to_str().unwrap();
+    agent_ok(home.path(), &["folders", "share", "work", work_path]).await;
+    agent_ok(
+        home.path(),
+        &["recipe", "add", "greet", "--", "sh", "-c", "echo hello"],
+    )
+    .await;
+    let _daemon = Daemon::start(home.path());
+    web.wait_for_device(&device_id, |device| {
+        device
+            .capabilities
+            .as_ref()
+            .is_some_and(|c| c.engines.iter().any(|e| e.name == "greet"))
+    })
+        .await;
+    let job = web.create_job(&device_id, "greet", "say hello").await;
+    web.wait_for_job(&job.id.to_string(), Duration::from_secs(60), |job| {
+        job.state.is_final()
+    })
+    .await;
+
+    let mut browser = Browser::launch(&chromium).await;
+    let signed_out = [format!("{base}/signin"), format!("{base}/signup")];
+    let mut found = check_all(&mut browser, &axe, &signed_out).await;
+    browser
+        .sign_in(&base, "owner@example.com", "/computers")
+        .await;
+    let signed_in: Vec<String> = [
+        "/computers",
+        "/assign",
+        "/jobs",
+        &format!("/jobs/{}", job.id),
+        "/needs-me",
+        "/account",
+        "/account/notifications",
+        "/link",
+        "/link?code=ABCD-EFGH",
+        // The error page: a job that is not there.
+        "/jobs/01900000-0000-7000-8000-000000000000",
+        "/assets/offline.html",
+    ]
+    .iter()
+    .map(|path| format!("{base}{path}"))
+    .collect();
+    found.extend(check_all(&mut browser, &axe, &signed_in).await);
+    assert!(
+        found.is_empty(),
+        "axe found serious or critical problems:\n{}",
+        found.join("\n")
+    );
+}

@@ -1,0 +1,245 @@
+//! Parallel runs and shared folders, end to end with `run --max-runs 2`: two jobs in one
+//! folder never run at the same time (the second waits, saying so, and can be cancelled
+//! while it waits), and jobs asking for a worktree run at once, each in its own worktree on
+//! its own branch, leaving the shared checkout untouched.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use tether_protocol::jobs::{Job, JobState};
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use crate::{
+    agent_command, agent_ok, backend_works, collect, output_lines, pair, spawn_server, Daemon,
+    Web,
+};
+
+/// Notes its start and end in the folder's `runs.log`, sleeping the prompt's seconds between.
+const LOGGED: &str = r#"echo "start $TETHER_JOB_ID" >> runs.log
+sleep "$TETHER_TASK_PROMPT"
+echo "end $TETHER_JOB_ID" >> runs.log
+echo done"#;
+
+/// Prints when it starts and ends, its branch, commits inside the sandbox, and leaves a file.
+const IN_WORKTREE: &str = r#"echo "start $(date +%s%N)"
+echo "branch $(git rev-parse --abbrev-ref HEAD)"
+git -c user.name=Recipe -c user.email=recipe@example.com commit -q --allow-empty -m probe && echo COMMITTED
+printf 'made\n' > "made-$TETHER_JOB_ID.txt"
+sleep "$TETHER_TASK_PROMPT"
+echo "end $(date +%s%N)""#;
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let output = Command::new("git")
+        .args(["-c", "user.name=Owner", "-c", "user.email=owner@example.com"])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+async fn create_job(web: &Web, device_id: &str, seconds: &str, git: Option<Value>) -> Job {
+    let mut body = json!({
+        "deviceId": device_id, "title": "sleepy", "prompt": seconds, "folder": "work",
+        "engine": "sleepy", "mode": "unattended", "network": false, "timeoutMinutes": 5,
+    });
+    if let Some(git) = git {
+        body["git"] = git;
+    }
+    let res = web.post("/api/jobs", &body).await;
+    let status = res.status();
+    let text = res.text().await.unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+async fn finished(web: &Web, job: &Job, daemon: &Daemon) -> Job {
+    let job = web
+        .wait_for_job(job.id.as_str(), Duration::from_secs(90), |job| {
+            job.state.is_final()
+        })
+        .await;
+    assert!(job.outcome.is_some(), "{job:#?}\n{}", daemon.stderr());
+    job
+}
+
+fn statuses(job: &Job) -> Vec<String> {
+    job.events
+        .iter()
+        .filter(|event| event.kind == "status")
+        .map(|event| event.text.clone())
+        .collect()
+}
+
+/// A paired computer sharing `work` with the recipe `sleepy`, its daemon holding 2 runs.
+async fn rig(work: &Path, recipe: &str) -> (crate::Server, Web, tempfile::TempDir, String, Daemon) {
+    let server = spawn_server(None).await;
+    let web = Web::sign_up(&server.base).await;
+    let home = tempfile::tempdir().unwrap();
+    let device_id = pair(&server.base, &web, home.path()).await;
+    agent_ok(
+        home.path(),
+        &["folders", "share", "work", work.to_str().unwrap()],
+    )
+    .await;
+    agent_ok(
+        home.path(),
+        &["recipe", "add", "sleepy", "--", "sh", "-c", recipe],
+    )
+    .await;
+    let daemon = two_runs(home.path());
+    web.wait_for_device(&device_id, |device| {
+        device.online && device.capabilities.is_some()
+    })
+    .await;
+    (server, web, home, device_id, daemon)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_run_in_one_folder_waits_for_the_first() {
+    if !backend_works("landlock").await {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let (_server, web, _home, device_id, daemon) = rig(work.path(), LOGGED).await;
+
+    let first = create_job(&web, &device_id, "4", None).await;
+    web.wait_for_job(first.id.as_str(), Duration::from_secs(30), |job| {
+        job.state == JobState::Running
+    })
+    .await;
+    // The second waits, says so, and a cancel ends it while it waits.
+    let cancelled = create_job(&web, &device_id, "0", None).await;
+    let waiting = format!("waiting for the folder work, used by job {}", first.id);
+    let seen = web
+        .wait_for_job(cancelled.id.as_str(), Duration::from_secs(30), |job| {
+            statuses(job).contains(&waiting)
+        })
+        .await;
+    assert_eq!(seen.state, JobState::Running, "{seen:#?}");
+    let res = web
+        .post(&format!("/api/jobs/{}/cancel", cancelled.id), &json!({}))
+        .await;
+    assert!(res.status().is_success(), "{}", res.status());
+    let cancelled = finished(&web, &cancelled, &daemon).await;
+    assert_eq!(cancelled.state, JobState::Cancelled, "{cancelled:#?}");
+    assert!(
+        web.job(first.id.as_str()).await.state == JobState::Running,
+        "the first run went on"
+    );
+    // The next waits, then starts once the first ended.
+    let second = create_job(&web, &device_id, "0", None).await;
+    let first = finished(&web, &first, &daemon).await;
+    let second = finished(&web, &second, &daemon).await;
+    for job in [&first, &second] {
+        assert_eq!(job.state, JobState::Succeeded, "{job:#?}\n{}", daemon.stderr());
+    }
+    assert!(statuses(&second).contains(&waiting), "{second:#?}");
+    let log = std::fs::read_to_string(work.path().join("runs.log")).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            format!("start {}", first.id),
+            format!("end {}", first.id),
+            format!("start {}", second.id),
+            format!("end {}", second.id),
+        ],
+        "the cancelled run never started"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_in_worktrees_go_on_at_once_and_leave_the_checkout_alone() {
+    if Command::new("git").arg("--version").output().is_err() || !backend_works("landlock").await
+    {
+        eprintln!("SKIPPED: git or Landlock is missing");
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    git(work.path(), &["init", "-q", "-b", "main"]);
+    std::fs::write(work.path().join("a.txt"), "a\n").unwrap();
+    git(work.path(), &["add", "a.txt"]);
+    git(work.path(), &["commit", "-q", "-m", "first"]);
+    let head = git(work.path(), &["rev-parse", "HEAD"]);
+    let (_server, web, home, device_id, daemon) = rig(work.path(), IN_WORKTREE).await;
+
+    let options = json!({ "delivery": "local", "worktree": true });
+    let one = create_job(&web, &device_id, "3", Some(options.clone())).await;
+    let two = create_job(&web, &device_id, "3", Some(options)).await;
+    let one = finished(&web, &one, &daemon).await;
+    let two = finished(&web, &two, &daemon).await;
+    let worktrees = worktrees_root(home.path());
+    let mut spans = Vec::new();
+    for job in [&one, &two] {
+        assert_eq!(job.state, JobState::Succeeded, "{job:#?}\n{}", daemon.stderr());
+        let lines = output_lines(job);
+        let id = job.id.as_str();
+        let branch = format!("branch tether/{}", &id[id.len() - 8..]);
+        assert!(lines.contains(&branch), "{lines:?}");
+        assert!(lines.iter().any(|line| line == "COMMITTED"), "{lines:?}");
+        let kept = worktrees.join(id);
+        assert!(
+            lines.iter().any(|line| line
+                .starts_with(&format!("the worktree is kept at {}", kept.display()))),
+            "{lines:?}"
+        );
+        assert!(kept.join(format!("made-{id}.txt")).is_file());
+        spans.push((stamp(&lines, "start"), stamp(&lines, "end")));
+        // The file view reads the worktree the job ran in.
+        let res = web
+            .get(&format!("/api/jobs/{id}/file?path=made-{id}.txt"))
+            .await;
+        assert_eq!(res.status(), StatusCode::OK, "{}", daemon.stderr());
+    }
+    assert!(
+        spans[0].0 < spans[1].1 && spans[1].0 < spans[0].1,
+        "the runs did not overlap: {spans:?}"
+    );
+    // The shared checkout: same branch, same commit, nothing changed.
+    assert_eq!(git(work.path(), &["symbolic-ref", "--short", "HEAD"]), "main");
+    assert_eq!(git(work.path(), &["rev-parse", "HEAD"]), head);
+    assert_eq!(git(work.path(), &["status", "--porcelain"]), "");
+    let _ = std::fs::remove_dir_all(worktrees);
+}
+
+/// `tether-agent run --max-runs 2`, its output collected.
+fn two_runs(home: &Path) -> Daemon {
+    let mut child = agent_command(home)
+        .args(["run", "--max-runs", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = Arc::new(Mutex::new(String::new()));
+    tokio::spawn(collect(child.stderr.take().unwrap(), stderr.clone()));
+    tokio::spawn(collect(child.stdout.take().unwrap(), stderr.clone()));
+    Daemon { child, stderr }
+}
+
+/// Where the agent of `home` (its data dir) puts worktrees: beside it.
+fn worktrees_root(home: &Path) -> PathBuf {
+    let home = home.canonicalize().unwrap();
+    let mut name = home.file_name().unwrap().to_os_string();
+    name.push("-worktrees");
+    home.with_file_name(name)
+}
+
+/// The nanoseconds after `label ` in the run's output.
+fn stamp(lines: &[String], label: &str) -> u128 {
+    lines
+        .iter()
+        .find_map(|line| line.strip_prefix(&format!("{label} "))?.parse().ok())
+        .unwrap_or_else(|| panic!("no {label} in {lines:?}"))
+}
