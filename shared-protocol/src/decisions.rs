@@ -112,7 +112,10 @@ impl AnsweredBy {
 }
 
 /// The kinds of question a run may ask (`AskRequest::kind`).
-pub const KINDS: [&str; 6] = ["command", "write", "read", "network", "tool", "folder"];
+/// `merge` asks to merge a pull request the run opened (git delivery).
+pub const KINDS: [&str; 7] = [
+    "command", "write", "read", "network", "tool", "folder", "merge",
+];
 /// Longest question, in characters.
 pub const MAX_QUESTION_CHARS: usize = 500;
 /// Largest action, as compact JSON, in bytes.

@@ -108,6 +108,8 @@ pub fn child_env(
     job: &ClaimedJob,
 ) -> Vec<(String, String)> {
     let mut env = environment::scrub(inherited);
+    // The owner's `~/.gitconfig` is protected; git that cannot read it refuses to run.
+    env.push(("GIT_CONFIG_GLOBAL".into(), "/dev/null".into()));
     env.push(("TETHER_TASK_PROMPT".into(), job.spec.prompt.clone()));
     env.push(("TETHER_JOB_ID".into(), job.id.as_str().into()));
     env.push(("TETHER_JOB_TITLE".into(), job.spec.title.clone()));
@@ -214,6 +216,7 @@ pub(crate) mod tests {
                 "PATH",
                 "HOME",
                 "LANG",
+                "GIT_CONFIG_GLOBAL",
                 "TETHER_TASK_PROMPT",
                 "TETHER_JOB_ID",
                 "TETHER_JOB_TITLE"

@@ -46,30 +46,35 @@ async fn eventually(browser: &mut Browser, expression: &str) {
     panic!("never true: {expression}");
 }
 
-/// Every item of the navigation sits on the same row, inside the window.
+/// Every item of the navigation shown sits on the same row, inside the window; Sign out is
+/// in the header on a desktop, on the Account page on a phone.
 async fn header_fits_one_row(browser: &mut Browser, phone: bool) {
     let rows = browser
         .eval(
-            "new Set([...document.querySelector('header').children].map((node) => {
-                const box = node.getBoundingClientRect();
-                return Math.round((box.top + box.bottom) / 2);
-            })).size",
+            "new Set([...document.querySelector('header').children]
+                .filter((node) => node.getClientRects().length > 0)
+                .map((node) => {
+                    const box = node.getBoundingClientRect();
+                    return Math.round((box.top + box.bottom) / 2);
+                })).size",
         )
         .await;
-    let widths = browser
-        .eval(
-            "[window.innerWidth, document.documentElement.scrollWidth, ...[...document.querySelector('header').children]
-                .map((node) => { const b = node.getBoundingClientRect(); return `${node.textContent.trim()} ${Math.round(b.left)}-${Math.round(b.right)}`; })]",
-        )
-        .await;
-    eprintln!("header: {widths}");
     let fits = browser
-        .eval("document.querySelector('header').scrollWidth <= window.innerWidth")
+        .eval("document.documentElement.scrollWidth <= window.innerWidth && window.innerWidth === (PHONE ? 390 : 1280)"
+            .replace("PHONE", &phone.to_string())
+            .as_str())
+        .await;
+    let sign_out = browser
+        .eval("document.querySelector('header .sign-out').getClientRects().length > 0")
         .await;
     browser
         .screenshot(if phone { "header-phone" } else { "header-desktop" })
         .await;
-    assert_eq!((rows, fits), (json!(1), json!(true)), "phone: {phone}");
+    assert_eq!(
+        (rows, fits, sign_out),
+        (json!(1), json!(true), json!(!phone)),
+        "phone: {phone}"
+    );
 }
 
 async fn icons_and_manifest(browser: &mut Browser) {
@@ -146,14 +151,44 @@ async fn service_worker_and_install(browser: &mut Browser, base: &str) {
     );
 }
 
+/// Takes the page and its service worker off the network (or back): DevTools emulates it
+/// per target, and the worker's fetches are its own.
 async fn set_offline(browser: &mut Browser, offline: bool) {
+    let conditions = json!({"offline": offline, "latency": 0, "downloadThroughput": -1,
+                            "uploadThroughput": -1});
     browser.page_call("Network.enable", json!({})).await;
     browser
-        .page_call(
-            "Network.emulateNetworkConditions",
-            json!({"offline": offline, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1}),
-        )
+        .page_call("Network.emulateNetworkConditions", conditions.clone())
         .await;
+    let targets = browser.call(None, "Target.getTargets", json!({})).await;
+    let workers: Vec<String> = targets["targetInfos"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|target| target["type"] == "service_worker")
+        .map(|target| target["targetId"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(!workers.is_empty(), "no service worker target: {targets}");
+    for target_id in workers {
+        let attached = browser
+            .call(
+                None,
+                "Target.attachToTarget",
+                json!({"targetId": target_id, "flatten": true}),
+            )
+            .await;
+        let session = attached["sessionId"].as_str().unwrap().to_owned();
+        browser
+            .call(Some(&session), "Network.enable", json!({}))
+            .await;
+        browser
+            .call(
+                Some(&session),
+                "Network.emulateNetworkConditions",
+                conditions.clone(),
+            )
+            .await;
+    }
 }
 
 /// Offline, a page shows the offline page, and Needs me its saved copy, marked as such.

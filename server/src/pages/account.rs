@@ -71,7 +71,12 @@ pub async fn show(state: web::Data<AppState>, caller: Option<Caller>) -> HttpRes
         Some(&caller),
         html! {
             h1 { "Account" }
-            p { strong { (caller.user.name) } " · " (caller.user.email) }
+            div.row {
+                p { strong { (caller.user.name) } " · " (caller.user.email) }
+                form data-api="/api/auth/logout" data-redirect="/signin" {
+                    button.secondary type="submit" { "Sign out" }
+                }
+            }
             section.card #notifications {
                 h2 { "Notifications" }
                 p { "Get told on your phone when a run asks you something, a job ends or a computer goes offline." }

@@ -103,7 +103,7 @@ fn navigation(caller: Option<&Caller>, pending: Option<usize>) -> Markup {
                 a href="/assign" { "Assign" }
                 a href="/jobs" { "Jobs" }
                 a href="/account" { "Account" }
-                form data-api="/api/auth/logout" data-redirect="/signin" {
+                form.sign-out data-api="/api/auth/logout" data-redirect="/signin" {
                     button.secondary type="submit" title=(caller.user.email) { "Sign out" }
                 }
             } @else {

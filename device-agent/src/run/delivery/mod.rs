@@ -122,7 +122,8 @@ pub async fn prepare(job: &ClaimedJob, folder: &Path, data_dir: &Path) -> Prepar
     let prepared =
         tokio::task::spawn_blocking(move || prepare_now(&job, options, &folder, &data_dir)).await;
     match prepared {
-        Ok(Ok(prepared)) => Preparation::Ready(Box::new(prepared)),
+        Ok(Ok(Some(prepared))) => Preparation::Ready(Box::new(prepared)),
+        Ok(Ok(None)) => Preparation::NotAsked,
         Ok(Err(why)) => Preparation::Blocked(why),
         Err(err) => Preparation::Blocked(format!("setting up the branch failed: {err}")),
     }
@@ -133,14 +134,23 @@ fn prepare_now(
     options: GitOptions,
     folder: &Path,
     data_dir: &Path,
-) -> Result<Prepared, String> {
+) -> Result<Option<Prepared>, String> {
+    // "Local only" on the current branch asks only that nothing be committed: a folder
+    // outside git (or a repository without a commit) has nothing to keep from being
+    // committed, so it runs as without git.
+    let nothing_to_guard = options.delivery == Delivery::Local
+        && matches!(options.branch, None | Some(BranchChoice::Current(_)));
     let repository = match Repository::open(folder) {
         Ok(Some(repository)) => repository,
+        Ok(None) if nothing_to_guard => return Ok(None),
         Ok(None) => return Err(format!("{} is not in a git repository (or git is not installed), so its work cannot be delivered with git", folder.display())),
         Err(err) => return Err(format!("git cannot read {}: {err:#}", folder.display())),
     };
     let failed = |err: anyhow::Error| format!("git failed: {err:#}");
     if repository.head().map_err(failed)?.is_none() {
+        if nothing_to_guard {
+            return Ok(None);
+        }
         return Err(
             "the repository has no commit yet; commit once, then assign the job again".to_owned(),
         );
@@ -152,14 +162,14 @@ fn prepare_now(
         .then(|| first_start(data_dir, job))
         .flatten()
         .unwrap_or(head);
-    Ok(Prepared {
+    Ok(Some(Prepared {
         dirty_before: repository.dirty_paths().map_err(failed)?,
         config_before: repository.local_config().map_err(failed)?,
         repository,
         options,
         branch,
         start,
-    })
+    }))
 }
 
 /// The commit the job's first attempt started from, as its start was recorded.

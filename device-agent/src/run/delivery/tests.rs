@@ -416,3 +416,26 @@ async fn a_refused_token_is_never_repeated() {
     let requests = double.with(|state| state.requests.clone());
     assert_eq!(requests, ["GET /repos/owner/repo"]);
 }
+
+#[test]
+fn local_only_outside_git_runs_as_without_git_and_other_choices_are_blocked() {
+    use tether_protocol::git::{Delivery, GitOptions};
+    let folder = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let job = crate::run::grant::tests::claimed_job("", 1);
+    let options = |delivery| GitOptions {
+        delivery,
+        branch: None,
+        base: None,
+        merge: None,
+        worktree: false,
+    };
+    let local = super::prepare_now(&job, options(Delivery::Local), folder.path(), data.path());
+    assert!(matches!(local, Ok(None)));
+    let commit = super::prepare_now(&job, options(Delivery::Commit), folder.path(), data.path());
+    assert!(commit.is_err_and(|why| why.contains("not in a git repository")));
+    let mut on_new_branch = options(Delivery::Local);
+    on_new_branch.branch = Some(BranchChoice::New("x".into()));
+    let branch = super::prepare_now(&job, on_new_branch, folder.path(), data.path());
+    assert!(branch.is_err());
+}
