@@ -27,7 +27,7 @@ use crate::run::process_group::{self, Signal, TERMINATE_GRACE};
 #[derive(Debug, Clone)]
 pub enum Plan {
     /// Report the completion it recorded.
-    Report(CompleteParams),
+    Report(Box<CompleteParams>),
     /// Carry it on as a new attempt, after stopping what is left of its process group.
     Resume { leftover: Option<ProcessMark> },
 }
@@ -49,7 +49,7 @@ pub enum Settled {
 /// The plan for one record. `group_left` says whether a process group is still there.
 pub fn plan(record: &RunRecord, group_left: impl Fn(&ProcessMark) -> bool) -> Plan {
     if let Some(completion) = record.completion() {
-        return Plan::Report(completion);
+        return Plan::Report(Box::new(completion));
     }
     Plan::Resume {
         leftover: record.process.filter(|mark| group_left(mark)),
@@ -220,7 +220,7 @@ mod tests {
         };
         assert!(matches!(
             plan_of(finished.clone(), Some(mark), &alive),
-            Plan::Report(CompleteParams {
+            Plan::Report(completion) if matches!(*completion, CompleteParams {
                 outcome: Outcome::Failed,
                 exit_code: Some(2),
                 ..
