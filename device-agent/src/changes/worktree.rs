@@ -75,7 +75,10 @@ pub fn can_branch(folder: &Path) -> bool {
         .ok()
         .map(|out| PathBuf::from(String::from_utf8_lossy(&out).trim()));
     let has_commit = git
-        .run(&["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], Limits::QUICK)
+        .run(
+            &["rev-parse", "--verify", "--quiet", "HEAD^{commit}"],
+            Limits::QUICK,
+        )
         .is_ok();
     let canonical = folder.canonicalize().ok();
     has_commit && top.is_some_and(|top| top.canonicalize().ok() == canonical)
@@ -140,15 +143,28 @@ impl Worktree {
         }
         let inside = Git::in_dir(&self.path)?;
         let status = inside.run(
-            &["status", "--porcelain", "--untracked-files=all", "--ignore-submodules=none"],
+            &[
+                "status",
+                "--porcelain",
+                "--untracked-files=all",
+                "--ignore-submodules=none",
+            ],
             Limits::QUICK,
         )?;
         if !status.is_empty() {
-            return Ok(Settled::Kept("it has changes that are not committed".to_owned()));
+            return Ok(Settled::Kept(
+                "it has changes that are not committed".to_owned(),
+            ));
         }
         let on_branch = inside
             .run(
-                &["for-each-ref", "--contains", "HEAD", "--format=%(refname)", "refs/heads/"],
+                &[
+                    "for-each-ref",
+                    "--contains",
+                    "HEAD",
+                    "--format=%(refname)",
+                    "refs/heads/",
+                ],
                 Limits::QUICK,
             )
             .is_ok_and(|refs| !refs.is_empty());

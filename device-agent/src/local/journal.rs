@@ -542,7 +542,10 @@ mod tests {
         // A worktree replaces the job's entry and keeps its label.
         journal.remember_worktree(&first, "work", Path::new("/w/first"))?;
         assert_eq!(journal.folder_of(&first)?.as_deref(), Some("work"));
-        assert_eq!(journal.worktree_of(&first)?, Some(PathBuf::from("/w/first")));
+        assert_eq!(
+            journal.worktree_of(&first)?,
+            Some(PathBuf::from("/w/first"))
+        );
         for i in 0..3 {
             journal.remember_folder_within(&JobId::parse(&format!("j{i}"))?, "other", None, 3)?;
         }

@@ -218,7 +218,9 @@ fn program_option(subcommand: &str, rest: &[String]) -> Option<String> {
         let name = arg.split_once('=').map_or(arg.as_str(), |(name, _)| name);
         let names_program = name.len() >= 3
             && name.starts_with("--")
-            && PROGRAM_OPTIONS.iter().any(|option| option.starts_with(name));
+            && PROGRAM_OPTIONS
+                .iter()
+                .any(|option| option.starts_with(name));
         if names_program {
             return Some(format!("git {subcommand} {name} names a program to run"));
         }
@@ -249,7 +251,14 @@ fn writes_config(subcommand: &str, rest: &[String]) -> Option<String> {
 /// `git config …`, old style (`--get`, `--unset`, `NAME VALUE`) and new (`get`, `set`).
 fn config_command(rest: &[String]) -> Result<(), String> {
     const VALUED: &[&str] = &[
-        "-f", "--file", "--blob", "--type", "--default", "--comment", "--value", "--url",
+        "-f",
+        "--file",
+        "--blob",
+        "--type",
+        "--default",
+        "--comment",
+        "--value",
+        "--url",
     ];
     let mut operands: Vec<&str> = Vec::new();
     let (mut reads, mut writes) = (false, false);
@@ -324,7 +333,9 @@ fn makes_commits(subcommand: &str, rest: &[String]) -> bool {
         "pull" => !(has("--ff-only") && !has("--rebase") && !has("-r")),
         "tag" => !(rest.is_empty() || has("-l") || has("--list")),
         "notes" => !matches!(
-            rest.iter().find(|arg| !arg.starts_with('-')).map(String::as_str),
+            rest.iter()
+                .find(|arg| !arg.starts_with('-'))
+                .map(String::as_str),
             None | Some("list" | "show")
         ),
         _ => false,

@@ -304,7 +304,12 @@ fn unwrap_collecting<'a>(argv: &'a [String], assignments: &mut Vec<String>) -> &
         }
         let skip = match basename(program).as_str() {
             "env" => skip_env(rest).inspect(|&n| {
-                assignments.extend(rest[..n.min(rest.len())].iter().filter(|word| is_assignment(word)).cloned());
+                assignments.extend(
+                    rest[..n.min(rest.len())]
+                        .iter()
+                        .filter(|word| is_assignment(word))
+                        .cloned(),
+                );
             }),
             "timeout" => {
                 skip_options(rest, &["-s", "--signal", "-k", "--kill-after"]).map(|n| n + 1)
@@ -346,7 +351,9 @@ fn unwrap_collecting<'a>(argv: &'a [String], assignments: &mut Vec<String>) -> &
 /// `NAME=VALUE`, a variable set for the command after it.
 fn is_assignment(word: &str) -> bool {
     word.split_once('=').is_some_and(|(name, _)| {
-        name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        name.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
     })
 }

@@ -4,10 +4,10 @@
 //! change one shared folder at the same time by accident. A run takes its folder before its
 //! engine starts ([`FolderClaims`]); one whose folder another run holds waits, saying so in
 //! a status line, its lease kept alive by the heartbeat (the daemon reports every run it
-//! holds), until the folder is free or the run is stopped. A job asking for a worktree
-//! (`git.worktree`) in a repository with a commit starts at once in its own
-//! ([`crate::changes::worktree`]) and holds no shared folder; the worktree is the folder
-//! its engine, its changes record and its delivery see.
+//! holds), until the folder is free or the run is stopped — unless the job asks for a
+//! worktree (`git.worktree`) and the folder is a repository with a commit: it then starts at
+//! once in its own ([`crate::changes::worktree`]), holding no shared folder. The worktree is
+//! the folder its engine, its changes record and its delivery see.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -59,7 +59,9 @@ impl FolderClaims {
     /// # Errors
     /// The job that holds it.
     pub fn try_take(self: &Arc<Self>, folder: &Path, job: &JobId) -> Result<FolderHold, JobId> {
-        let folder = folder.canonicalize().unwrap_or_else(|_| folder.to_path_buf());
+        let folder = folder
+            .canonicalize()
+            .unwrap_or_else(|_| folder.to_path_buf());
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(holder) = held.get(&folder) {
             return Err(holder.clone());
@@ -131,14 +133,29 @@ pub enum Entered {
     Ended(CompleteParams),
 }
 
-/// Takes the run's place in `folder` (the shared folder, which exists): its own worktree
-/// when the job asks for one and the folder can have one, else the folder itself, waiting
-/// while another run holds it.
+/// Takes the run's place in `folder` (the shared folder, which exists): the folder itself
+/// when no other run holds it; else the job's own worktree when it asks for one and the
+/// folder can have one; else the folder once it is free, waiting. A carry-on whose first
+/// attempt made a worktree goes on in it.
 ///
 /// # Errors
 /// The reason the run was stopped while it waited, when it was not the owner's cancel.
 pub async fn enter(entry: Entry<'_>, folder: &SharedFolder) -> Result<Entered, StopReason> {
-    if let Some(git) = entry.job.spec.git.as_ref().filter(|git| git.worktree) {
+    let claims = claims();
+    let wants_worktree = entry.job.spec.git.as_ref().filter(|git| git.worktree);
+    let made_before = worktree_path(entry).is_dir();
+    let holder = match claims.try_take(&folder.path, &entry.job.id) {
+        Ok(hold) if !(made_before && wants_worktree.is_some()) => {
+            return Ok(Entered::Ready(Workplace {
+                folder: folder.clone(),
+                worktree: None,
+                _hold: Some(hold),
+            }))
+        }
+        Ok(_) => None,
+        Err(holder) => Some(holder),
+    };
+    if let Some(git) = wants_worktree {
         match open_worktree(entry, folder, git).await {
             Ok(Some(place)) => return Ok(Entered::Ready(place)),
             Ok(None) => {}
@@ -150,28 +167,35 @@ pub async fn enter(entry: Entry<'_>, folder: &SharedFolder) -> Result<Entered, S
             }
         }
     }
-    let claims = claims();
-    let hold = match claims.try_take(&folder.path, &entry.job.id) {
-        Ok(hold) => hold,
-        Err(holder) => {
-            let status = format!(
-                "waiting for the folder {}, used by job {holder}",
-                folder.label
-            );
-            tracing::info!(job = %entry.job.id, "{status}");
-            say(entry.client, entry.lease, entry.stop, Vec::new(), Some(status)).await;
-            match claims.take(&folder.path, &entry.job.id, entry.stop).await {
-                Ok(hold) => hold,
-                Err(StopReason::Cancel) => return Ok(Entered::Ended(cancelled_waiting(folder))),
-                Err(reason) => return Err(reason),
-            }
-        }
-    };
-    Ok(Entered::Ready(Workplace {
-        folder: folder.clone(),
-        worktree: None,
-        _hold: Some(hold),
-    }))
+    if let Some(holder) = holder {
+        let status = format!(
+            "waiting for the folder {}, used by job {holder}",
+            folder.label
+        );
+        tracing::info!(job = %entry.job.id, "{status}");
+        say(
+            entry.client,
+            entry.lease,
+            entry.stop,
+            Vec::new(),
+            Some(status),
+        )
+        .await;
+    }
+    match claims.take(&folder.path, &entry.job.id, entry.stop).await {
+        Ok(hold) => Ok(Entered::Ready(Workplace {
+            folder: folder.clone(),
+            worktree: None,
+            _hold: Some(hold),
+        })),
+        Err(StopReason::Cancel) => Ok(Entered::Ended(cancelled_waiting(folder))),
+        Err(reason) => Err(reason),
+    }
+}
+
+/// Where the job's worktree is (or would be).
+fn worktree_path(entry: Entry<'_>) -> PathBuf {
+    worktree::root(entry.data_dir).join(entry.job.id.as_str())
 }
 
 impl Workplace {
@@ -216,8 +240,10 @@ async fn open_worktree(
     git: &GitOptions,
 ) -> Result<Option<Workplace>, String> {
     let root = worktree::root(entry.data_dir);
-    let path = root.join(entry.job.id.as_str());
+    let path = worktree_path(entry);
     let branch = worktree::branch_for(&entry.job.id, git);
+    tether_protocol::git::check_branch_name(&branch)
+        .map_err(|err| format!("the branch name {branch:?} {}", err.0))?;
     let existing = matches!(git.branch, Some(BranchChoice::Existing(_)));
     let repository = folder.path.clone();
     let opened = tokio::task::spawn_blocking(move || {
@@ -269,10 +295,7 @@ fn create_private_dir(dir: &Path) -> Result<(), String> {
 fn cancelled_waiting(folder: &SharedFolder) -> CompleteParams {
     CompleteParams {
         outcome: Outcome::Cancelled,
-        summary: format!(
-            "cancelled while waiting for the folder {}",
-            folder.label
-        ),
+        summary: format!("cancelled while waiting for the folder {}", folder.label),
         ..blocked(String::new())
     }
 }

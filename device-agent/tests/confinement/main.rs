@@ -1176,6 +1176,66 @@ fn the_launcher_refuses_a_run_whose_agent_is_gone() {
     assert!(!work.join("orphan").exists());
 }
 
+/// Attempt 29: Git and GitHub sign-ins stay out of reach: `~/.git-credentials`,
+/// `~/.config/gh` and `~/.ssh` cannot be read, a credential helper finds nothing, and no
+/// agent socket, askpass program or token variable reaches the environment.
+async fn t29_git_sign_ins(sandbox: Sandbox) {
+    let fx = Fixture::new();
+    std::fs::create_dir_all(fx.home.join(".config/gh")).unwrap();
+    std::fs::write(
+        fx.home.join(".git-credentials"),
+        format!("https://me:{SECRET}@github.com\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        fx.home.join(".config/gh/hosts.yml"),
+        format!("github.com:\n  oauth_token: {SECRET}\n"),
+    )
+    .unwrap();
+    let seeded: Vec<(std::ffi::OsString, std::ffi::OsString)> = [
+        "SSH_AUTH_SOCK",
+        "GIT_ASKPASS",
+        "SSH_ASKPASS",
+        "GH_TOKEN",
+        "GITHUB_TOKEN",
+        "GIT_SSH_COMMAND",
+    ]
+    .iter()
+    .map(|name| ((*name).into(), SECRET.into()))
+    .chain([("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into())])
+    .collect();
+    let mut policy = fx.policy(false);
+    policy.env = environment::scrub(seeded);
+    policy.env.extend([
+        ("HOME".into(), fx.home.display().to_string()),
+        ("W".into(), fx.work.display().to_string()),
+        ("GIT_CONFIG_GLOBAL".into(), "/dev/null".into()),
+    ]);
+    let script = "cat \"$HOME/.git-credentials\"; cat \"$HOME/.config/gh/hosts.yml\"; cat \"$HOME/.ssh/id_ed25519\"; \
+         printf 'protocol=https\\nhost=github.com\\n\\n' | GIT_TERMINAL_PROMPT=0 git -c credential.helper=store credential fill && echo FILLED; \
+         command -v gh >/dev/null && gh auth token; \
+         env | grep -E '^(SSH_AUTH_SOCK|GIT_ASKPASS|SSH_ASKPASS|GH_TOKEN|GITHUB_TOKEN|GIT_SSH_COMMAND)=' && echo SEEN; echo done";
+    let run = run_with(
+        &sandbox,
+        &fx,
+        &policy,
+        script,
+        Duration::from_secs(30),
+        RunStop::new(),
+    )
+    .await;
+    assert!(run.lines.contains(&"done".to_owned()), "{}", run.said());
+    assert!(
+        fx.leaks(&run).is_empty(),
+        "leaked: {:?}\n{}",
+        fx.leaks(&run),
+        run.said()
+    );
+    for never in ["FILLED", "SEEN"] {
+        assert!(!run.lines.contains(&never.to_owned()), "{}", run.said());
+    }
+}
+
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
         mod bwrap {
@@ -1231,4 +1291,5 @@ on_both_backends!(
     t26_network_on_and_graceful_stop,
     t27_guard,
     t28_input_and_working_folder,
+    t29_git_sign_ins,
 );

@@ -14,10 +14,12 @@ use crate::{agent_ok, pair, spawn_server, Daemon, Web};
 const AXE_VERSION: &str = "4.10.3";
 
 /// Runs axe on the page and answers its serious and critical violations, in short.
-const RUN_AXE: &str = r#"axe.run(document, {resultTypes: ["violations"]}).then((result) =>
-    result.violations.filter((v) => v.impact === "serious" || v.impact === "critical")
+const RUN_AXE: &str = r#"axe.run(document).then((result) => ({
+    passes: result.passes.length,
+    problems: result.violations.filter((v) => v.impact === "serious" || v.impact === "critical")
         .map((v) => `${v.id} (${v.impact}): ${v.help}\n` + v.nodes.map((n) =>
-            `    ${n.target.join(" ")}: ${n.failureSummary.replace(/\s+/g, " ")}`).join("\n")))"#;
+            `    ${n.target.join(" ")}: ${n.failureSummary.replace(/\s+/g, " ")}`).join("\n")),
+}))"#;
 
 /// axe-core's script, installed once into the target folder with npm; `None` (after
 /// saying why) when npm or the registry is not available here.
@@ -64,9 +66,14 @@ async fn violations(browser: &mut Browser, axe: &str, url: &str) -> Vec<String> 
     browser.goto(url).await;
     // Scripts that fill the page in (the badge, the Notifications status) settle first.
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let path = url.split_once("//").map_or(url, |(_, rest)| rest);
+    let path = &path[path.find('/').unwrap_or(path.len())..];
+    let landed = browser.eval("location.pathname + location.search").await;
+    assert_eq!(landed, json!(path), "the page is not the one meant");
     browser.eval(axe).await;
-    let found = browser.eval(RUN_AXE).await;
-    let found = found.as_array().cloned().unwrap_or_default();
+    let result = browser.eval(RUN_AXE).await;
+    assert!(result["passes"].as_u64() > Some(10), "axe ran on {url}: {result}");
+    let found = result["problems"].as_array().cloned().unwrap_or_default();
     found
         .iter()
         .map(|v| format!("{url}: {}", v.as_str().unwrap_or_default()))

@@ -1,7 +1,7 @@
 //! Parallel runs and shared folders, end to end with `run --max-runs 2`: two jobs in one
 //! folder never run at the same time (the second waits, saying so, and can be cancelled
-//! while it waits), and jobs asking for a worktree run at once, each in its own worktree on
-//! its own branch, leaving the shared checkout untouched.
+//! while it waits), and a job asking for a worktree while the folder is busy runs at once in
+//! its own worktree on its own branch, leaving the shared checkout untouched.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,8 +15,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
 use crate::{
-    agent_command, agent_ok, backend_works, collect, output_lines, pair, spawn_server, Daemon,
-    Web,
+    agent_command, agent_ok, backend_works, collect, output_lines, pair, spawn_server, Daemon, Web,
 };
 
 /// Notes its start and end in the folder's `runs.log`, sleeping the prompt's seconds between.
@@ -25,17 +24,23 @@ sleep "$TETHER_TASK_PROMPT"
 echo "end $TETHER_JOB_ID" >> runs.log
 echo done"#;
 
-/// Prints when it starts and ends, its branch, commits inside the sandbox, and leaves a file.
+/// Prints when it starts and ends and its branch, leaves a file, and in a worktree (whose
+/// `.git` is a file) commits inside the sandbox.
 const IN_WORKTREE: &str = r#"echo "start $(date +%s%N)"
 echo "branch $(git rev-parse --abbrev-ref HEAD)"
-git -c user.name=Recipe -c user.email=recipe@example.com commit -q --allow-empty -m probe && echo COMMITTED
+if [ -f .git ]; then git -c user.name=Recipe -c user.email=recipe@example.com commit -q --allow-empty -m probe && echo COMMITTED; fi
 printf 'made\n' > "made-$TETHER_JOB_ID.txt"
 sleep "$TETHER_TASK_PROMPT"
 echo "end $(date +%s%N)""#;
 
 fn git(dir: &Path, args: &[&str]) -> String {
     let output = Command::new("git")
-        .args(["-c", "user.name=Owner", "-c", "user.email=owner@example.com"])
+        .args([
+            "-c",
+            "user.name=Owner",
+            "-c",
+            "user.email=owner@example.com",
+        ])
         .args(args)
         .current_dir(dir)
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
@@ -143,7 +148,12 @@ async fn a_second_run_in_one_folder_waits_for_the_first() {
     let first = finished(&web, &first, &daemon).await;
     let second = finished(&web, &second, &daemon).await;
     for job in [&first, &second] {
-        assert_eq!(job.state, JobState::Succeeded, "{job:#?}\n{}", daemon.stderr());
+        assert_eq!(
+            job.state,
+            JobState::Succeeded,
+            "{job:#?}\n{}",
+            daemon.stderr()
+        );
     }
     assert!(statuses(&second).contains(&waiting), "{second:#?}");
     let log = std::fs::read_to_string(work.path().join("runs.log")).unwrap();
@@ -161,9 +171,8 @@ async fn a_second_run_in_one_folder_waits_for_the_first() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn runs_in_worktrees_go_on_at_once_and_leave_the_checkout_alone() {
-    if Command::new("git").arg("--version").output().is_err() || !backend_works("landlock").await
-    {
+async fn a_run_in_a_worktree_goes_on_at_once_and_leaves_the_checkout_alone() {
+    if Command::new("git").arg("--version").output().is_err() || !backend_works("landlock").await {
         eprintln!("SKIPPED: git or Landlock is missing");
         return;
     }
@@ -175,42 +184,60 @@ async fn runs_in_worktrees_go_on_at_once_and_leave_the_checkout_alone() {
     let head = git(work.path(), &["rev-parse", "HEAD"]);
     let (_server, web, home, device_id, daemon) = rig(work.path(), IN_WORKTREE).await;
 
+    // The first holds the folder; the second, asking for a worktree, does not wait for it.
     let options = json!({ "delivery": "local", "worktree": true });
-    let one = create_job(&web, &device_id, "3", Some(options.clone())).await;
-    let two = create_job(&web, &device_id, "3", Some(options)).await;
-    let one = finished(&web, &one, &daemon).await;
-    let two = finished(&web, &two, &daemon).await;
-    let worktrees = worktrees_root(home.path());
-    let mut spans = Vec::new();
-    for job in [&one, &two] {
-        assert_eq!(job.state, JobState::Succeeded, "{job:#?}\n{}", daemon.stderr());
-        let lines = output_lines(job);
-        let id = job.id.as_str();
-        let branch = format!("branch tether/{}", &id[id.len() - 8..]);
-        assert!(lines.contains(&branch), "{lines:?}");
-        assert!(lines.iter().any(|line| line == "COMMITTED"), "{lines:?}");
-        let kept = worktrees.join(id);
-        assert!(
-            lines.iter().any(|line| line
-                .starts_with(&format!("the worktree is kept at {}", kept.display()))),
-            "{lines:?}"
+    let first = create_job(&web, &device_id, "4", Some(options.clone())).await;
+    web.wait_for_job(first.id.as_str(), Duration::from_secs(30), |job| {
+        output_lines(job)
+            .iter()
+            .any(|line| line.starts_with("start "))
+    })
+    .await;
+    let second = create_job(&web, &device_id, "1", Some(options)).await;
+    let first = finished(&web, &first, &daemon).await;
+    let second = finished(&web, &second, &daemon).await;
+    for job in [&first, &second] {
+        assert_eq!(
+            job.state,
+            JobState::Succeeded,
+            "{job:#?}\n{}",
+            daemon.stderr()
         );
-        assert!(kept.join(format!("made-{id}.txt")).is_file());
-        spans.push((stamp(&lines, "start"), stamp(&lines, "end")));
-        // The file view reads the worktree the job ran in.
-        let res = web
-            .get(&format!("/api/jobs/{id}/file?path=made-{id}.txt"))
-            .await;
-        assert_eq!(res.status(), StatusCode::OK, "{}", daemon.stderr());
     }
+    let (one, two) = (output_lines(&first), output_lines(&second));
+    assert!(one.contains(&"branch main".to_owned()), "{one:?}");
+    let id = second.id.as_str();
+    let branch = format!("branch tether/{}", &id[id.len() - 8..]);
+    assert!(two.contains(&branch), "{two:?}");
+    assert!(two.contains(&"COMMITTED".to_owned()), "{two:?}");
+    let worktrees = worktrees_root(home.path());
+    let kept = worktrees.join(id);
+    let says_kept = format!("the worktree is kept at {}", kept.display());
     assert!(
-        spans[0].0 < spans[1].1 && spans[1].0 < spans[0].1,
-        "the runs did not overlap: {spans:?}"
+        two.iter().any(|line| line.starts_with(&says_kept)),
+        "{two:?}"
     );
-    // The shared checkout: same branch, same commit, nothing changed.
-    assert_eq!(git(work.path(), &["symbolic-ref", "--short", "HEAD"]), "main");
+    assert!(kept.join(format!("made-{id}.txt")).is_file());
+    let (started, ended) = (stamp(&two, "start"), stamp(&two, "end"));
+    assert!(
+        started < stamp(&one, "end") && stamp(&one, "start") < ended,
+        "the runs did not overlap: {one:?} {two:?}"
+    );
+    // The file view reads the worktree the second ran in.
+    let res = web
+        .get(&format!("/api/jobs/{id}/file?path=made-{id}.txt"))
+        .await;
+    assert_eq!(res.status(), StatusCode::OK, "{}", daemon.stderr());
+    // The shared checkout: same branch, same commit, only the first run's file.
+    assert_eq!(
+        git(work.path(), &["symbolic-ref", "--short", "HEAD"]),
+        "main"
+    );
     assert_eq!(git(work.path(), &["rev-parse", "HEAD"]), head);
-    assert_eq!(git(work.path(), &["status", "--porcelain"]), "");
+    assert_eq!(
+        git(work.path(), &["status", "--porcelain"]),
+        format!("?? made-{}.txt", first.id)
+    );
     let _ = std::fs::remove_dir_all(worktrees);
 }
 

@@ -151,14 +151,12 @@ async fn service_worker_and_install(browser: &mut Browser, base: &str) {
     );
 }
 
-/// Takes the page and its service worker off the network (or back): DevTools emulates it
-/// per target, and the worker's fetches are its own.
-async fn set_offline(browser: &mut Browser, offline: bool) {
-    let conditions = json!({"offline": offline, "latency": 0, "downloadThroughput": -1,
-                            "uploadThroughput": -1});
+/// Takes the page and its service worker off the network: DevTools emulates it per target,
+/// and the worker's fetches are its own. Answers the worker sessions, for [`go_online`].
+async fn go_offline(browser: &mut Browser) -> Vec<String> {
     browser.page_call("Network.enable", json!({})).await;
     browser
-        .page_call("Network.emulateNetworkConditions", conditions.clone())
+        .page_call("Network.emulateNetworkConditions", conditions(true))
         .await;
     let targets = browser.call(None, "Target.getTargets", json!({})).await;
     let workers: Vec<String> = targets["targetInfos"]
@@ -169,6 +167,7 @@ async fn set_offline(browser: &mut Browser, offline: bool) {
         .map(|target| target["targetId"].as_str().unwrap().to_owned())
         .collect();
     assert!(!workers.is_empty(), "no service worker target: {targets}");
+    let mut sessions = Vec::new();
     for target_id in workers {
         let attached = browser
             .call(
@@ -178,17 +177,31 @@ async fn set_offline(browser: &mut Browser, offline: bool) {
             )
             .await;
         let session = attached["sessionId"].as_str().unwrap().to_owned();
+        browser.call(Some(&session), "Network.enable", json!({})).await;
         browser
-            .call(Some(&session), "Network.enable", json!({}))
+            .call(Some(&session), "Network.emulateNetworkConditions", conditions(true))
+            .await;
+        sessions.push(session);
+    }
+    sessions
+}
+
+async fn go_online(browser: &mut Browser, workers: Vec<String>) {
+    browser
+        .page_call("Network.emulateNetworkConditions", conditions(false))
+        .await;
+    for session in workers {
+        browser
+            .call(Some(&session), "Network.emulateNetworkConditions", conditions(false))
             .await;
         browser
-            .call(
-                Some(&session),
-                "Network.emulateNetworkConditions",
-                conditions.clone(),
-            )
+            .call(None, "Target.detachFromTarget", json!({"sessionId": session}))
             .await;
     }
+}
+
+fn conditions(offline: bool) -> Value {
+    json!({"offline": offline, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1})
 }
 
 /// Offline, a page shows the offline page, and Needs me its saved copy, marked as such.
@@ -199,7 +212,7 @@ async fn offline(browser: &mut Browser, base: &str) {
         "caches.open('tether-pages-v1').then((c) => c.match('/needs-me')).then((r) => !!r)",
     )
     .await;
-    set_offline(browser, true).await;
+    let workers = go_offline(browser).await;
     browser.goto(&format!("{base}/computers")).await;
     assert_eq!(
         (browser.text("h1").await, browser.eval("location.pathname").await),
@@ -215,7 +228,7 @@ async fn offline(browser: &mut Browser, base: &str) {
     let notice = browser.text("#stale-notice").await;
     assert!(notice.contains("may be out of date"), "{notice}");
     browser.screenshot("needs-me-offline").await;
-    set_offline(browser, false).await;
+    go_online(browser, workers).await;
     browser.goto(&format!("{base}/needs-me")).await;
     assert_eq!(browser.text("#stale-notice").await, "");
 }

@@ -193,14 +193,7 @@ fn answer_for_job(
             None
         }
     };
-    answer_diff_within(
-        &root,
-        start.as_ref(),
-        raw_path,
-        &check,
-        &hidden,
-        deadline,
-    )
+    answer_diff_within(&root, start.as_ref(), raw_path, &check, &hidden, deadline)
 }
 
 /// The worktree `job_id` ran in, if it ran in one: only one of the agent's own worktrees
@@ -215,7 +208,10 @@ fn worktree_of(
 ) -> Result<Option<PathBuf>, ErrorDetail> {
     let known = journal.worktree_of(job_id).map_err(|err| {
         tracing::warn!(job = %job_id, "cannot read the job's worktree: {err:#}");
-        error("not_found", "this computer cannot tell which folder that job used")
+        error(
+            "not_found",
+            "this computer cannot tell which folder that job used",
+        )
     })?;
     let Some(path) = known else {
         return Ok(None);
@@ -227,7 +223,9 @@ fn worktree_of(
         )
     };
     let root = worktree::root(data_dir.root());
-    let canonical = sandbox::guard().check_folder(&path).map_err(|_| removed())?;
+    let canonical = sandbox::guard()
+        .check_folder(&path)
+        .map_err(|_| removed())?;
     if canonical != path || !path.starts_with(root.canonicalize().unwrap_or(root)) {
         return Err(removed());
     }

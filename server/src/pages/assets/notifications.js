@@ -38,12 +38,16 @@ function unsupportedReason() {
   return "";
 }
 
-// The service worker app.js registers; it is what receives the pushes.
-function serviceWorkerReady() {
-  const late = new Promise((_, reject) => setTimeout(
-    () => reject(new Error("the service worker did not start")), 10000));
-  return Promise.race([navigator.serviceWorker.ready, late]);
+// `promise`, or an error saying `what` after `ms` (a browser without a push service may
+// never answer a subscribe).
+function within(promise, ms, what) {
+  const late = new Promise((_, reject) => setTimeout(() => reject(new Error(what)), ms));
+  return Promise.race([promise, late]);
 }
+
+// The service worker app.js registers; it is what receives the pushes.
+const serviceWorkerReady = () =>
+  within(navigator.serviceWorker.ready, 10000, "the service worker did not start");
 
 function base64UrlBytes(text) {
   const base64 = text.replace(/-/g, "+").replace(/_/g, "/");
@@ -62,9 +66,9 @@ async function subscribeThisDevice(name) {
   const { publicKey } = await api("GET", "/api/push/key");
   let subscription;
   try {
-    subscription = await registration.pushManager.subscribe({
+    subscription = await within(registration.pushManager.subscribe({
       userVisibleOnly: true, applicationServerKey: base64UrlBytes(publicKey),
-    });
+    }), 15000, "its push service did not answer");
   } catch (error) {
     throw new Error(`This browser could not subscribe (${error.message}).`);
   }
