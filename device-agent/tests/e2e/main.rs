@@ -16,8 +16,8 @@ mod decisions;
 mod delivery;
 mod evidence;
 mod folders;
-mod installable;
 mod git_assign;
+mod installable;
 mod phone;
 #[path = "../../../server/tests/support/postgres.rs"]
 mod postgres;
@@ -755,9 +755,20 @@ impl Web {
     }
 
     async fn create_job(&self, device_id: &str, engine: &str, prompt: &str) -> Job {
+        self.create_job_in(device_id, engine, prompt, "work").await
+    }
+
+    /// Like [`Web::create_job`], in the shared folder `folder`.
+    async fn create_job_in(
+        &self,
+        device_id: &str,
+        engine: &str,
+        prompt: &str,
+        folder: &str,
+    ) -> Job {
         let body = json!({
             "deviceId": device_id, "title": format!("run {engine}"), "prompt": prompt,
-            "folder": "work", "engine": engine, "mode": "unattended", "network": false,
+            "folder": folder, "engine": engine, "mode": "unattended", "network": false,
             "timeoutMinutes": 5,
         });
         let res = self.post("/api/jobs", &body).await;

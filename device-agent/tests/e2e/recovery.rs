@@ -20,11 +20,13 @@ use super::*;
 /// The first attempt sleeps `$1` seconds, a carried-on one 1 second.
 const COUNTED: &str = r#"n=${TETHER_RESUMED:-0}; echo "start $n" >> runs.txt; echo "started $n"; if [ "$n" = 0 ]; then sleep "$1"; else sleep 1; fi; echo "end $n" >> runs.txt; echo "finished $n""#;
 
-/// A computer paired with a server, sharing `work`, with `counted` recipes.
+/// A computer paired with a server, sharing `work` and `spare` (two runs at once need two
+/// folders: a run waits for a folder another run holds), with `counted` recipes.
 struct Rig {
     web: Web,
     home: tempfile::TempDir,
     work: tempfile::TempDir,
+    spare: tempfile::TempDir,
     device_id: String,
 }
 
@@ -35,12 +37,15 @@ impl Rig {
         let web = Web::sign_up(server_base).await;
         let home = tempfile::tempdir().unwrap();
         let work = tempfile::tempdir().unwrap();
+        let spare = tempfile::tempdir().unwrap();
         let device_id = pair(agent_base, &web, home.path()).await;
-        agent_ok(
-            home.path(),
-            &["folders", "share", "work", work.path().to_str().unwrap()],
-        )
-        .await;
+        for (label, dir) in [("work", &work), ("spare", &spare)] {
+            agent_ok(
+                home.path(),
+                &["folders", "share", label, dir.path().to_str().unwrap()],
+            )
+            .await;
+        }
         agent_ok(
             home.path(),
             &["recipe", "add", "echo", "--", "sh", "-c", "echo started"],
@@ -61,6 +66,7 @@ impl Rig {
             web,
             home,
             work,
+            spare,
             device_id,
         }
     }
@@ -89,12 +95,17 @@ impl Rig {
         daemon
     }
 
-    /// The lines the runs appended to `runs.txt`.
+    /// The lines the runs appended to `runs.txt`, in either folder.
     fn side_effects(&self) -> Vec<String> {
-        std::fs::read_to_string(self.work.path().join("runs.txt"))
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_owned)
+        [&self.work, &self.spare]
+            .iter()
+            .flat_map(|dir| {
+                std::fs::read_to_string(dir.path().join("runs.txt"))
+                    .unwrap_or_default()
+                    .lines()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
             .collect()
     }
 }
@@ -470,7 +481,7 @@ async fn a_network_outage_past_the_lease_is_reattached_and_finishes_once(
         .await;
     let long = rig
         .web
-        .create_job(&rig.device_id, "counted-12", "long")
+        .create_job_in(&rig.device_id, "counted-12", "long", "spare")
         .await;
     for job in [&short, &long] {
         rig.web
@@ -559,7 +570,7 @@ async fn a_server_killed_mid_run_and_restarted_finishes_the_runs_once(
         .await;
     let long = rig
         .web
-        .create_job(&rig.device_id, "counted-9", "long")
+        .create_job_in(&rig.device_id, "counted-9", "long", "spare")
         .await;
     for job in [&short, &long] {
         rig.web

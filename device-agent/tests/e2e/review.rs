@@ -317,12 +317,16 @@ async fn review_changes(browser: &mut Browser, files: u64) {
         .eval(&format!(
             "(() => {{ const style = (kind) => getComputedStyle(document.querySelector('{panel} .line.' + kind)); \
              return {{ add: style('add').backgroundColor, del: style('del').backgroundColor, hunk: style('hunk').color, \
+                       muted: getComputedStyle(document.querySelector('.muted')).color, \
+                       text: getComputedStyle(document.body).color, \
                        added: document.querySelector('{panel} .line.add').textContent }}; }})()"
         ))
         .await;
     assert_eq!(colours["add"], "rgba(31, 157, 85, 0.2)", "{colours}");
     assert_eq!(colours["del"], "rgba(214, 69, 69, 0.2)", "{colours}");
-    assert_eq!(colours["hunk"], "rgb(119, 119, 119)", "{colours}");
+    // Hunk headers are muted like the page's other secondary text.
+    assert_eq!(colours["hunk"], colours["muted"], "{colours}");
+    assert_ne!(colours["hunk"], colours["text"], "{colours}");
     assert_eq!(colours["added"], "+new line", "{colours}");
     let scrolls = browser
         .eval(&format!(
