@@ -139,7 +139,10 @@ pub fn check_branch_name(name: &str) -> Result<(), BranchNameError> {
     if !name.is_ascii() {
         return bad("must be ASCII");
     }
-    if name.bytes().any(|b| b.is_ascii_control() || b" ~^:?*[\\".contains(&b)) {
+    if name
+        .bytes()
+        .any(|b| b.is_ascii_control() || b" ~^:?*[\\".contains(&b))
+    {
         return bad("must not contain spaces, control characters or any of ~^:?*[\\");
     }
     if name.starts_with('-') || name == "@" || name == "HEAD" {
@@ -181,12 +184,40 @@ mod tests {
 
     #[test]
     fn branch_names_follow_git_rules() {
-        for good in ["main", "tether/0123abcd/fix-login", "feature/a.b", "v1.2", "a-b_c"] {
+        for good in [
+            "main",
+            "tether/0123abcd/fix-login",
+            "feature/a.b",
+            "v1.2",
+            "a-b_c",
+        ] {
             assert_eq!(check_branch_name(good), Ok(()), "{good}");
         }
         for bad in [
-            "", "-x", "a..b", "a b", "a~1", "a^", "a:b", "a?", "a*", "a[", "a\\b", "a//b", "/a",
-            "a/", "a.", ".a", "a/.b", "a.lock", "a/b.lock/c", "@", "a@{1}", "HEAD", "é", "a\tb",
+            "",
+            "-x",
+            "a..b",
+            "a b",
+            "a~1",
+            "a^",
+            "a:b",
+            "a?",
+            "a*",
+            "a[",
+            "a\\b",
+            "a//b",
+            "/a",
+            "a/",
+            "a.",
+            ".a",
+            "a/.b",
+            "a.lock",
+            "a/b.lock/c",
+            "@",
+            "a@{1}",
+            "HEAD",
+            "é",
+            "a\tb",
         ] {
             assert!(check_branch_name(bad).is_err(), "{bad:?}");
         }
