@@ -439,3 +439,20 @@ fn local_only_outside_git_runs_as_without_git_and_other_choices_are_blocked() {
     let branch = super::prepare_now(&job, on_new_branch, folder.path(), data.path());
     assert!(branch.is_err());
 }
+
+#[tokio::test]
+async fn an_allowed_merge_waits_for_passing_checks_and_merges_the_head_commit() {
+    let double = GithubDouble::start(TOKEN).await.unwrap();
+    double.with(|state| {
+        state
+            .check_runs
+            .push(("build".into(), "completed".into(), Some("success".into())));
+    });
+    let (proposed, asked) =
+        propose(&client(&double, TOKEN), MergeChoice::Ask, Answer::Allow).await;
+    let proposed = proposed.unwrap();
+    assert_eq!(asked, 1, "the owner is asked once");
+    assert_eq!(proposed.pull_request.state, PullRequestState::Merged);
+    let merged = double.with(|state| state.pulls[0].merged_sha.clone());
+    assert_eq!(merged.as_deref(), Some("0123abc"));
+}
