@@ -72,7 +72,10 @@ async fn violations(browser: &mut Browser, axe: &str, url: &str) -> Vec<String> 
     assert_eq!(landed, json!(path), "the page is not the one meant");
     browser.eval(axe).await;
     let result = browser.eval(RUN_AXE).await;
-    assert!(result["passes"].as_u64() > Some(10), "axe ran on {url}: {result}");
+    assert!(
+        result["passes"].as_u64() > Some(10),
+        "axe ran on {url}: {result}"
+    );
     let found = result["problems"].as_array().cloned().unwrap_or_default();
     found
         .iter()
@@ -133,9 +136,9 @@ async fn every_page_passes_axe() {
             .as_ref()
             .is_some_and(|c| c.engines.iter().any(|e| e.name == "greet"))
     })
-        .await;
+    .await;
     let job = web.create_job(&device_id, "greet", "say hello").await;
-    web.wait_for_job(&job.id.to_string(), Duration::from_secs(60), |job| {
+    web.wait_for_job(job.id.as_ref(), Duration::from_secs(60), |job| {
         job.state.is_final()
     })
     .await;

@@ -127,6 +127,17 @@ impl Browser {
     /// Sends one DevTools command (to the browser, or to the target `session` is attached
     /// to) and waits for its answer, keeping the events that arrive meanwhile.
     pub async fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
+        let answer = self.try_call(session, method, params).await;
+        answer.unwrap_or_else(|error| panic!("{method} failed: {error}"))
+    }
+
+    /// Like [`Browser::call`], answering DevTools' error instead of failing on it.
+    async fn try_call(
+        &mut self,
+        session: Option<&str>,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, Value> {
         self.next_id += 1;
         let id = self.next_id;
         let mut message = json!({"id": id, "method": method, "params": params});
@@ -146,8 +157,10 @@ impl Browser {
             let Message::Text(text) = frame else { continue };
             let answer: Value = serde_json::from_str(&text).unwrap();
             if answer["id"] == json!(id) {
-                assert!(answer.get("error").is_none(), "{method} failed: {answer}");
-                return answer["result"].clone();
+                return match answer.get("error") {
+                    Some(_) => Err(answer),
+                    None => Ok(answer["result"].clone()),
+                };
             }
             if answer.get("method").is_some() {
                 if self.events.len() == 500 {
@@ -186,14 +199,24 @@ impl Browser {
     }
 
     /// Runs `expression` in the page and returns its value (promises are awaited).
+    /// One evaluation that meets a navigation committing (a document a service worker
+    /// answers can commit just after `Page.navigate` returns) runs again in the new page.
     pub async fn eval(&mut self, expression: &str) -> Value {
-        let answer = self
-            .page_call(
-                "Runtime.evaluate",
-                json!({"expression": expression, "returnByValue": true, "awaitPromise": true}),
-            )
-            .await;
-        answer["result"]["value"].clone()
+        let params = json!({"expression": expression, "returnByValue": true, "awaitPromise": true});
+        let session = self.session_id.clone();
+        for _ in 0..3 {
+            match self
+                .try_call(Some(&session), "Runtime.evaluate", params.clone())
+                .await
+            {
+                Ok(answer) => return answer["result"]["value"].clone(),
+                Err(error) if error.to_string().contains("navigated or closed") => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(error) => panic!("Runtime.evaluate failed: {error}"),
+            }
+        }
+        panic!("the page kept navigating while evaluating {expression}");
     }
 
     /// Waits until `condition` is true in the page; panics with the page's text after 30 s.

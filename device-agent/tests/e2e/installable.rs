@@ -24,7 +24,11 @@ async fn the_app_installs_works_offline_and_takes_notifications() {
         } else {
             browser.desktop_viewport().await;
         }
-        let email = if phone { "phone@example.com" } else { "desk@example.com" };
+        let email = if phone {
+            "phone@example.com"
+        } else {
+            "desk@example.com"
+        };
         browser.sign_up(&base, "Owner", email).await;
         header_fits_one_row(&mut browser, phone).await;
         icons_and_manifest(&mut browser).await;
@@ -46,9 +50,13 @@ async fn eventually(browser: &mut Browser, expression: &str) {
     panic!("never true: {expression}");
 }
 
-/// Every item of the navigation shown sits on the same row, inside the window; Sign out is
-/// in the header on a desktop, on the Account page on a phone.
+/// Every item of the navigation shown sits on the same row, inside the window, with a
+/// two-digit Needs me count; Sign out is in the header on a desktop, on the Account page on
+/// a phone.
 async fn header_fits_one_row(browser: &mut Browser, phone: bool) {
+    browser
+        .eval("Object.assign(document.getElementById('needs-me-badge'), {textContent: '12', hidden: false})")
+        .await;
     let rows = browser
         .eval(
             "new Set([...document.querySelector('header').children]
@@ -68,7 +76,11 @@ async fn header_fits_one_row(browser: &mut Browser, phone: bool) {
         .eval("document.querySelector('header .sign-out').getClientRects().length > 0")
         .await;
     browser
-        .screenshot(if phone { "header-phone" } else { "header-desktop" })
+        .screenshot(if phone {
+            "header-phone"
+        } else {
+            "header-desktop"
+        })
         .await;
     assert_eq!(
         (rows, fits, sign_out),
@@ -99,8 +111,18 @@ async fn icons_and_manifest(browser: &mut Browser) {
     assert_eq!(manifest["type"], "application/manifest+json");
     let body = &manifest["body"];
     assert_eq!(
-        [&body["name"], &body["start_url"], &body["scope"], &body["display"]],
-        [&json!("Tether"), &json!("/"), &json!("/"), &json!("standalone")]
+        [
+            &body["name"],
+            &body["start_url"],
+            &body["scope"],
+            &body["display"]
+        ],
+        [
+            &json!("Tether"),
+            &json!("/"),
+            &json!("/"),
+            &json!("standalone")
+        ]
     );
     let icons = body["icons"].as_array().unwrap();
     assert!(icons.iter().any(|icon| icon["purpose"] == "maskable"));
@@ -177,9 +199,15 @@ async fn go_offline(browser: &mut Browser) -> Vec<String> {
             )
             .await;
         let session = attached["sessionId"].as_str().unwrap().to_owned();
-        browser.call(Some(&session), "Network.enable", json!({})).await;
         browser
-            .call(Some(&session), "Network.emulateNetworkConditions", conditions(true))
+            .call(Some(&session), "Network.enable", json!({}))
+            .await;
+        browser
+            .call(
+                Some(&session),
+                "Network.emulateNetworkConditions",
+                conditions(true),
+            )
             .await;
         sessions.push(session);
     }
@@ -192,10 +220,18 @@ async fn go_online(browser: &mut Browser, workers: Vec<String>) {
         .await;
     for session in workers {
         browser
-            .call(Some(&session), "Network.emulateNetworkConditions", conditions(false))
+            .call(
+                Some(&session),
+                "Network.emulateNetworkConditions",
+                conditions(false),
+            )
             .await;
         browser
-            .call(None, "Target.detachFromTarget", json!({"sessionId": session}))
+            .call(
+                None,
+                "Target.detachFromTarget",
+                json!({"sessionId": session}),
+            )
             .await;
     }
 }
@@ -215,7 +251,10 @@ async fn offline(browser: &mut Browser, base: &str) {
     let workers = go_offline(browser).await;
     browser.goto(&format!("{base}/computers")).await;
     assert_eq!(
-        (browser.text("h1").await, browser.eval("location.pathname").await),
+        (
+            browser.text("h1").await,
+            browser.eval("location.pathname").await
+        ),
         ("You are offline".to_owned(), json!("/computers"))
     );
     assert!(browser
@@ -283,7 +322,13 @@ async fn a_push_shows_a_notification(browser: &mut Browser, base: &str) {
         .await;
     assert_eq!(
         shown,
-        json!(["Run the test suite?", "laptop", "decision-d1", "/needs-me#d1", true])
+        json!([
+            "Run the test suite?",
+            "laptop",
+            "decision-d1",
+            "/needs-me#d1",
+            true
+        ])
     );
     browser
         .eval("navigator.serviceWorker.ready.then((r) => r.getNotifications()).then((n) => n.forEach((x) => x.close()))")
@@ -311,8 +356,13 @@ async fn notifications_page(browser: &mut Browser, base: &str) {
     browser
         .wait_for("location.pathname === '/account/notifications' && !document.getElementById('push-enable').hidden")
         .await;
-    let name = browser.eval("document.getElementById('push-name').value").await;
-    assert!(name.as_str().is_some_and(|name| name.contains("Chrome")), "{name}");
+    let name = browser
+        .eval("document.getElementById('push-name').value")
+        .await;
+    assert!(
+        name.as_str().is_some_and(|name| name.contains("Chrome")),
+        "{name}"
+    );
     browser.fill("#push-name", "Test phone").await;
     browser.click("#push-enable button[type=submit]").await;
     browser
@@ -328,11 +378,16 @@ async fn notifications_page(browser: &mut Browser, base: &str) {
         browser.goto(&format!("{base}/account/notifications")).await;
     }
     let item = browser.text("li[data-subscription]").await;
-    assert!(item.contains("Test phone") && item.contains("this device"), "{item}");
+    assert!(
+        item.contains("Test phone") && item.contains("this device"),
+        "{item}"
+    );
     assert!(item.contains("Last delivered: not yet"), "{item}");
     browser.screenshot("notifications").await;
 
-    browser.click("li[data-subscription] input[data-kind=job_ended]").await;
+    browser
+        .click("li[data-subscription] input[data-kind=job_ended]")
+        .await;
     eventually(
         browser,
         "api('GET', '/api/push/subscriptions').then(([s]) =>

@@ -91,7 +91,10 @@ fn render(
 fn navigation(caller: Option<&Caller>, pending: Option<usize>) -> Markup {
     html! {
         header {
-            a.brand href="/" { "Tether" }
+            a.brand href="/" {
+                img.brand-mark src="/assets/icon.svg" alt="" width="22" height="22";
+                span.brand-name { "Tether" }
+            }
             @if let Some(caller) = caller {
                 a.needs-me href="/needs-me" {
                     "Needs me"

@@ -8,6 +8,7 @@ mod redis;
 
 mod helpers;
 
+mod app_shell;
 mod auth;
 mod decisions;
 mod delivery;
