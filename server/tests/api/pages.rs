@@ -89,7 +89,7 @@ both_backends! {
         // The form posts JSON through app.js, which puts the error's message in the alert.
         assert!(text.contains(r#"data-api="/api/auth/signup""#) && text.contains(r#"<p class="error" role="alert">"#), "{text}");
         let script = web.get("/assets/app.js").await.text().await.unwrap();
-        assert!(script.contains("data?.error?.message") && script.contains("slot.textContent = message"), "{script}");
+        assert!(script.contains("data?.error?.message") && script.contains("slot.textContent = inWords(form, message)"), "{script}");
         let res = web.post("/api/auth/signup", &json!({ "email": "ann@example.com", "password": "password", "name": "Ann" })).await;
         assert_eq!(res.status().as_u16(), 422);
         let body: Value = res.json().await.unwrap();
