@@ -53,6 +53,9 @@ pub mod exit_code {
     pub const FAILURE: i32 = 1;
     /// `run` on a computer that is not paired.
     pub const NOT_PAIRED: i32 = 2;
+    /// Setup a run would always refuse: `folders share` of a folder the guard refuses,
+    /// `recipe add` of a command the hard floor refuses.
+    pub const REFUSED: i32 = 2;
     /// The server revoked this computer; its token is forgotten.
     pub const REVOKED: i32 = 3;
 }

@@ -26,13 +26,32 @@ fn main() -> ExitCode {
         }
     };
     let shutdown = async {
-        // If Ctrl-C cannot be watched, run until killed rather than stop at once.
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
+        // Ctrl-C or SIGTERM stops cleanly; a signal that cannot be watched never fires, so
+        // the agent runs until killed rather than stop at once.
+        let ctrl_c = async {
+            if tokio::signal::ctrl_c().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            () = ctrl_c => {}
+            () = terminated() => {}
         }
     };
     let code = runtime.block_on(cli::execute(cli, shutdown));
     ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// Resolves on SIGTERM (never where it cannot be watched).
+async fn terminated() {
+    #[cfg(unix)]
+    if let Ok(mut term) =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    {
+        term.recv().await;
+        return;
+    }
+    std::future::pending::<()>().await;
 }
 
 /// Logs go to stderr; the daemon says what it does (`info`), other commands only warn.

@@ -177,6 +177,27 @@ pub async fn is_revoked(store: &Store, device_id: &DeviceId) -> Result<bool, Api
     Ok(!matches!(row, Some(None)))
 }
 
+/// Marks a device stopped: its agent closed its event stream cleanly, so it is offline at
+/// once rather than when its last contact ages out. `last_seen_at` keeps the real last
+/// contact; any newer contact (a heartbeat) makes it online again.
+///
+/// # Errors
+/// A database error.
+pub async fn mark_stopped(store: &Store, device_id: &DeviceId) -> Result<(), ApiError> {
+    let now = store.now();
+    let mut tx = store.begin().await?;
+    on_tx!(&mut tx, |conn| sqlx::query(
+        "UPDATE devices SET stopped_at = $1 WHERE id = $2 AND revoked_at IS NULL"
+    )
+    .bind(now)
+    .bind(device_id.as_str())
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    tx.commit().await?;
+    Ok(())
+}
+
 /// `GET /api/devices/self`.
 pub fn describe_self(device: &DeviceIdentity) -> DeviceSelf {
     DeviceSelf {
@@ -355,7 +376,7 @@ async fn end_device(
 }
 
 const DEVICE_COLUMNS: &str = "id, account_id, name, platform, seal_key_json, seal_key_mismatch, \
-    capabilities_json, last_seen_at, revoked_at, created_at";
+    capabilities_json, last_seen_at, stopped_at, revoked_at, created_at";
 
 #[derive(sqlx::FromRow)]
 struct DeviceRow {
@@ -367,16 +388,20 @@ struct DeviceRow {
     seal_key_mismatch: i64,
     capabilities_json: Option<String>,
     last_seen_at: Option<i64>,
+    /// When its agent last stopped cleanly (see [`mark_stopped`]).
+    stopped_at: Option<i64>,
     revoked_at: Option<i64>,
     created_at: i64,
 }
 
 impl DeviceRow {
     fn into_device(self, now: Millis, config: &Config) -> Result<Device, ApiError> {
+        // Seen recently, and not stopped since: a clean stop is offline at once.
         let online = self.revoked_at.is_none()
-            && self
-                .last_seen_at
-                .is_some_and(|seen| now - seen <= secs(config.online_secs));
+            && self.last_seen_at.is_some_and(|seen| {
+                now - seen <= secs(config.online_secs)
+                    && self.stopped_at.is_none_or(|stopped| seen > stopped)
+            });
         Ok(Device {
             id: stored_id(self.id)?,
             name: self.name,

@@ -4,15 +4,16 @@ pub mod github;
 pub mod status;
 
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 use crate::daemon::{self, DaemonEnd};
-use crate::local::state::DataDir;
+use crate::local::state::{Config, DataDir, Recipe};
 use crate::local::{acp_engines, folders, recipes};
-use crate::policy::{explain, trust};
+use crate::policy::guard::{Guard, Refusal};
+use crate::policy::{explain, hard_floor, trust};
 use crate::remote::pairing;
 use crate::{exit_code, sandbox};
 
@@ -285,13 +286,23 @@ pub enum SandboxCommand {
     },
 }
 
+/// Setup every run would refuse, refused when it is configured: the reason and the fix, in
+/// one line. The command exits with [`exit_code::REFUSED`].
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(String);
+
 /// Applies the parsed command; returns the process exit code. `shutdown` ends `run`.
 pub async fn execute(cli: Cli, shutdown: impl Future) -> i32 {
     match apply(cli, shutdown).await {
         Ok(code) => code,
         Err(err) => {
             eprintln!("Error: {err:#}");
-            exit_code::FAILURE
+            if err.downcast_ref::<Refused>().is_some() {
+                exit_code::REFUSED
+            } else {
+                exit_code::FAILURE
+            }
         }
     }
 }
@@ -583,9 +594,10 @@ fn apply_folders(data_dir: &DataDir, command: FoldersCommand) -> Result<i32> {
     let mut config = data_dir.load_or_init_config()?;
     match command {
         FoldersCommand::Share { label, path } => {
-            let folder = folders::share(&mut config, &label, &path)?;
+            let guard = Guard::for_user(data_dir.root());
+            let said = share_folder(&mut config, &guard, &label, &path)?;
             data_dir.save_config(&config)?;
-            println!("Sharing {} as {:?}", folder.path.display(), folder.label);
+            println!("{said}");
         }
         FoldersCommand::List => print!("{}", status::render_folders(&config.folders)),
         FoldersCommand::Remove { label } => {
@@ -601,14 +613,70 @@ fn apply_folders(data_dir: &DataDir, command: FoldersCommand) -> Result<i32> {
     Ok(0)
 }
 
+/// `folders share`: refuses a folder the guard would refuse at run time (the run's own check,
+/// [`Guard::check_shared_folder`], on the folder as shared), then shares it. Returns the line
+/// to print, which names the folder a re-shared label no longer points to.
+///
+/// # Errors
+/// [`Refused`] for what the guard refuses; an invalid label, or a path that is not a
+/// directory.
+pub fn share_folder(
+    config: &mut Config,
+    guard: &Guard,
+    label: &str,
+    path: &Path,
+) -> Result<String> {
+    folders::check_name("label", label)?;
+    let checked = guard
+        .check_folder(path)
+        .and_then(|canonical| guard.check_shared_folder(label, &canonical))
+        .map_err(|refusal| Refused(format!("not sharing {label}: {}", with_fix(&refusal))))?;
+    let was = config.folder(label).map(|folder| folder.path.clone());
+    let folder = folders::share(config, label, &checked)?;
+    Ok(match was {
+        Some(was) if was != folder.path => format!(
+            "{label}: now {} (was {})",
+            folder.path.display(),
+            was.display()
+        ),
+        _ => format!("Sharing {} as {:?}", folder.path.display(), folder.label),
+    })
+}
+
+/// A guard refusal with what to do instead, when its sentence does not say.
+fn with_fix(refusal: &Refusal) -> String {
+    match refusal {
+        Refusal::Missing { .. } => format!("{refusal}; share an existing directory"),
+        Refusal::Protected { .. } => format!("{refusal}; share a project folder outside it"),
+        Refusal::BlockedRoot { .. } | Refusal::HoldsProtected { .. } | Refusal::Moved { .. } => {
+            refusal.to_string()
+        }
+    }
+}
+
+/// `recipe add`: refuses a command the hard floor refuses (the check every run makes on the
+/// recipe's command line, [`hard_floor::check`]), then adds the recipe.
+///
+/// # Errors
+/// [`Refused`] for what the hard floor refuses; an invalid name or an empty program.
+pub fn add_recipe(config: &mut Config, name: &str, command: &[String]) -> Result<Recipe> {
+    let (program, args) = command
+        .split_first()
+        .ok_or_else(|| anyhow::anyhow!("a recipe needs a program"))?;
+    if let Some(refusal) = hard_floor::check(command).refusal() {
+        return Err(Refused(format!(
+            "recipe {name:?} would never run: {refusal}; no mode or answer lifts the hard floor, so give the recipe a command without it (docs/POLICY.md)"
+        ))
+        .into());
+    }
+    recipes::add(config, name, program, args)
+}
+
 fn apply_recipes(data_dir: &DataDir, command: RecipeCommand) -> Result<i32> {
     let mut config = data_dir.load_or_init_config()?;
     match command {
         RecipeCommand::Add { name, command } => {
-            let (program, args) = command
-                .split_first()
-                .ok_or_else(|| anyhow::anyhow!("a recipe needs a program"))?;
-            let recipe = recipes::add(&mut config, &name, program, args)?;
+            let recipe = add_recipe(&mut config, &name, &command)?;
             data_dir.save_config(&config)?;
             println!(
                 "Recipe {:?}: {}",
@@ -659,6 +727,87 @@ fn apply_engines(data_dir: &DataDir, command: EngineCommand) -> Result<i32> {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    fn config() -> Config {
+        Config {
+            install_id: "i".into(),
+            pairing: None,
+            folders: Vec::new(),
+            recipes: Vec::new(),
+            engines: Vec::new(),
+            trusted: Vec::new(),
+            accept_web_approvals: true,
+            evidence_upload: true,
+        }
+    }
+
+    fn refusal(result: Result<impl std::fmt::Debug>) -> String {
+        match result {
+            Err(err) if err.downcast_ref::<Refused>().is_some() => err.to_string(),
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn sharing_refuses_what_the_guard_refuses_at_run_time() -> Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let home = tmp.path().canonicalize()?.join("home");
+        let data_dir = home.join("projects").join("agent-data");
+        let project = home.join("projects").join("app");
+        for dir in [&data_dir.join("inside"), &project, &home.join(".ssh")] {
+            std::fs::create_dir_all(dir)?;
+        }
+        let guard = Guard::new(Some(home.clone()), &data_dir);
+        let mut config = config();
+        for (path, says) in [
+            (PathBuf::from("/"), "a blocked root"),
+            (home.clone(), "the home folder itself"),
+            (home.join("projects"), "the agent's own data"),
+            (data_dir.join("inside"), "the agent's own data"),
+            (home.join(".ssh"), "is protected"),
+            (home.join("nope"), "share an existing directory"),
+        ] {
+            let said = refusal(share_folder(&mut config, &guard, "work", &path));
+            assert!(said.starts_with("not sharing work: "), "{said}");
+            assert!(said.contains(says), "{path:?}: {said}");
+            assert!(!said.contains('\n'), "{said}");
+        }
+        assert!(config.folders.is_empty());
+
+        let said = share_folder(&mut config, &guard, "work", &project)?;
+        assert_eq!(said, format!("Sharing {} as \"work\"", project.display()));
+        let other = home.join("projects").join("other");
+        std::fs::create_dir(&other)?;
+        let said = share_folder(&mut config, &guard, "work", &other)?;
+        assert_eq!(
+            said,
+            format!("work: now {} (was {})", other.display(), project.display())
+        );
+        let said = share_folder(&mut config, &guard, "work", &other)?;
+        assert!(said.starts_with("Sharing "), "the same folder again: {said}");
+        assert_eq!(config.folders.len(), 1);
+        Ok(())
+    }
+
+    #[test]
+    fn recipes_the_hard_floor_refuses_are_not_added() -> Result<()> {
+        let mut config = config();
+        let words = |line: &str| line.split(' ').map(str::to_owned).collect::<Vec<_>>();
+        for (line, rule) in [
+            ("sudo ls", "privilege"),
+            ("su", "privilege"),
+            ("rm -rf /", "delete-system-or-home"),
+            ("sh -c reboot", "power"),
+        ] {
+            let said = refusal(add_recipe(&mut config, "bad", &words(line)));
+            assert!(said.contains(&format!("rule {rule}")), "{line}: {said}");
+            assert!(said.starts_with("recipe \"bad\" would never run: "), "{said}");
+        }
+        assert!(config.recipes.is_empty());
+        add_recipe(&mut config, "tests", &words("cargo test"))?;
+        assert_eq!(config.recipes.len(), 1);
+        Ok(())
+    }
 
     #[test]
     fn the_command_line_is_consistent() {

@@ -33,7 +33,7 @@ use tether_protocol::capabilities::{Capabilities, SealKey};
 use tether_protocol::devices::{HeartbeatParams, HeartbeatResponse, HeldLease};
 use tether_protocol::jobs::ClaimedJob;
 use tether_protocol::{DecisionId, JobId, PROTOCOL_VERSION};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinSet;
 
 use crate::engines;
@@ -60,6 +60,8 @@ const MIN_HEARTBEAT: Duration = Duration::from_secs(1);
 const MAX_HEARTBEAT: Duration = Duration::from_secs(300);
 /// How long runs get to stop when the daemon ends, before they are abandoned.
 const STOP_RUNS_WAIT: Duration = Duration::from_secs(15);
+/// On shutdown, how long the event stream has to close with its close frame.
+const STREAM_CLOSE_WAIT: Duration = Duration::from_secs(3);
 /// Locked by a running daemon (see [`lock_data_dir`]).
 const RUN_LOCK_FILE: &str = "run.lock";
 
@@ -171,9 +173,11 @@ pub async fn run(ctx: Ctx, shutdown: impl Future) -> Result<DaemonEnd> {
         revoked: revoked_sender,
     });
     let heartbeat = tokio::spawn(heartbeat_loop(shared.clone()));
-    let stream = tokio::spawn(events::run(
+    let (stop_stream, stream_stop) = watch::channel(false);
+    let mut stream = tokio::spawn(events::run(
         shared.client.clone(),
         Arc::new(StreamSink(shared.clone())),
+        stream_stop,
     ));
 
     let mut runs: JoinSet<RunEnd> = JoinSet::new();
@@ -222,12 +226,23 @@ pub async fn run(ctx: Ctx, shutdown: impl Future) -> Result<DaemonEnd> {
     };
 
     heartbeat.abort();
-    stream.abort();
     let reason = match end {
         DaemonEnd::Shutdown => StopReason::Shutdown,
         DaemonEnd::Revoked => StopReason::Revoked,
     };
     stop_all_runs(&shared, &mut runs, reason).await;
+    // Last, once no run reports any more: the stream closes with "going away", and the
+    // server shows this computer offline at once.
+    if end == DaemonEnd::Shutdown {
+        let _ = stop_stream.send(true);
+        if tokio::time::timeout(STREAM_CLOSE_WAIT, &mut stream)
+            .await
+            .is_err()
+        {
+            tracing::debug!("the event stream did not close in time");
+        }
+    }
+    stream.abort();
     if end == DaemonEnd::Revoked {
         forget_pairing(&shared.data_dir, &shared.journal)?;
     }

@@ -10,6 +10,9 @@
 //! 429's `Retry-After`), pings the server and reconnects when nothing at all has come back
 //! for a while (a half-open connection looks healthy otherwise). A frame of an unknown type
 //! is logged and ignored: a newer server must never crash an older agent.
+//!
+//! When the agent stops, the stream ends with a "going away" close frame: the server takes
+//! that as the computer stopping and shows it offline at once.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +21,9 @@ use futures_util::{SinkExt, StreamExt};
 use tether_protocol::files::FileOp;
 use tether_protocol::frames::ServerFrame;
 use tether_protocol::{DecisionId, DeliveryId, JobId};
+use tokio::sync::watch;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use crate::remote::backoff::Backoff;
@@ -31,6 +37,8 @@ pub const SILENCE_LIMIT: Duration = Duration::from_secs(40);
 const STABLE_AFTER: Duration = Duration::from_secs(10);
 /// The handshake must finish within this.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// On stop, how long the server has to answer the close frame.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What the daemon does with the frames.
 pub trait EventSink: Send + Sync + 'static {
@@ -81,14 +89,40 @@ enum Closed {
     Retry { at_least: Duration, reason: String },
 }
 
-/// Keeps the stream connected until the device is revoked. Never returns otherwise; the
-/// caller aborts the task on shutdown.
-pub async fn run(client: DeviceClient, sink: Arc<dyn EventSink>) {
+/// Keeps the stream connected until the device is revoked or `stop` turns true; then an open
+/// stream is closed with a "going away" frame. With the sender of `stop` gone it runs until
+/// the caller aborts the task.
+pub async fn run(client: DeviceClient, sink: Arc<dyn EventSink>, mut stop: watch::Receiver<bool>) {
     let mut backoff = Backoff::with_bounds(Duration::from_millis(500), Duration::from_secs(30));
     let mut connected_before = false;
     loop {
         let started = Instant::now();
-        match connect_once(&client, sink.as_ref(), &mut connected_before).await {
+        let connected = tokio::select! {
+            connected = connect(&client) => connected,
+            // Not connected yet: nothing to close.
+            () = stopping(&mut stop) => return,
+        };
+        let closed = match connected {
+            Err(closed) => closed,
+            Ok(mut stream) => {
+                tracing::info!("event stream connected");
+                connected_before = true;
+                // A frame may have been sent while we were away: claim now.
+                sink.wake();
+                let served = tokio::select! {
+                    closed = serve(&mut stream, sink.as_ref()) => Some(closed),
+                    () = stopping(&mut stop) => None,
+                };
+                match served {
+                    Some(closed) => closed,
+                    None => {
+                        close(&mut stream).await;
+                        return;
+                    }
+                }
+            }
+        };
+        match closed {
             Closed::Revoked => {
                 sink.revoked();
                 return;
@@ -103,38 +137,68 @@ pub async fn run(client: DeviceClient, sink: Arc<dyn EventSink>) {
                     tracing::warn!("event stream lost ({reason}); reconnecting");
                     connected_before = false;
                 }
-                tokio::time::sleep(wait).await;
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = stopping(&mut stop) => return,
+                }
             }
         }
     }
 }
 
-async fn connect_once(
-    client: &DeviceClient,
-    sink: &dyn EventSink,
-    connected_before: &mut bool,
-) -> Closed {
+/// Resolves once the agent stops: `stop` is true. Never when its sender is gone.
+async fn stopping(stop: &mut watch::Receiver<bool>) {
+    if stop.wait_for(|stopping| *stopping).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Ends the stream as a stop: a "going away" close frame, then the server's answer (at most
+/// [`CLOSE_TIMEOUT`]), so the server sees the computer stop rather than a broken stream.
+async fn close(stream: &mut Stream) {
+    let frame = CloseFrame {
+        code: CloseCode::Away,
+        reason: "the agent stopped".into(),
+    };
+    let closing = async {
+        stream.close(Some(frame)).await?;
+        while stream.next().await.transpose()?.is_some() {}
+        Ok::<(), tungstenite::Error>(())
+    };
+    match tokio::time::timeout(CLOSE_TIMEOUT, closing).await {
+        Ok(Ok(())) | Ok(Err(tungstenite::Error::ConnectionClosed)) => {
+            tracing::info!("event stream closed")
+        }
+        Ok(Err(err)) => tracing::debug!("event stream: closing: {err}"),
+        Err(_) => tracing::debug!("event stream: the server did not answer the close"),
+    }
+}
+
+type Stream =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Opens the stream.
+async fn connect(client: &DeviceClient) -> Result<Stream, Closed> {
     let request = match client.events_request() {
         Ok(request) => request,
         Err(err) => {
-            return Closed::Retry {
+            return Err(Closed::Retry {
                 at_least: Duration::from_secs(60),
                 reason: format!("bad server address: {err:#}"),
-            }
+            })
         }
     };
     let connecting = tokio_tungstenite::connect_async(request);
-    let (mut stream, _) = match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
-        Err(_) => return retry("the handshake timed out"),
-        Ok(Err(tungstenite::Error::Http(response))) => return refused(&response),
-        Ok(Err(err)) => return retry(format!("cannot connect: {err}")),
-        Ok(Ok(connected)) => connected,
-    };
-    tracing::info!("event stream connected");
-    *connected_before = true;
-    // A frame may have been sent while we were away: claim now.
-    sink.wake();
+    match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
+        Err(_) => Err(retry("the handshake timed out")),
+        Ok(Err(tungstenite::Error::Http(response))) => Err(refused(&response)),
+        Ok(Err(err)) => Err(retry(format!("cannot connect: {err}"))),
+        Ok(Ok((stream, _))) => Ok(stream),
+    }
+}
 
+/// Serves an open stream until it ends.
+async fn serve(stream: &mut Stream, sink: &dyn EventSink) -> Closed {
     let mut ping = tokio::time::interval(PING_EVERY);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ping.tick().await;
@@ -402,10 +466,40 @@ mod tests {
         });
         let recorder = Arc::new(Recorder::default());
         let client = DeviceClient::new(ServerClient::new(&base)?, "tdt_test".into());
-        let stream = tokio::spawn(run(client, recorder.clone()));
+        let (_, never) = watch::channel(false);
+        let stream = tokio::spawn(run(client, recorder.clone(), never));
         tokio::time::timeout(Duration::from_secs(20), stream).await??;
         server.await??;
         assert_eq!(recorder.seen(), ["wake", "cancel job7", "wake", "revoked"]);
+        Ok(())
+    }
+
+    /// When the agent stops, the stream ends with a "going away" close frame, which the
+    /// server answers, and `run` returns.
+    #[tokio::test]
+    async fn stopping_closes_the_stream_with_going_away() -> anyhow::Result<()> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        let server = tokio::spawn(async move {
+            let (socket, _) = listener.accept().await?;
+            let mut ws = tokio_tungstenite::accept_async(socket).await?;
+            while let Some(message) = ws.next().await {
+                if let Message::Close(frame) = message? {
+                    return anyhow::Ok(frame.map(|frame| u16::from(frame.code)));
+                }
+            }
+            anyhow::Ok(None)
+        });
+        let recorder = Arc::new(Recorder::default());
+        let client = DeviceClient::new(ServerClient::new(&base)?, "tdt_test".into());
+        let (stop, stop_stream) = watch::channel(false);
+        let stream = tokio::spawn(run(client, recorder.clone(), stop_stream));
+        while recorder.seen().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        stop.send(true)?;
+        tokio::time::timeout(Duration::from_secs(5), stream).await??;
+        assert_eq!(server.await??, Some(1001));
         Ok(())
     }
 }

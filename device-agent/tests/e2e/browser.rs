@@ -43,6 +43,13 @@ async fn browser_pairs_assigns_and_follows_a_job() {
         .wait_for("!document.getElementById('done').hidden")
         .await;
     assert!(browser.text("#done").await.contains("Paired browser-box"));
+    // Paired once: the form is gone, so Pair cannot be pressed again.
+    assert_eq!(
+        browser
+            .eval("getComputedStyle(document.querySelector(\"form[data-api='/api/devices/link']\")).display")
+            .await,
+        json!("none")
+    );
     pairing.wait_paired("browser-box").await;
 
     // Share a folder and a recipe, start the agent.
@@ -101,7 +108,30 @@ async fn browser_pairs_assigns_and_follows_a_job() {
         .await
         .contains("exit code 0"));
     browser.screenshot("job").await;
+    // The Computers list on a phone: the card in words, the secrets folded, nothing wider
+    // than the screen.
+    browser.phone_viewport().await;
     browser.goto(&format!("{base}/computers")).await;
+    let card = browser.text("section.computer").await;
+    assert!(card.contains("online · last contact"), "{card}");
+    assert!(
+        card.contains("greet (recipe)") && card.contains("Sandbox"),
+        "{card}"
+    );
+    assert!(card.contains("Secrets · none saved"), "{card}");
+    assert_eq!(
+        browser
+            .eval("document.querySelector('form[data-seal-device]').checkVisibility()")
+            .await,
+        json!(false),
+        "the secrets form is folded away"
+    );
+    assert_eq!(
+        browser
+            .eval("document.documentElement.scrollWidth <= window.innerWidth")
+            .await,
+        json!(true)
+    );
     browser.screenshot("computers").await;
     // The Cancel button goes away once the job has ended.
     assert_eq!(

@@ -522,9 +522,13 @@ impl Harness {
             hub: harness.hub.clone(),
             runs: harness.runs.clone(),
         });
-        harness
-            .tasks
-            .push(tokio::spawn(events::run(harness.client.clone(), sink)));
+        // Stopped by aborting the task.
+        let (_, never) = tokio::sync::watch::channel(false);
+        harness.tasks.push(tokio::spawn(events::run(
+            harness.client.clone(),
+            sink,
+            never,
+        )));
         harness.heartbeat_now().await;
         let heartbeat = harness.heartbeat_task();
         harness.tasks.push(heartbeat);

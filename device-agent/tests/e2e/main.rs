@@ -60,6 +60,63 @@ async fn walking_skeleton_postgres() {
     }
 }
 
+/// Setup a run would refuse is refused when it is made, exit 2 with the reason; re-sharing a
+/// label says what it replaces; a daemon stopped with SIGTERM shows the computer offline at
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_setup_and_a_clean_stop() {
+    let server = spawn_server(None).await;
+    let web = Web::sign_up(&server.base).await;
+    let home = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    for (args, says) in [
+        (&["folders", "share", "root", "/"][..], "blocked root"),
+        (&["recipe", "add", "root", "--", "sudo", "ls"], "rule privilege"),
+        (&["recipe", "add", "wipe", "--", "rm", "-rf", "/"], "rule delete-system-or-home"),
+        (&["folders", "share", "data", home.path().to_str().unwrap()], "the agent's own data"),
+    ] {
+        let output = agent(home.path(), args).await;
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    let work_path = work.path().to_str().unwrap();
+    agent_ok(home.path(), &["folders", "share", "work", work_path]).await;
+    let other = tempfile::tempdir().unwrap();
+    let said = agent_ok(
+        home.path(),
+        &["folders", "share", "work", other.path().to_str().unwrap()],
+    )
+    .await;
+    let (now, was) = (
+        other.path().canonicalize().unwrap(),
+        work.path().canonicalize().unwrap(),
+    );
+    assert_eq!(
+        said.trim(),
+        format!("work: now {} (was {})", now.display(), was.display())
+    );
+
+    let device_id = pair(&server.base, &web, home.path()).await;
+    let mut daemon = Daemon::start(home.path());
+    web.wait_for_device(&device_id, |device| device.online).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !daemon.stderr().contains("event stream connected") {
+        assert!(Instant::now() < deadline, "{}", daemon.stderr());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    daemon.signal("TERM").await;
+    assert_eq!(daemon.wait(Duration::from_secs(30)).await, Some(0));
+    assert!(daemon.stderr().contains("Stopped."), "{}", daemon.stderr());
+    let stopped = Instant::now();
+    let device = web
+        .wait_for_device(&device_id, |device| !device.online)
+        .await;
+    assert!(stopped.elapsed() < Duration::from_secs(3), "{device:#?}");
+    assert!(device.last_seen_at.is_some());
+}
+
 /// A computer that sleeps through its lease (SIGSTOP here) finds its job interrupted when it
 /// wakes: the server says the lease is lost, the agent kills the run's whole group at once,
 /// reports nothing more for it, and goes on claiming new work.

@@ -2,6 +2,7 @@
 //! from the computer, folder and engine of the latest job.
 
 use actix_web::{web, HttpResponse};
+use chrono::{DateTime, Utc};
 use maud::{html, Markup};
 use serde::Deserialize;
 use tether_protocol::devices::Device;
@@ -9,7 +10,7 @@ use tether_protocol::jobs::{Job, JobSpec, Mode};
 use tether_protocol::secrets::SavedName;
 
 use super::delivery::{git_fieldset, FIELD_WORDS};
-use super::layout::{error_page, page};
+use super::layout::{ago, error_page, page};
 use super::redirects::signin_redirect;
 use crate::auth::Caller;
 use crate::jobs::JobFilter;
@@ -68,7 +69,7 @@ pub async fn show(
             h1 { "Assign a job" }
             @match chosen {
                 None => p { "Pair a computer first: " a href="/computers" { "Computers" } "." },
-                Some(device) => (assign_form(&devices, device, &held, last_used(&recent, device))),
+                Some(device) => (assign_form(&devices, device, &held, last_used(&recent, device), state.store.clock().now())),
             }
         },
     )
@@ -88,6 +89,7 @@ fn assign_form(
     device: &Device,
     held: &[SavedName],
     last: Option<&JobSpec>,
+    now: DateTime<Utc>,
 ) -> Markup {
     let (folders, engines) = match &device.capabilities {
         Some(capabilities) => (capabilities.folders.clone(), capabilities.engines.clone()),
@@ -100,11 +102,16 @@ fn assign_form(
         label { "Computer"
             select name="device" data-navigate="/assign?device=" {
                 @for each in devices {
-                    option value=(each.id) selected[each.id == device.id] {
+                    option value=(each.id) selected[each.id == device.id]
+                        data-offline=[offline_warning(each, now)] {
                         (each.name) @if !each.online { " (offline)" }
                     }
                 }
             }
+        }
+        // assign.js writes the chosen option's warning here as soon as the choice changes.
+        p.warning #device-offline role="status" hidden[device.online] {
+            @if let Some(warning) = offline_warning(device, now) { (warning) }
         }
         @if folders.is_empty() || engines.is_empty() {
             p.error {
@@ -145,9 +152,25 @@ fn assign_form(
                 p.error role="alert" {}
                 button type="submit" { "Assign to " (device.name) }
             }
-            script src="/assets/assign.js" defer {}
         }
+        script src="/assets/assign.js" defer {}
     }
+}
+
+/// For a computer that is offline, what assigning to it means: "laptop is offline (last seen
+/// 3 min ago); the job will wait until it is back."
+fn offline_warning(device: &Device, now: DateTime<Utc>) -> Option<String> {
+    if device.online {
+        return None;
+    }
+    let seen = match device.last_seen_at {
+        Some(at) => format!("last seen {}", ago(at, now)),
+        None => "not seen yet".to_owned(),
+    };
+    Some(format!(
+        "{} is offline ({seen}); the job will wait until it is back.",
+        device.name
+    ))
 }
 
 /// One checkbox per secret the computer holds: the job gets exactly the ones ticked.

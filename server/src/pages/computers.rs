@@ -3,13 +3,16 @@
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use maud::{html, Markup};
-use tether_protocol::capabilities::SandboxStrength;
+use tether_protocol::capabilities::{Capabilities, EngineKind, SandboxStrength};
 use tether_protocol::devices::Device;
+use tether_protocol::jobs::{Job, JobState};
 use tether_protocol::secrets::SavedName;
 
 use super::layout::{ago, error_page, page};
 use super::redirects::signin_redirect;
 use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::jobs::JobFilter;
 use crate::AppState;
 
 pub async fn show(
@@ -25,6 +28,10 @@ pub async fn show(
         Ok(devices) => devices,
         Err(error) => return error_page(&caller, &error),
     };
+    let current = match current_jobs(&state, &caller).await {
+        Ok(jobs) => jobs,
+        Err(error) => return error_page(&caller, &error),
+    };
     let server_url =
         crate::routes::links::public_base(&request, state.config.public_url.as_deref());
     let now = state.store.clock().now();
@@ -35,7 +42,11 @@ pub async fn show(
             Ok(listing) => listing.names,
             Err(error) => return error_page(&caller, &error),
         };
-        cards.push(device_card(device, &names, now));
+        let running: Vec<&Job> = current
+            .iter()
+            .filter(|job| job.device_id == device.id)
+            .collect();
+        cards.push(device_card(device, &running, &names, now));
     }
     page(
         "Computers",
@@ -52,30 +63,53 @@ pub async fn show(
     )
 }
 
-fn device_card(device: &Device, secrets: &[SavedName], now: DateTime<Utc>) -> Markup {
-    let strength = device
-        .capabilities
-        .as_ref()
-        .map(|capabilities| capabilities.sandbox.strength);
+/// The account's running and waiting jobs (only its own: `jobs::list` is scoped to it),
+/// newest first.
+async fn current_jobs(state: &AppState, caller: &Caller) -> Result<Vec<Job>, ApiError> {
+    let mut current = Vec::new();
+    for job_state in [JobState::Waiting, JobState::Running] {
+        let filter = JobFilter {
+            device_id: None,
+            state: Some(job_state),
+        };
+        current.extend(crate::jobs::list(&state.store, &caller.account.id, filter).await?);
+    }
+    current.sort_by_key(|job| std::cmp::Reverse(job.created_at));
+    Ok(current)
+}
+
+/// One computer at a glance: whether it is there, what it runs with, what it runs now.
+fn device_card(
+    device: &Device,
+    running: &[&Job],
+    secrets: &[SavedName],
+    now: DateTime<Utc>,
+) -> Markup {
+    let presence = if device.online { "online" } else { "offline" };
     html! {
-        section.card id={ "device-" (device.id) } data-device=(device.id) {
+        section.card.computer id={ "device-" (device.id) } data-device=(device.id) {
             div.row {
-                span.dot.online[device.online] title=(if device.online { "online" } else { "offline" }) {}
+                span.dot.online[device.online] aria-hidden="true" {}
                 strong { (device.name) }
                 span.muted { (device.platform) }
             }
-            div.muted {
-                "Last contact: "
-                @match device.last_seen_at { Some(at) => (ago(at, now)), None => "never" }
+            div class={ "presence presence-" (presence) } data-field="presence" {
+                (presence_text(device, now))
             }
-            div {
-                "Sandbox: "
-                @match strength {
-                    Some(strength) => span class={ "strength-" (strength_name(strength)) } { (strength_name(strength)) },
-                    None => span.muted { "not reported yet" },
-                }
-                @if let Some(capabilities) = &device.capabilities {
-                    @for reason in &capabilities.sandbox.reasons { div.muted { (reason) } }
+            @match &device.capabilities {
+                Some(capabilities) => (reported(capabilities)),
+                None => p.muted { "It has not reported what it can do yet: start " code { "tether-agent run" } " on it." },
+            }
+            div data-field="current" {
+                @if running.is_empty() {
+                    span.muted { "No job running." }
+                } @else {
+                    @for job in running {
+                        div.row {
+                            span class={ "badge state-" (job.state.as_str()) } { (job.state.as_str()) }
+                            a href={ "/jobs/" (job.id) } { (job.title) }
+                        }
+                    }
                 }
             }
             @if device.seal_key_mismatch {
@@ -100,7 +134,79 @@ fn device_card(device: &Device, secrets: &[SavedName], now: DateTime<Utc>) -> Ma
     }
 }
 
-/// The names the computer holds, and a form that seals a new one in the browser.
+/// "online · last contact just now", "offline · last seen 3 min ago", "offline · not seen
+/// yet".
+pub fn presence_text(device: &Device, now: DateTime<Utc>) -> String {
+    match (device.online, device.last_seen_at) {
+        (true, Some(at)) => format!("online · last contact {}", ago(at, now)),
+        (true, None) => "online".to_owned(),
+        (false, Some(at)) => format!("offline · last seen {}", ago(at, now)),
+        (false, None) => "offline · not seen yet".to_owned(),
+    }
+}
+
+/// What the computer's last report says: agent, sandbox, folders, engines, git.
+fn reported(capabilities: &Capabilities) -> Markup {
+    let strength = strength_name(capabilities.sandbox.strength);
+    html! {
+        dl.facts {
+            dt { "Agent" }
+            dd data-field="agent" { "tether-agent " (capabilities.agent_version) }
+            dt { "Sandbox" }
+            dd data-field="sandbox" {
+                span class={ "strength-" (strength) } { (strength) }
+                span.muted { " (" (capabilities.sandbox.backend) ")" }
+                // The reasons are long; folded, so the card stays a glance.
+                @if !capabilities.sandbox.reasons.is_empty() {
+                    details.reasons {
+                        summary.muted { "why " (strength) }
+                        @for reason in &capabilities.sandbox.reasons { div.muted { (reason) } }
+                    }
+                }
+            }
+            dt { "Folders" }
+            dd data-field="folders" {
+                @if capabilities.folders.is_empty() {
+                    span.muted { "none shared" }
+                }
+                @for (idx, folder) in capabilities.folders.iter().enumerate() {
+                    @if idx > 0 { ", " }
+                    code { (folder) }
+                }
+            }
+            dt { "Engines" }
+            dd data-field="engines" {
+                @if capabilities.engines.is_empty() {
+                    span.muted { "none added" }
+                }
+                @for (idx, engine) in capabilities.engines.iter().enumerate() {
+                    @if idx > 0 { ", " }
+                    code { (engine.name) } " " span.muted { "(" (engine_kind_name(engine.kind)) ")" }
+                }
+            }
+            @if let Some(git) = &capabilities.git {
+                dt { "Git" }
+                dd data-field="git" {
+                    "git " (git.version)
+                    @if !git.github_hosts.is_empty() {
+                        span.muted { " · pull requests on " (git.github_hosts.join(", ")) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// An engine's kind in words.
+fn engine_kind_name(kind: EngineKind) -> &'static str {
+    match kind {
+        EngineKind::Recipe => "recipe",
+        EngineKind::Acp => "ACP agent",
+    }
+}
+
+/// The names the computer holds, and a form that seals a new one in the browser, folded
+/// away: the summary alone says how many are saved.
 fn secrets_section(device: &Device, secrets: &[SavedName], now: DateTime<Utc>) -> Markup {
     let seal_key = device
         .seal_key
@@ -108,11 +214,20 @@ fn secrets_section(device: &Device, secrets: &[SavedName], now: DateTime<Utc>) -
         .filter(|_| !device.seal_key_mismatch)
         .and_then(|key| serde_json::to_string(key).ok());
     html! {
-        div.secrets {
-            strong { "Secrets" }
-            @if secrets.is_empty() {
-                span.muted { " none saved" }
-            } @else {
+        details.secrets {
+            summary {
+                strong { "Secrets" }
+                @match secrets.len() {
+                    0 => span.muted { " · none saved" },
+                    1 => span.muted { " · 1 saved: " },
+                    count => span.muted { " · " (count) " saved: " },
+                }
+                @for (idx, saved) in secrets.iter().enumerate() {
+                    @if idx > 0 { ", " }
+                    code { (saved.name) }
+                }
+            }
+            @if !secrets.is_empty() {
                 ul.secret-names {
                     @for saved in secrets {
                         li {

@@ -41,6 +41,16 @@ pub fn error_page(caller: &Caller, error: &ApiError) -> HttpResponse {
     render(status, title, Some(caller), None, body)
 }
 
+/// The page for an address that names nothing, with a way back.
+pub fn not_found_page(caller: Option<&Caller>, path: &str) -> HttpResponse {
+    let body = html! {
+        h1 { "Not found" }
+        p { "There is no page at " code { (path) } "." }
+        p { a href="/" { @if caller.is_some() { "Back to Computers" } @else { "Sign in" } } }
+    };
+    render(StatusCode::NOT_FOUND, "Not found", caller, None, body)
+}
+
 fn render(
     status: StatusCode,
     title: &str,

@@ -7,7 +7,7 @@
 //! **Architecture Invariant:** pages never write to the store themselves.
 //!
 //! Children never use this file's items: the frame they share is `layout`, the redirects
-//! `redirects`.
+//! `redirects`. Outside, `routes` uses [`not_found`] for a browser's unknown address.
 
 mod account;
 mod app_shell;
@@ -24,7 +24,7 @@ mod notifications;
 mod redirects;
 
 use actix_web::http::header;
-use actix_web::{web, HttpResponse};
+use actix_web::{web, FromRequest, HttpRequest, HttpResponse};
 
 use crate::auth::Caller;
 use redirects::redirect;
@@ -50,6 +50,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/needs-me", web::get().to(needs_me::show))
         .route("/jobs", web::get().to(jobs::list_page))
         .route("/jobs/{id}", web::get().to(jobs::job_page));
+}
+
+/// The 404 page for a browser's unknown address, signed in or not (a session that does not
+/// check out is shown the signed-out frame).
+pub async fn not_found(req: &HttpRequest) -> HttpResponse {
+    let caller = Option::<Caller>::extract(req).await.ok().flatten();
+    layout::not_found_page(caller.as_ref(), req.path())
 }
 
 async fn home(caller: Option<Caller>) -> HttpResponse {

@@ -6,6 +6,10 @@
 //! frame for agents that only read text) and closes a stream it has not heard from for
 //! `events_idle_secs`. After `device.revoked` it closes the stream. The device sends nothing
 //! but pongs; inbound frames are capped small.
+//!
+//! A device that closes its stream with a normal (1000) or "going away" (1001) close frame,
+//! as the agent does when it stops, is offline at once when no other stream of it is open
+//! here: [`devices::mark_stopped`]. A stream that just breaks is not a stop.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -71,7 +75,10 @@ struct Settings {
 enum End {
     Revoked,
     Silent,
-    ClientClosed,
+    /// The device closed the stream; `stopping` when with a normal or going-away code.
+    ClientClosed {
+        stopping: bool,
+    },
     Broken,
 }
 
@@ -123,6 +130,10 @@ fn serve(
             }
         };
         drop(stream);
+        // Recorded before the close is answered, so the device is offline once it is gone.
+        if matches!(end, End::ClientClosed { stopping: true }) {
+            Box::pin(connection.stopped()).await;
+        }
         Box::pin(connection.close(end)).await;
     }
 }
@@ -166,7 +177,12 @@ impl Connection {
                 self.last_heard = Instant::now();
                 self.session.pong(&bytes).await.err().map(|_| End::Broken)
             }
-            Some(Ok(Message::Close(_))) | None => Some(End::ClientClosed),
+            Some(Ok(Message::Close(reason))) => Some(End::ClientClosed {
+                stopping: reason.is_some_and(|reason| {
+                    matches!(reason.code, CloseCode::Normal | CloseCode::Away)
+                }),
+            }),
+            None => Some(End::ClientClosed { stopping: false }),
             Some(Ok(_)) => {
                 self.last_heard = Instant::now();
                 None
@@ -200,11 +216,28 @@ impl Connection {
         None
     }
 
+    /// The device stopped: offline at once, unless another stream of it is still open here.
+    /// Its next heartbeat is written at once, so it is online again as soon as it is back.
+    async fn stopped(&self) {
+        if self.state.hub.holds_stream(&self.device_id) {
+            return;
+        }
+        self.state.presence.forget(self.device_id.as_str());
+        match devices::mark_stopped(&self.state.store, &self.device_id).await {
+            Ok(()) => tracing::info!(device_id = %self.device_id, "device stopped"),
+            Err(error) => {
+                tracing::warn!(device_id = %self.device_id, %error, "device stop not recorded")
+            }
+        }
+    }
+
     async fn close(self, end: End) {
         let (reason, close) = match end {
             End::Revoked => ("revoked", Some((CloseCode::Policy, "revoked"))),
             End::Silent => ("silent", Some((CloseCode::Away, "silent too long"))),
-            End::ClientClosed => ("closed by the device", Some((CloseCode::Normal, "bye"))),
+            End::ClientClosed { .. } => {
+                ("closed by the device", Some((CloseCode::Normal, "bye")))
+            }
             End::Broken => ("broken", None),
         };
         if let Some((code, description)) = close {

@@ -4,10 +4,10 @@
 use actix_web::body::{BoxBody, EitherBody};
 use actix_web::dev::ServiceResponse;
 use actix_web::error::JsonPayloadError;
-use actix_web::http::header::CONTENT_TYPE;
+use actix_web::http::header::{Accept, CONTENT_TYPE};
 use actix_web::http::StatusCode;
 use actix_web::middleware::{ErrorHandlerResponse, ErrorHandlers};
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 use tether_protocol::{Code, ErrorBody};
 
 use crate::error::ApiError;
@@ -41,14 +41,30 @@ pub fn query_config() -> web::QueryConfig {
     })
 }
 
-/// Unknown routes answer the error body too.
+/// Unknown routes answer the error body too; a browser asking for a page outside `/api/`
+/// gets a page instead.
 pub async fn not_found(req: HttpRequest) -> HttpResponse {
     use actix_web::ResponseError;
+    if !req.path().starts_with("/api/") && prefers_html(&req) {
+        return crate::pages::not_found(&req).await;
+    }
     ApiError::new(
         Code::NotFound,
         format!("No route for {} {}.", req.method(), req.path()),
     )
     .error_response()
+}
+
+/// Whether `Accept` ranks HTML first, as a browser's navigation does. No `Accept`, `*/*`
+/// and `application/json` are an API client's.
+fn prefers_html(req: &HttpRequest) -> bool {
+    let Some(accept) = req.get_header::<Accept>() else {
+        return false;
+    };
+    accept.ranked().first().is_some_and(|preferred| {
+        preferred.essence_str() == actix_web::mime::TEXT_HTML.essence_str()
+            || preferred.essence_str() == "application/xhtml+xml"
+    })
 }
 
 /// Gives error answers actix makes itself (a 405 from a resource, for instance) the error

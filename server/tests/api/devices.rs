@@ -137,3 +137,42 @@ both_backends! {
         assert!(advanced, "the batch wrote the newer contact time");
     }
 }
+
+both_backends! {
+    // An agent that stops closes its event stream with "going away": its computer is
+    // offline at once, its last contact kept; its next heartbeat makes it online again. A
+    // stream that closes while another of the device is open, or that just breaks, is no stop.
+    async fn a_clean_close_of_the_stream_is_offline_at_once(backend) {
+        use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+        use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+        let going_away = || Some(CloseFrame { code: CloseCode::Away, reason: "stopping".into() });
+        let soon = std::time::Duration::from_secs(2);
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let device = app.device(&ann, "install-1").await;
+        let seen = ann.devices().await[0].last_seen_at;
+
+        // Two streams: closing one leaves the device online.
+        let mut first = device.events().await;
+        let mut second = device.events().await;
+        first.close(going_away()).await.unwrap();
+        assert_eq!(crate::helpers::closed_within(&mut first, soon).await, Some(1000));
+        assert!(ann.devices().await[0].online, "another stream is still open");
+
+        second.close(going_away()).await.unwrap();
+        assert_eq!(crate::helpers::closed_within(&mut second, soon).await, Some(1000));
+        let listed = ann.devices().await;
+        assert!(!listed[0].online, "offline at once after a clean close");
+        assert_eq!(listed[0].last_seen_at, seen, "the last contact is kept");
+
+        app.advance(std::time::Duration::from_secs(1));
+        assert_eq!(device.heartbeat(&[]).await.status(), StatusCode::OK);
+        assert!(ann.devices().await[0].online, "a heartbeat after the stop is online again");
+
+        // A stream dropped without a close frame is not a stop.
+        let events = device.events().await;
+        drop(events);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(ann.devices().await[0].online);
+    }
+}

@@ -10,6 +10,7 @@ mod helpers;
 
 mod app_shell;
 mod auth;
+mod computers_page;
 mod decisions;
 mod delivery;
 mod delivery_page;

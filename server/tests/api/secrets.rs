@@ -35,7 +35,7 @@ fn key_pair() -> (p256::SecretKey, SealKey) {
     (secret, key)
 }
 
-async fn sealed_device(
+pub(crate) async fn sealed_device(
     app: &TestApp,
     owner: &WebClient,
     install: &str,
@@ -47,7 +47,7 @@ async fn sealed_device(
 }
 
 /// Seals `value` as the browser does for `device`.
-fn seal_for(device: &DeviceClient, name: &str, value: &str) -> Value {
+pub(crate) fn seal_for(device: &DeviceClient, name: &str, value: &str) -> Value {
     seal_bytes(device, &aad_for(device, name).to_bytes(), value)
 }
 
@@ -99,7 +99,7 @@ async fn listing(owner: &WebClient, device: &DeviceClient) -> Value {
 }
 
 /// Posts a box and, when accepted, has the device answer it saved.
-async fn send_and_save(owner: &WebClient, device: &DeviceClient, body: &Value) {
+pub(crate) async fn send_and_save(owner: &WebClient, device: &DeviceClient, body: &Value) {
     let res = owner
         .post(&format!("/api/devices/{}/secrets", device.device_id), body)
         .await;

@@ -64,6 +64,7 @@ document.addEventListener("submit", async (event) => {
   const form = event.target.closest("form[data-api]");
   if (!form) return;
   event.preventDefault();
+  if ("sent" in form.dataset) return;
   if (form.dataset.confirm && !confirm(form.dataset.confirm)) return;
   const button = form.querySelector("button[type=submit], button:not([type])");
   if (button) button.disabled = true;
@@ -74,14 +75,16 @@ document.addEventListener("submit", async (event) => {
     if (form.dataset.done) {
       const done = document.querySelector(form.dataset.doneTarget || "#done");
       if (done) { done.textContent = fillTemplate(form.dataset.done, data); done.hidden = false; }
+      // Done once: the form goes, and its button stays disabled so it cannot be sent again.
       form.hidden = true;
+      form.dataset.sent = "";
     }
     if (form.dataset.redirect) location.assign(fillTemplate(form.dataset.redirect, data));
     else if (!form.dataset.done) location.reload();
   } catch (error) {
     showError(form, error.message);
   } finally {
-    if (button) button.disabled = false;
+    if (button && !("sent" in form.dataset)) button.disabled = false;
   }
 });
 

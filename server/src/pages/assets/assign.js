@@ -1,7 +1,21 @@
-// The Assign page's Git choices: shows the ones that apply, disables those the server
-// would refuse (a pull request without network access, asking to merge in unattended
-// mode), and keeps the hidden `git` field (data-json, which app.js posts) equal to them.
+// The Assign page: a warning under the computer when it is offline; the Git choices, of
+// which it shows the ones that apply, disables those the server would refuse (a pull
+// request without network access, asking to merge in unattended mode), and keeps the
+// hidden `git` field (data-json, which app.js posts) equal to them.
 "use strict";
+
+// The chosen computer's offline warning (its option's data-offline), shown at once while
+// the page for that computer loads.
+(() => {
+  const select = document.querySelector('select[name="device"]');
+  const warning = document.getElementById("device-offline");
+  if (!select || !warning) return;
+  select.addEventListener("change", () => {
+    const text = select.selectedOptions[0]?.dataset.offline || "";
+    warning.textContent = text;
+    warning.hidden = !text;
+  });
+})();
 
 (() => {
   const fieldset = document.querySelector("fieldset[data-git-choices]");

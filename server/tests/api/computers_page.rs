@@ -1,0 +1,167 @@
+//! Pages read at a glance: the Computers cards in words, Assign's warning for an offline
+//! computer, the pairing page's hidden form, and 404 as a page for a browser.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tether_protocol::capabilities::{Engine, EngineKind, GitCapability, SandboxStrength};
+
+use crate::both_backends;
+use crate::helpers::{spawn_app, WebClient};
+use crate::secrets::{seal_for, sealed_device, send_and_save};
+
+const BROWSER_ACCEPT: &str =
+    "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,*/*;q=0.8";
+
+async fn html(web: &WebClient, path: &str) -> (u16, String) {
+    let res = web.get(path).await;
+    let status = res.status().as_u16();
+    (status, res.text().await.unwrap())
+}
+
+/// `path` fetched by `web` with `accept`: the status, the content type and the body.
+async fn fetch_accepting(web: &WebClient, path: &str, accept: &str) -> (u16, String, String) {
+    let res = web
+        .http
+        .get(format!("{}{path}", web.base))
+        .header("accept", accept)
+        .send()
+        .await
+        .unwrap();
+    let status = res.status().as_u16();
+    let content_type = res.headers()["content-type"].to_str().unwrap().to_owned();
+    (status, content_type, res.text().await.unwrap())
+}
+
+both_backends! {
+    async fn a_computer_card_says_in_words_what_it_is_and_does(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let device = app.device(&ann, "install-1").await;
+        let mut capabilities = device.capabilities();
+        capabilities.agent_version = "0.4.2".to_owned();
+        capabilities.sandbox.strength = SandboxStrength::Reduced;
+        capabilities.folders = vec!["work".to_owned(), "site".to_owned()];
+        capabilities.engines.push(Engine { name: "claude".to_owned(), kind: EngineKind::Acp });
+        capabilities.git = Some(GitCapability { version: "2.43.0".to_owned(), github_hosts: vec!["github.com".to_owned()] });
+        assert_eq!(device.heartbeat_with(capabilities, &[]).await.status().as_u16(), 200);
+
+        let (status, text) = html(&ann, "/computers").await;
+        assert_eq!(status, 200);
+        assert!(text.contains("online · last contact just now"), "{text}");
+        assert!(text.contains("tether-agent 0.4.2"), "{text}");
+        assert!(text.contains(r#"<span class="strength-reduced">reduced</span>"#), "{text}");
+        assert!(text.contains("<code>work</code>, <code>site</code>"), "{text}");
+        assert!(text.contains(r#"<code>echo</code> <span class="muted">(recipe)</span>"#), "{text}");
+        assert!(text.contains(r#"<code>claude</code> <span class="muted">(ACP agent)</span>"#), "{text}");
+        assert!(text.contains("git 2.43.0") && text.contains("pull requests on github.com"), "{text}");
+        assert!(text.contains("No job running."), "{text}");
+
+        // The running job is a link on its computer's card; eve never sees it.
+        let job = ann.create_job(&device.device_id).await;
+        let claimed = device.claim_job().await;
+        assert_eq!(claimed.id, job.id);
+        let (_, text) = html(&ann, "/computers").await;
+        assert!(text.contains(&format!(r#"<a href="/jobs/{}">Run the tests</a>"#, job.id)), "{text}");
+        assert!(text.contains(r#"<span class="badge state-running">running</span>"#), "{text}");
+        let eve = app.user("eve@example.com").await;
+        let (_, theirs) = html(&eve, "/computers").await;
+        assert!(!theirs.contains(&job.id.to_string()) && !theirs.contains("Run the tests"), "{theirs}");
+
+        // Heard from no more: offline, and since when, in words.
+        app.advance(Duration::from_secs(5 * 60));
+        let (_, text) = html(&ann, "/computers").await;
+        assert!(text.contains("offline · last seen 5 min ago"), "{text}");
+        assert!(text.contains(r#"class="presence presence-offline""#), "{text}");
+    }
+
+    async fn a_computer_not_reported_yet_says_so(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        app.device_with_key(&ann, "install-1", crate::helpers::seal_key()).await;
+        let (_, text) = html(&ann, "/computers").await;
+        assert!(text.contains("offline · not seen yet"), "{text}");
+        assert!(text.contains("It has not reported what it can do yet"), "{text}");
+    }
+
+    async fn secrets_are_folded_with_their_names_in_the_summary(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let (_key, device) = sealed_device(&app, &ann, "install-1").await;
+        let (_, text) = html(&ann, "/computers").await;
+        assert!(text.contains(r#"<details class="secrets"><summary><strong>Secrets</strong><span class="muted"> · none saved</span></summary>"#), "{text}");
+        // The form is inside the fold, closed until opened.
+        let fold = &text[text.find(r#"<details class="secrets">"#).unwrap()..];
+        let fold = &fold[..fold.find("</details>").unwrap()];
+        assert!(fold.contains(&format!(r#"data-seal-device="{}""#, device.device_id)), "{fold}");
+
+        for name in ["API_KEY", "DEPLOY_TOKEN"] {
+            send_and_save(&ann, &device, &json!({ "name": name, "sealed": seal_for(&device, name, "v") })).await;
+        }
+        let (_, text) = html(&ann, "/computers").await;
+        let listed: Value = ann.get(&format!("/api/devices/{}/secrets", device.device_id)).await.json().await.unwrap();
+        let names: Vec<&str> = listed["names"].as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap()).collect();
+        let summary = format!(
+            r#"<summary><strong>Secrets</strong><span class="muted"> · 2 saved: </span><code>{}</code>, <code>{}</code></summary>"#,
+            names[0], names[1]
+        );
+        assert!(text.contains(&summary), "{text}");
+    }
+
+    async fn assign_warns_before_queuing_to_an_offline_computer(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let device = app.device(&ann, "install-1").await;
+        let path = format!("/assign?device={}", device.device_id);
+        let (_, text) = html(&ann, &path).await;
+        assert!(text.contains(r#"<p class="warning" id="device-offline" role="status" hidden></p>"#), "{text}");
+        assert!(!text.contains("data-offline"), "{text}");
+
+        app.advance(Duration::from_secs(3 * 60));
+        let (_, text) = html(&ann, &path).await;
+        let warning = "laptop is offline (last seen 3 min ago); the job will wait until it is back.";
+        assert!(text.contains(&format!(r#"<p class="warning" id="device-offline" role="status">{warning}</p>"#)), "{text}");
+        // Each offline option carries its own warning, for assign.js to show on a change.
+        assert!(text.contains(&format!(r#"data-offline="{warning}""#)), "{text}");
+        assert!(text.contains(r#"<script src="/assets/assign.js" defer>"#), "{text}");
+        let script = ann.get("/assets/assign.js").await.text().await.unwrap();
+        assert!(script.contains("device-offline") && script.contains("dataset.offline"), "{script}");
+        // It can still be assigned.
+        assert!(text.contains(r#"<button type="submit">Assign to laptop</button>"#), "{text}");
+        let job = ann.create_job(&device.device_id).await;
+        assert_eq!(job.state.as_str(), "queued");
+    }
+
+    async fn hidden_is_hidden_whatever_the_class(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let css = ann.get("/assets/app.css").await.text().await.unwrap();
+        assert!(css.contains("[hidden] { display: none !important; }"), "{css}");
+        let script = ann.get("/assets/app.js").await.text().await.unwrap();
+        assert!(script.contains("form.hidden = true;") && script.contains(r#"if ("sent" in form.dataset) return;"#), "{script}");
+    }
+
+    async fn an_unknown_page_is_a_page_for_a_browser_and_json_for_the_api(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let (status, content_type, body) = fetch_accepting(&ann, "/nope", BROWSER_ACCEPT).await;
+        assert_eq!(status, 404);
+        assert!(content_type.starts_with("text/html"), "{content_type}");
+        assert!(body.contains("<h1>Not found</h1>") && body.contains("<code>/nope</code>"), "{body}");
+        assert!(body.contains(r#"<a href="/">Back to Computers</a>"#), "{body}");
+        assert!(body.contains(r#"<a href="/computers">Computers</a>"#), "the layout's navigation: {body}");
+
+        // Signed out, the same page offers to sign in.
+        let (status, _, body) = fetch_accepting(&app.web(), "/nope", BROWSER_ACCEPT).await;
+        assert_eq!(status, 404);
+        assert!(body.contains(r#"<a href="/">Sign in</a>"#), "{body}");
+
+        for (path, accept) in [("/api/x", BROWSER_ACCEPT), ("/nope", "application/json"), ("/nope", "*/*")] {
+            let (status, content_type, body) = fetch_accepting(&ann, path, accept).await;
+            assert_eq!(status, 404, "{path} {accept}");
+            assert!(content_type.starts_with("application/json"), "{path} {accept}: {content_type}");
+            let body: Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(body["error"]["code"], "not_found", "{body}");
+        }
+    }
+}
