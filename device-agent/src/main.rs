@@ -45,8 +45,7 @@ fn main() -> ExitCode {
 /// Resolves on SIGTERM (never where it cannot be watched).
 async fn terminated() {
     #[cfg(unix)]
-    if let Ok(mut term) =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
     {
         term.recv().await;
         return;

@@ -784,7 +784,10 @@ mod tests {
             format!("work: now {} (was {})", other.display(), project.display())
         );
         let said = share_folder(&mut config, &guard, "work", &other)?;
-        assert!(said.starts_with("Sharing "), "the same folder again: {said}");
+        assert!(
+            said.starts_with("Sharing "),
+            "the same folder again: {said}"
+        );
         assert_eq!(config.folders.len(), 1);
         Ok(())
     }
@@ -801,7 +804,10 @@ mod tests {
         ] {
             let said = refusal(add_recipe(&mut config, "bad", &words(line)));
             assert!(said.contains(&format!("rule {rule}")), "{line}: {said}");
-            assert!(said.starts_with("recipe \"bad\" would never run: "), "{said}");
+            assert!(
+                said.starts_with("recipe \"bad\" would never run: "),
+                "{said}"
+            );
         }
         assert!(config.recipes.is_empty());
         add_recipe(&mut config, "tests", &words("cargo test"))?;

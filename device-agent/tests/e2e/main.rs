@@ -71,9 +71,18 @@ async fn refused_setup_and_a_clean_stop() {
     let work = tempfile::tempdir().unwrap();
     for (args, says) in [
         (&["folders", "share", "root", "/"][..], "blocked root"),
-        (&["recipe", "add", "root", "--", "sudo", "ls"], "rule privilege"),
-        (&["recipe", "add", "wipe", "--", "rm", "-rf", "/"], "rule delete-system-or-home"),
-        (&["folders", "share", "data", home.path().to_str().unwrap()], "the agent's own data"),
+        (
+            &["recipe", "add", "root", "--", "sudo", "ls"],
+            "rule privilege",
+        ),
+        (
+            &["recipe", "add", "wipe", "--", "rm", "-rf", "/"],
+            "rule delete-system-or-home",
+        ),
+        (
+            &["folders", "share", "data", home.path().to_str().unwrap()],
+            "the agent's own data",
+        ),
     ] {
         let output = agent(home.path(), args).await;
         let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
@@ -100,7 +109,8 @@ async fn refused_setup_and_a_clean_stop() {
 
     let device_id = pair(&server.base, &web, home.path()).await;
     let mut daemon = Daemon::start(home.path());
-    web.wait_for_device(&device_id, |device| device.online).await;
+    web.wait_for_device(&device_id, |device| device.online)
+        .await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while !daemon.stderr().contains("event stream connected") {
         assert!(Instant::now() < deadline, "{}", daemon.stderr());

@@ -235,9 +235,7 @@ impl Connection {
         let (reason, close) = match end {
             End::Revoked => ("revoked", Some((CloseCode::Policy, "revoked"))),
             End::Silent => ("silent", Some((CloseCode::Away, "silent too long"))),
-            End::ClientClosed { .. } => {
-                ("closed by the device", Some((CloseCode::Normal, "bye")))
-            }
+            End::ClientClosed { .. } => ("closed by the device", Some((CloseCode::Normal, "bye"))),
             End::Broken => ("broken", None),
         };
         if let Some((code, description)) = close {
