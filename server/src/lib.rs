@@ -235,7 +235,7 @@ impl Application {
                 .app_data(routes::query_config())
                 .configure(routes::configure)
                 .configure(pages::configure)
-                .default_service(web::to(routes::not_found))
+                .default_service(web::to(unknown_route))
                 .wrap(routes::error_bodies())
                 .wrap_fn(routes::edge::bound_body)
                 .wrap_fn(routes::edge::limit_connections)
@@ -341,7 +341,7 @@ fn metrics_server(
         App::new()
             .app_data(state.clone())
             .route("/metrics", web::get().to(routes::metrics))
-            .default_service(web::to(routes::not_found))
+            .default_service(web::to(unknown_route))
             .wrap(routes::error_bodies())
             .wrap(routes::edge::security_headers(&state.config))
     })
@@ -350,4 +350,13 @@ fn metrics_server(
     .listen(listener)?
     .run();
     Ok(server)
+}
+
+/// An unknown route: a page for a browser, the error body for everyone else.
+async fn unknown_route(req: actix_web::HttpRequest) -> actix_web::HttpResponse {
+    if routes::wants_page(&req) {
+        pages::not_found(&req).await
+    } else {
+        routes::not_found(req).await
+    }
 }

@@ -41,13 +41,15 @@ pub fn query_config() -> web::QueryConfig {
     })
 }
 
-/// Unknown routes answer the error body too; a browser asking for a page outside `/api/`
-/// gets a page instead.
+/// Whether an unknown route should answer a page: a browser asking for a page outside
+/// `/api/` (the crate root sends those to `pages::not_found`).
+pub fn wants_page(req: &HttpRequest) -> bool {
+    !req.path().starts_with("/api/") && prefers_html(req)
+}
+
+/// Unknown routes answer the error body too.
 pub async fn not_found(req: HttpRequest) -> HttpResponse {
     use actix_web::ResponseError;
-    if !req.path().starts_with("/api/") && prefers_html(&req) {
-        return crate::pages::not_found(&req).await;
-    }
     ApiError::new(
         Code::NotFound,
         format!("No route for {} {}.", req.method(), req.path()),

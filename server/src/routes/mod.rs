@@ -31,7 +31,7 @@ mod secrets;
 mod tokens;
 
 pub use input::{
-    error_bodies, json_config, not_found, path_config, query_config, JSON_LIMIT_BYTES,
+    error_bodies, json_config, not_found, path_config, query_config, wants_page, JSON_LIMIT_BYTES,
 };
 
 /// Mounts every API route. Device self-routes and pairing come before `/api/devices/{id}`

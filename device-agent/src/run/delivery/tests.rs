@@ -448,8 +448,7 @@ async fn an_allowed_merge_waits_for_passing_checks_and_merges_the_head_commit() 
             .check_runs
             .push(("build".into(), "completed".into(), Some("success".into())));
     });
-    let (proposed, asked) =
-        propose(&client(&double, TOKEN), MergeChoice::Ask, Answer::Allow).await;
+    let (proposed, asked) = propose(&client(&double, TOKEN), MergeChoice::Ask, Answer::Allow).await;
     let proposed = proposed.unwrap();
     assert_eq!(asked, 1, "the owner is asked once");
     assert_eq!(proposed.pull_request.state, PullRequestState::Merged);
