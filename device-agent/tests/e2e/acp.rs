@@ -657,12 +657,15 @@ async fn acp_cancel_while_a_decision_is_open_withdraws_it_and_answers_cancelled(
         {"say": "Should not get here."}
     ]);
     let job_id = computer.create("ask", false, steps).await;
+    // The job's row and its decisions are two reads: wait for both to show the question.
     let waiting = computer
         .web
         .wait_for_job(&job_id, Duration::from_secs(60), |job| {
-            job.decisions
-                .iter()
-                .any(|decision| decision.state == DecisionState::Pending)
+            job.state == JobState::Waiting
+                && job
+                    .decisions
+                    .iter()
+                    .any(|decision| decision.state == DecisionState::Pending)
         })
         .await;
     assert_eq!(waiting.state, JobState::Waiting, "{waiting:#?}");

@@ -100,19 +100,18 @@ async fn confined_jobs(backend: &str) {
         &["recipe", "add", "escape", "--", "bash", "-c", &escape],
     )
     .await;
-    agent_ok(
-        home.path(),
-        &[
-            "recipe",
-            "add",
-            "floor",
-            "--",
-            "bash",
-            "-lc",
-            "touch ran; sudo id",
-        ],
-    )
-    .await;
+    // `recipe add` refuses this command; a configuration edited by hand can still hold it,
+    // and the run's own check must stop it then.
+    let config_path = home.path().join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    config["recipes"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "name": "floor", "program": "bash", "args": ["-lc", "touch ran; sudo id"],
+        }));
+    std::fs::write(&config_path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
     agent_ok(
         home.path(),
         &["recipe", "add", "linger", "--", "bash", "-c", &lingering],

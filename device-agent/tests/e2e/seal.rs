@@ -251,6 +251,10 @@ async fn the_computers_page_sends_a_secret_limited_to_sites() {
         .answer_saved(delivery["id"].as_str().unwrap(), "API_TOKEN")
         .await;
     browser.goto(&format!("{base}/computers")).await;
+    // The secrets are folded away on the card; open them as a person would.
+    browser
+        .eval("document.querySelectorAll('details.secrets').forEach((d) => { d.open = true; })")
+        .await;
     let names = browser.text(".secret-names").await;
     assert!(
         names.contains("API_TOKEN only to api.example.com, http://127.0.0.1:8080"),
