@@ -9,7 +9,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::fs::File;
 use std::net::IpAddr;
 use std::sync::Mutex;
 
@@ -193,25 +192,11 @@ impl<'a> GithubVault<'a> {
         let _guard = MUTEX
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let _file_lock = self.lock_file()?;
+        let _file_lock = self.data_dir.lock_file(LOCK_FILE)?;
         let mut contents = self.load()?;
         let answer = change(&mut contents)?;
         self.store(&contents)?;
         Ok(answer)
-    }
-
-    fn lock_file(&self) -> Result<File> {
-        self.data_dir.ensure()?;
-        let path = self.data_dir.path(LOCK_FILE);
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .with_context(|| format!("cannot open {}", path.display()))?;
-        file.lock()
-            .with_context(|| format!("cannot lock {}", path.display()))?;
-        Ok(file)
     }
 
     fn load(&self) -> Result<Contents> {

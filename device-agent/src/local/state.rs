@@ -274,6 +274,25 @@ impl DataDir {
         self.path(TOKEN_FILE)
     }
 
+    /// An exclusive lock on the file `name` (made if absent), held while the returned file
+    /// is open: writers of one store in several agent processes take turns.
+    ///
+    /// # Errors
+    /// The data dir cannot be made, or the file opened or locked.
+    pub fn lock_file(&self, name: &str) -> Result<fs::File> {
+        self.ensure()?;
+        let path = self.path(name);
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        file.lock()
+            .with_context(|| format!("cannot lock {}", path.display()))?;
+        Ok(file)
+    }
+
     /// Reads a file of the data dir, `None` when absent.
     ///
     /// # Errors

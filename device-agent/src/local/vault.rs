@@ -11,7 +11,6 @@
 //! and is never put in an environment: a run uses it by reference ([`crate::run::secret_http`]).
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::sync::Mutex;
 
 use aes_gcm::aead::{Aead, Payload};
@@ -264,25 +263,11 @@ impl<'a> Vault<'a> {
         let _guard = VAULT_MUTEX
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let _file_lock = self.lock_file()?;
+        let _file_lock = self.data_dir.lock_file(VAULT_LOCK_FILE)?;
         let mut contents = self.load()?;
         let answer = change(&mut contents)?;
         self.store(&contents)?;
         Ok(answer)
-    }
-
-    fn lock_file(&self) -> Result<File> {
-        self.data_dir.ensure()?;
-        let path = self.data_dir.path(VAULT_LOCK_FILE);
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .with_context(|| format!("cannot open {}", path.display()))?;
-        file.lock()
-            .with_context(|| format!("cannot lock {}", path.display()))?;
-        Ok(file)
     }
 
     fn load(&self) -> Result<Contents> {

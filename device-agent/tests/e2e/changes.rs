@@ -8,7 +8,6 @@ use std::process::Command;
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use serde_json::json;
 use tether_protocol::changes::{ChangeBaseKind, ChangeStatus, FLAG_RUNS_LATER};
 use tether_protocol::jobs::JobState;
 
@@ -208,33 +207,5 @@ fn git(dir: &Path, args: &[&str]) -> String {
 
 /// A second account, with an API token of its own.
 async fn sign_up_other(base: &str) -> Web {
-    let browser = reqwest::Client::builder()
-        .cookie_store(true)
-        .build()
-        .unwrap();
-    let res = browser
-        .post(format!("{base}/api/auth/signup"))
-        .json(&json!({ "email": "other@example.com", "password": "another horse battery", "name": "Other" }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::CREATED);
-    let csrf = res
-        .headers()
-        .get("x-tether-csrf")
-        .map(|value| value.to_str().unwrap().to_owned());
-    let mut request = browser
-        .post(format!("{base}/api/tokens"))
-        .json(&json!({ "name": "e2e" }));
-    if let Some(csrf) = csrf {
-        request = request.header("x-tether-csrf", csrf);
-    }
-    let res = request.send().await.unwrap();
-    assert_eq!(res.status(), StatusCode::CREATED);
-    let created: serde_json::Value = res.json().await.unwrap();
-    Web {
-        base: base.to_owned(),
-        http: reqwest::Client::new(),
-        token: created["token"].as_str().unwrap().to_owned(),
-    }
+    Web::sign_up_as(base, "other@example.com").await
 }

@@ -764,13 +764,18 @@ struct Web {
 
 impl Web {
     async fn sign_up(base: &str) -> Web {
+        Web::sign_up_as(base, "owner@example.com").await
+    }
+
+    /// Signs `email` up and makes it an API token.
+    async fn sign_up_as(base: &str, email: &str) -> Web {
         let browser = reqwest::Client::builder()
             .cookie_store(true)
             .build()
             .unwrap();
         let res = browser
             .post(format!("{base}/api/auth/signup"))
-            .json(&json!({ "email": "owner@example.com", "password": "correct horse battery", "name": "Owner" }))
+            .json(&json!({ "email": email, "password": "correct horse battery", "name": "Owner" }))
             .send()
             .await
             .unwrap();
