@@ -385,6 +385,7 @@ pub fn capabilities(device: &Device) -> Capabilities {
         engines: vec![Engine {
             name: "load".to_owned(),
             kind: EngineKind::Recipe,
+            check: None,
         }],
         folders: vec!["work".to_owned()],
         sandbox: SandboxReport {

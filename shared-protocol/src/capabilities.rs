@@ -35,6 +35,92 @@ pub enum EngineKind {
 pub struct Engine {
     pub name: String,
     pub kind: EngineKind,
+    /// The last `tether-agent engine check` of an ACP engine, when one was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<EngineCheck>,
+}
+
+/// Longest text of an [`EngineCheck`] (a name, a version, the problem), in characters.
+pub const MAX_CHECK_TEXT_CHARS: usize = 300;
+/// Most sign-in methods an [`EngineCheck`] lists.
+pub const MAX_CHECK_AUTH_METHODS: usize = 10;
+
+/// What starting an ACP engine the way a run would showed: whether a session could start,
+/// and what the agent said of itself. Texts are cut to [`MAX_CHECK_TEXT_CHARS`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineCheck {
+    /// When the check ran, unix milliseconds.
+    pub checked_at: i64,
+    /// A session started.
+    pub ok: bool,
+    /// The agent's `agentInfo`, when it sent one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<CheckedAgent>,
+    /// The ACP version the agent answered `initialize` with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol_version: Option<u16>,
+    /// The agent offers `session/load` (a follow-up goes on in the same session).
+    #[serde(default)]
+    pub load_session: bool,
+    /// The sign-in methods the agent lists, at most [`MAX_CHECK_AUTH_METHODS`].
+    #[serde(default)]
+    pub auth_methods: Vec<CheckedAuthMethod>,
+    /// What went wrong, in a sentence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+    /// How long the check took, in milliseconds.
+    #[serde(default)]
+    pub took_ms: u64,
+}
+
+/// The agent's name and version, as it gave them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckedAgent {
+    pub name: String,
+    pub version: String,
+}
+
+/// A sign-in method an agent lists.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckedAuthMethod {
+    pub id: String,
+    pub name: String,
+    /// `env_var` (a key in the environment), `agent` (the agent signs in itself), or the
+    /// type the agent named.
+    pub kind: String,
+}
+
+impl EngineCheck {
+    /// The check with every text cut to [`MAX_CHECK_TEXT_CHARS`] and at most
+    /// [`MAX_CHECK_AUTH_METHODS`] methods, as the device sends it and the server keeps it.
+    #[must_use]
+    pub fn bounded(mut self) -> EngineCheck {
+        if let Some(agent) = &mut self.agent {
+            cut(&mut agent.name);
+            cut(&mut agent.version);
+        }
+        self.auth_methods.truncate(MAX_CHECK_AUTH_METHODS);
+        for method in &mut self.auth_methods {
+            cut(&mut method.id);
+            cut(&mut method.name);
+            cut(&mut method.kind);
+        }
+        if let Some(problem) = &mut self.problem {
+            cut(problem);
+        }
+        self
+    }
+}
+
+/// Cuts `text` to [`MAX_CHECK_TEXT_CHARS`] characters, marking the cut with `…`.
+fn cut(text: &mut String) {
+    if let Some((at, _)) = text.char_indices().nth(MAX_CHECK_TEXT_CHARS) {
+        text.truncate(at);
+        text.push('…');
+    }
 }
 
 /// How strongly the device confines what it runs.

@@ -96,9 +96,12 @@ pub const HOME_CREDENTIALS: &[&str] = &[
     ".cargo/credentials.toml",
     ".m2/settings.xml",
     ".gradle/gradle.properties",
+    // Coding agents' sign-ins and keys: an engine gets its own only with `--use-my-sign-in`.
     ".codex",
     ".claude",
     ".claude.json",
+    ".gemini",
+    ".qwen",
     ".config/openai",
     "Library/Keychains",
 ];

@@ -10,7 +10,8 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 use crate::daemon::{self, DaemonEnd};
-use crate::local::state::{Config, DataDir, Recipe};
+use crate::local::presets::PresetName;
+use crate::local::state::{Config, DataDir, EngineNetwork, Recipe};
 use crate::local::{acp_engines, folders, recipes};
 use crate::policy::guard::{Guard, Refusal};
 use crate::policy::{explain, hard_floor, trust};
@@ -157,15 +158,41 @@ pub enum RecipeCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum EngineCommand {
-    /// Add an engine: `engine add NAME --acp -- PROGRAM [ARGS...]`. The program is started
+    /// Add an engine: `engine add NAME --preset claude-code|codex|gemini|qwen`, or `engine
+    /// add NAME --acp -- PROGRAM [ARGS...]` for any other agent. The program is started
     /// confined in the job's folder and gets the job's prompt over the Agent Client Protocol.
     Add {
         name: String,
-        /// The program speaks the Agent Client Protocol on its stdin and stdout (the only
-        /// kind of engine besides recipes).
-        #[arg(long, required = true)]
+        /// A coding agent Tether knows: claude-code, codex, gemini or qwen (its program is
+        /// found on PATH; its state, keys, sign-in and model hosts are known).
+        #[arg(long, value_name = "PRESET", conflicts_with = "acp", value_parser = parse_preset)]
+        preset: Option<PresetName>,
+        /// The program speaks the Agent Client Protocol on its stdin and stdout (the program
+        /// and its arguments follow `--`).
+        #[arg(long, required_unless_present = "preset")]
         acp: bool,
-        #[arg(last = true, required = true, num_args = 1.., value_name = "PROGRAM [ARGS]")]
+        /// The preset's program, where it is not on PATH.
+        #[arg(long, value_name = "PATH", requires = "preset")]
+        program: Option<String>,
+        /// A variable the engine's process gets on every run (never the commands it runs),
+        /// such as a base URL; keys go with --secret.
+        #[arg(long = "env", value_name = "NAME=VALUE")]
+        env: Vec<String>,
+        /// A saved secret the engine's process gets as a variable of the same name on every
+        /// run (send it sealed from the Computers page).
+        #[arg(long = "secret", value_name = "NAME")]
+        secrets: Vec<String>,
+        /// What the engine's own process may reach: off, model (only its model's endpoints;
+        /// the default with a preset) or on. The commands it runs follow the job's choice.
+        #[arg(long, value_name = "off|model|on", value_parser = parse_network)]
+        network: Option<EngineNetwork>,
+        /// Let the engine use your own sign-in of this agent (~/.claude, ~/.codex, ~/.gemini,
+        /// ~/.qwen), read-write for its process only.
+        #[arg(long, requires = "preset")]
+        use_my_sign_in: bool,
+        /// With --acp: the program and its arguments; with a preset: arguments added to the
+        /// preset's.
+        #[arg(last = true, value_name = "PROGRAM [ARGS]")]
         command: Vec<String>,
     },
     /// List engines.
@@ -699,18 +726,53 @@ fn apply_engines(data_dir: &DataDir, command: EngineCommand) -> Result<i32> {
     match command {
         EngineCommand::Add {
             name,
+            preset,
             acp: _,
+            program,
+            env,
+            secrets,
+            network,
+            use_my_sign_in,
             command,
         } => {
-            let (program, args) = command
-                .split_first()
-                .ok_or_else(|| anyhow::anyhow!("an engine needs a program"))?;
-            let engine = acp_engines::add(&mut config, &name, program, args)?;
+            let (program, args) = match (preset, program) {
+                (Some(_), program) => (program, command),
+                (None, _) => match command.split_first() {
+                    Some((program, args)) => (Some(program.clone()), args.to_vec()),
+                    None => (None, Vec::new()),
+                },
+            };
+            let new = acp_engines::NewEngine {
+                name,
+                preset,
+                program,
+                args,
+                env: engine_variables(&env)?,
+                secrets,
+                network,
+                use_my_sign_in,
+            };
+            let path_var = std::env::var("PATH").ok();
+            let home = dirs::home_dir();
+            let lookup = acp_engines::Lookup {
+                path_var: path_var.as_deref(),
+                home: home.as_deref(),
+            };
+            let engine = acp_engines::add(&mut config, new, lookup)?;
+            check_program_files(data_dir, &engine)?;
             data_dir.save_config(&config)?;
             println!(
                 "Engine {:?} (acp): {}",
                 engine.name,
                 acp_engines::command_line(&engine)
+            );
+            println!("  {}", acp_engines::settings_line(&engine));
+            for note in unsaved_secrets(data_dir, &engine) {
+                println!("  {note}");
+            }
+            println!(
+                "  Check it with `tether-agent engine check {}`.",
+                engine.name
             );
         }
         EngineCommand::List => print!("{}", acp_engines::render(&config.engines)),
@@ -721,6 +783,91 @@ fn apply_engines(data_dir: &DataDir, command: EngineCommand) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+fn parse_preset(name: &str) -> Result<PresetName, String> {
+    PresetName::parse(name)
+}
+
+fn parse_network(value: &str) -> Result<EngineNetwork, String> {
+    match value {
+        "off" => Ok(EngineNetwork::Off),
+        "model" => Ok(EngineNetwork::Model),
+        "on" => Ok(EngineNetwork::On),
+        _ => Err(format!("{value:?} is not off, model or on")),
+    }
+}
+
+/// Variables the engine itself sets up (its home, state folders, proxy) or that are the
+/// agent's own; `--env` may not set them.
+const RESERVED_VARIABLES: &[&str] = &[
+    "HOME",
+    "TMPDIR",
+    "PATH",
+    "CLAUDE_CONFIG_DIR",
+    "CODEX_HOME",
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "NO_PROXY",
+    "ALL_PROXY",
+];
+
+/// `--env NAME=VALUE` words as variables: a name a shell accepts, not one a secret belongs
+/// under (those go with `--secret`, sent sealed), nor one the engine's setup owns.
+fn engine_variables(words: &[String]) -> Result<std::collections::BTreeMap<String, String>> {
+    let mut variables = std::collections::BTreeMap::new();
+    for word in words {
+        let Some((name, value)) = word.split_once('=') else {
+            anyhow::bail!("--env {word:?} is not NAME=VALUE");
+        };
+        if !tether_protocol::secrets::valid_name(name) {
+            anyhow::bail!("--env {name:?} is not a variable name");
+        }
+        if crate::run::environment::names_a_credential(name) {
+            anyhow::bail!(
+                "--env {name}: a key never goes in the configuration file; send it sealed from the Computers page and name it with --secret {name}"
+            );
+        }
+        let upper = name.to_ascii_uppercase();
+        if RESERVED_VARIABLES.contains(&upper.as_str()) || upper.starts_with("TETHER_") {
+            anyhow::bail!("--env {name}: Tether sets this variable for the engine itself");
+        }
+        variables.insert(name.to_owned(), value.to_owned());
+    }
+    Ok(variables)
+}
+
+/// The engine's program files must be readable in the sandbox: refused here, with the fix,
+/// when the guard would hide them from every run.
+fn check_program_files(data_dir: &DataDir, engine: &crate::local::state::AcpEngine) -> Result<()> {
+    let guard = Guard::for_user(data_dir.root());
+    for path in acp_engines::program_files(&engine.program, &engine.args) {
+        if let Err(refusal) = guard.check_access(&path) {
+            anyhow::bail!(
+                "the engine's program files at {} cannot be shown to a confined run ({refusal}); install the agent elsewhere, for example with `npm install -g`, or under a folder of its own",
+                path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A sentence for each of the engine's secrets this computer has not saved yet.
+fn unsaved_secrets(data_dir: &DataDir, engine: &crate::local::state::AcpEngine) -> Vec<String> {
+    let saved: Vec<String> = crate::local::vault::Vault::new(data_dir)
+        .list()
+        .map(|names| names.into_iter().map(|saved| saved.name).collect())
+        .unwrap_or_default();
+    engine
+        .secrets
+        .iter()
+        .filter(|name| !saved.contains(name))
+        .map(|name| {
+            format!(
+                "The secret {name} is not saved on this computer yet: send it sealed from the Computers page (a run of this engine is blocked until then)."
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -865,7 +1012,10 @@ mod tests {
             "agent",
         ]) {
             Ok(Command::Engine {
-                command: EngineCommand::Add { name, acp, command },
+                command:
+                    EngineCommand::Add {
+                        name, acp, command, ..
+                    },
             }) => {
                 assert_eq!(name, "claude");
                 assert!(acp);
@@ -877,5 +1027,75 @@ mod tests {
             parse(&["tether-agent", "engine", "add", "claude", "--", "npx"]).err(),
             Some(clap::error::ErrorKind::MissingRequiredArgument)
         );
+        assert_eq!(
+            parse(&[
+                "tether-agent",
+                "engine",
+                "add",
+                "claude",
+                "--preset",
+                "claude-code",
+                "--acp"
+            ])
+            .err(),
+            Some(clap::error::ErrorKind::ArgumentConflict)
+        );
+        assert_eq!(
+            parse(&["tether-agent", "engine", "add", "c", "--preset", "claude"]).err(),
+            Some(clap::error::ErrorKind::ValueValidation)
+        );
+        match parse(&[
+            "tether-agent",
+            "engine",
+            "add",
+            "claude",
+            "--preset",
+            "claude-code",
+            "--env",
+            "ANTHROPIC_BASE_URL=http://127.0.0.1:9",
+            "--secret",
+            "ANTHROPIC_API_KEY",
+            "--network",
+            "model",
+        ]) {
+            Ok(Command::Engine {
+                command:
+                    EngineCommand::Add {
+                        preset,
+                        env,
+                        secrets,
+                        network,
+                        ..
+                    },
+            }) => {
+                assert_eq!(preset, Some(PresetName::ClaudeCode));
+                assert_eq!(env, ["ANTHROPIC_BASE_URL=http://127.0.0.1:9"]);
+                assert_eq!(secrets, ["ANTHROPIC_API_KEY"]);
+                assert_eq!(network, Some(EngineNetwork::Model));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn engine_variables_refuse_keys_and_what_tether_sets() {
+        let words = |words: &[&str]| -> Vec<String> { words.iter().map(|w| (*w).to_owned()).collect() };
+        assert!(engine_variables(&words(&["ANTHROPIC_BASE_URL=http://x=y"]))
+            .is_ok_and(|vars| vars["ANTHROPIC_BASE_URL"] == "http://x=y"));
+        for bad in [
+            "ANTHROPIC_API_KEY=sk-1",
+            "MY_TOKEN=1",
+            "HOME=/root",
+            "TETHER_X=1",
+            "NOEQUALS",
+            "1BAD=x",
+        ] {
+            assert!(engine_variables(&words(&[bad])).is_err(), "{bad}");
+        }
+        let said = engine_variables(&words(&["OPENAI_API_KEY=sk"]))
+            .err()
+            .map(|err| err.to_string())
+            .unwrap_or_default();
+        assert!(said.contains("--secret OPENAI_API_KEY"), "{said}");
     }
 }

@@ -429,11 +429,16 @@ impl Shared {
     /// and `recipe add` take effect while the daemon runs).
     fn capabilities(&self) -> Capabilities {
         let config = self.fresh_config();
+        let mut engines = crate::local::acp_engines::published(&config);
+        crate::local::engine_checks::attach(
+            &mut engines,
+            &crate::local::engine_checks::load(&self.data_dir),
+        );
         Capabilities {
             protocol: PROTOCOL_VERSION,
             agent_version: AGENT_VERSION.to_owned(),
             install_id: config.install_id.clone(),
-            engines: crate::local::acp_engines::published(&config),
+            engines,
             folders: config
                 .folders
                 .iter()

@@ -12,12 +12,15 @@
 //! Every write goes to a temporary file in the same directory and is renamed over the target,
 //! so a crash never leaves a half-written file behind.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
+
+use crate::local::presets::PresetName;
 use tether_protocol::{AccountId, DeviceId};
 
 /// Mode of every file the agent writes: readable by the user only.
@@ -105,15 +108,56 @@ pub struct Recipe {
     pub args: Vec<String>,
 }
 
-/// A coding agent the owner configured (`engine add NAME --acp -- PROGRAM ARGS…`): the
-/// agent starts it confined in the job's folder and speaks ACP with it over its stdio.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A coding agent the owner configured (`engine add NAME --preset …` or `engine add NAME
+/// --acp -- PROGRAM ARGS…`): the agent starts it confined in the job's folder and speaks
+/// ACP with it over its stdio.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AcpEngine {
     pub name: String,
     pub program: String,
     #[serde(default)]
     pub args: Vec<String>,
+    /// The known agent it was set up as, which decides its state folders, sign-in folders,
+    /// model hosts and quirks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<PresetName>,
+    /// Variables its process gets on every run (`--env NAME=VALUE`), never its terminals.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Saved secrets its process gets as variables of the same name (`--secret NAME`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+    /// What its process may reach; absent (engines set up before the choice existed): what
+    /// the job allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<EngineNetwork>,
+    /// Whether the owner's own sign-in folders of this agent (`~/.claude`, …) are granted to
+    /// its process (`--use-my-sign-in`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub use_my_sign_in: bool,
+}
+
+/// What an engine's own process may reach on the network. The commands it asks Tether to
+/// run follow the job's choice whatever this says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EngineNetwork {
+    Off,
+    /// Only its model endpoints: the preset's API hosts, or exactly the origin of the base
+    /// URL it is configured with.
+    Model,
+    On,
+}
+
+impl EngineNetwork {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineNetwork::Off => "off",
+            EngineNetwork::Model => "model",
+            EngineNetwork::On => "on",
+        }
+    }
 }
 
 /// A configuration entry known by a unique name (a recipe, an ACP engine).

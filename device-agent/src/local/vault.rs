@@ -383,13 +383,22 @@ pub fn receive(
     }
 }
 
+/// Values shorter than this many characters are not hidden: a value such as `1` or `yes`
+/// would turn every line into `[hidden]` and protect nothing (the Computers page says so).
+pub const MIN_HIDDEN_CHARS: usize = 6;
+
+/// Whether [`redact`] hides `value`.
+pub fn is_hidden_in_output(value: &str) -> bool {
+    value.chars().count() >= MIN_HIDDEN_CHARS
+}
+
 /// Replaces every occurrence of each value with [`HIDDEN`], longest values first (so a value
-/// containing another is hidden whole). Empty values are ignored.
+/// containing another is hidden whole). Values shorter than [`MIN_HIDDEN_CHARS`] are ignored.
 pub fn redact(text: &str, values: &[String]) -> String {
     let mut values: Vec<&str> = values
         .iter()
         .map(String::as_str)
-        .filter(|v| !v.is_empty())
+        .filter(|v| is_hidden_in_output(v))
         .collect();
     if values.is_empty() {
         return text.to_owned();
@@ -835,12 +844,20 @@ mod tests {
     }
 
     #[test]
-    fn redaction_hides_every_value() -> Result<()> {
-        let values = vec!["abc".to_owned(), "abcdef".to_owned(), String::new()];
+    fn redaction_hides_every_value_of_six_characters_or_more() -> Result<()> {
+        let values = vec![
+            "abcdef".to_owned(),
+            "abcdefgh".to_owned(),
+            "1".to_owned(),
+            "yes".to_owned(),
+            String::new(),
+        ];
         assert_eq!(
-            redact("x abcdef y abc z", &values),
-            "x [hidden] y [hidden] z"
+            redact("x abcdefgh y abcdef z 1 yes", &values),
+            "x [hidden] y [hidden] z 1 yes"
         );
+        assert!(is_hidden_in_output("éééééé"), "characters, not bytes");
+        assert!(!is_hidden_in_output("ééééé"));
         assert_eq!(redact("nothing here", &values), "nothing here");
         assert_eq!(redact("nothing here", &[]), "nothing here");
         Ok(())

@@ -160,6 +160,7 @@ impl Guard {
         }
         named.extend(SYSTEM_PROTECTED.iter().map(PathBuf::from));
         named.push(data_dir.clone());
+        named.push(crate::local::acp_engines::engines_root(&data_dir));
         named.extend(AGENT_FILES.iter().map(|name| data_dir.join(name)));
         let mut protected = Vec::new();
         for path in named {
@@ -182,6 +183,21 @@ impl Guard {
     /// The guard of this user: `$HOME` and `data_dir`.
     pub fn for_user(data_dir: &Path) -> Guard {
         Guard::new(dirs::home_dir(), data_dir)
+    }
+
+    /// This guard for one engine's own process, granted `own` past the protections: its
+    /// state folder and, with `--use-my-sign-in`, its owner's sign-in. Protected paths equal
+    /// to, inside or above an `own` path are dropped (the backends confine by allow list, so
+    /// nothing beside an `own` path becomes visible); the commands the engine runs keep the
+    /// whole guard.
+    pub fn granting(&self, own: &[PathBuf]) -> Guard {
+        let mut guard = self.clone();
+        let touches = |protected: &PathBuf| {
+            own.iter()
+                .any(|own| protected.starts_with(own) || own.starts_with(protected))
+        };
+        guard.protected.retain(|protected| !touches(protected));
+        guard
     }
 
     /// Every protected path (as written and canonical), sorted.
@@ -571,6 +587,26 @@ mod tests {
             .check_access(&fx.home.join(".aws/credentials"))
             .is_err());
         assert!(fx.guard.check_access(&fx.home.join("projects")).is_ok());
+    }
+
+    #[test]
+    fn an_engine_is_granted_its_own_state_and_sign_in_and_nothing_beside() {
+        let fx = fixture();
+        let data_dir = fx.home.join("data/tether-agent");
+        let engines = fx.home.join("data/tether-agent-engines");
+        let own_state = engines.join("claude/home");
+        assert!(fx.guard.check_access(&own_state).is_err(), "every run is kept out");
+        assert!(fx.guard.check_access(&fx.home.join(".gemini")).is_err());
+        assert!(fx.guard.check_access(&fx.home.join(".qwen/oauth_creds.json")).is_err());
+        let granted = fx
+            .guard
+            .granting(&[own_state.clone(), fx.home.join(".claude")]);
+        assert!(granted.check_access(&own_state).is_ok());
+        assert!(granted.check_access(&fx.home.join(".claude/settings.json")).is_ok());
+        assert!(granted.check_access(&fx.home.join(".codex")).is_err());
+        assert!(granted.check_access(&fx.home.join(".ssh")).is_err());
+        assert!(granted.check_access(&data_dir.join("seal-key.json")).is_err());
+        assert!(fx.guard.check_access(&own_state).is_err(), "the run's guard is unchanged");
     }
 
     #[test]

@@ -83,12 +83,19 @@ const CREDENTIAL_NAMES: &[&str] = &[
 /// Whether a variable's name suggests it holds a credential (or the agent's own settings).
 pub fn is_denied_name(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
-    CREDENTIAL_NAME_PARTS
-        .iter()
-        .any(|part| upper.contains(part))
+    names_a_credential(name)
         || DENIED_PREFIXES
             .iter()
             .any(|prefix| upper.starts_with(prefix))
+}
+
+/// Whether a variable's name says it holds a credential (`*KEY*`, `*TOKEN*`, agent sockets,
+/// askpass programs): such a value is a saved secret, never a plain setting.
+pub fn names_a_credential(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    CREDENTIAL_NAME_PARTS
+        .iter()
+        .any(|part| upper.contains(part))
         || CREDENTIAL_NAMES.contains(&upper.as_str())
 }
 

@@ -14,6 +14,8 @@
 //! - [`delivery`]: the job's git delivery — its branch before the run, then commits, a push
 //!   with the computer's sign-in and a pull request;
 //! - [`secret_http`]: secrets used by reference, through a broker the run's programs call;
+//! - [`model_network`]: an engine limited to its model endpoints, through relays and a
+//!   filtering proxy on sockets its sandbox forwards;
 //! - [`environment`]: the allow list of the child environment;
 //! - [`process_group`]: signalling a run's whole process tree.
 //!
@@ -31,6 +33,7 @@ pub mod environment;
 pub mod evidence;
 pub mod grant;
 pub mod lease;
+pub mod model_network;
 pub mod process_group;
 pub mod progress;
 pub mod secret_http;

@@ -187,6 +187,7 @@ pub fn probe(bwrap: &Path, launcher: &Path) -> Result<Probed, String> {
         env: Vec::new(),
         stdin: Input::Null,
         agent_pid: None,
+        forwards: Vec::new(),
     };
     let mut reasons = Vec::new();
     let mut proc = true;
@@ -239,6 +240,7 @@ pub fn probe(bwrap: &Path, launcher: &Path) -> Result<Probed, String> {
         ("homeHidden", json!(true)),
         ("protectedPathsHidden", json!(true)),
         ("networkOffEnforced", json!(true)),
+        ("networkModelEnforced", json!(true)),
         ("unixSocketsBlockedWhenOffline", json!(true)),
         ("pidNamespace", json!(true)),
         ("procMounted", json!(proc)),

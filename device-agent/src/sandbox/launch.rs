@@ -68,6 +68,21 @@ pub struct LaunchSpec {
     /// run's tree as soon as its parent changes (the agent died and it was re-parented).
     #[serde(default)]
     pub agent_pid: Option<u32>,
+    /// Loopback ports the launcher serves inside the sandbox's own network, each bridged to
+    /// a Unix socket outside (bubblewrap with the network off only).
+    #[serde(default)]
+    pub forwards: Vec<Forward>,
+}
+
+/// Inside the sandbox, TCP `127.0.0.1:port` (and `[::1]:port`) served by the launcher, every
+/// connection bridged to the Unix socket `socket`: how an engine limited to its model
+/// endpoints reaches the agent's relay and proxy without any network of its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Forward {
+    pub port: u16,
+    /// A path the sandbox can see (granted readable).
+    pub socket: PathBuf,
 }
 
 /// What the launcher reports in probe mode.

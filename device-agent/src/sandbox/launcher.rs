@@ -11,6 +11,11 @@
 //!   2 s;
 //! - on SIGHUP or SIGINT, kills the whole tree at once.
 //!
+//! Inside bubblewrap with the network off, it also serves the spec's forwards: before it
+//! restricts itself it listens on each loopback port of the sandbox's own network, and for
+//! as long as it supervises it bridges every connection to the forward's Unix socket (the
+//! agent's relay or proxy for an engine limited to its model endpoints).
+//!
 //! The agent's death is seen without any channel of its own: where the launcher is the
 //! agent's child, its spec names the agent's pid, and a parent that is not (or no longer)
 //! that process means the agent is gone (a dead parent's children are re-parented at once).
@@ -54,7 +59,7 @@ mod imp {
     use tokio::signal::unix::{signal, SignalKind};
 
     use super::read_spec;
-    use crate::sandbox::launch::{Input, LaunchSpec, Layer, ProbeResult};
+    use crate::sandbox::launch::{Forward, Input, LaunchSpec, Layer, ProbeResult};
 
     /// How long what the program left behind may live after it exited.
     const LEFTOVER_GRACE: Duration = Duration::from_millis(1000);
@@ -157,6 +162,8 @@ mod imp {
         let mut term = signal(SignalKind::terminate()).map_err(|err| err.to_string())?;
         let mut hangup = signal(SignalKind::hangup()).map_err(|err| err.to_string())?;
         let mut interrupt = signal(SignalKind::interrupt()).map_err(|err| err.to_string())?;
+        // Listening needs nothing seccomp takes away, but before it nothing else can bind.
+        serve_forwards(&spec).await?;
         let result = restrict(&spec)?;
         if spec.probe {
             println!(
@@ -220,6 +227,51 @@ mod imp {
             }
         }
         Ok(exit_code(main_status))
+    }
+
+    /// Listens on every forward's loopback port (inside bubblewrap's own network, where
+    /// nothing else is) and bridges each connection to its Unix socket, on this runtime, for
+    /// as long as the launcher supervises.
+    async fn serve_forwards(spec: &LaunchSpec) -> Result<(), String> {
+        if spec.forwards.is_empty() {
+            return Ok(());
+        }
+        if spec.layer != Layer::Seccomp || spec.network {
+            return Err(
+                "forwarded ports need bubblewrap's own network with the network off".to_owned(),
+            );
+        }
+        for forward in &spec.forwards {
+            let v4 = tokio::net::TcpListener::bind(("127.0.0.1", forward.port))
+                .await
+                .map_err(|err| format!("cannot listen on 127.0.0.1:{}: {err}", forward.port))?;
+            tokio::spawn(bridge_all(v4, forward.clone()));
+            // IPv6 may be off inside; 127.0.0.1 is what the engine is told.
+            if let Ok(v6) = tokio::net::TcpListener::bind(("::1", forward.port)).await {
+                tokio::spawn(bridge_all(v6, forward.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    async fn bridge_all(listener: tokio::net::TcpListener, forward: Forward) {
+        loop {
+            match listener.accept().await {
+                Ok((tcp, _)) => {
+                    tokio::spawn(bridge(tcp, forward.socket.clone()));
+                }
+                // Out of descriptors, most likely: wait, keep listening.
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    async fn bridge(mut tcp: tokio::net::TcpStream, socket: std::path::PathBuf) {
+        // A relay that is gone closes the connection: the program sees a reset.
+        let Ok(mut unix) = tokio::net::UnixStream::connect(&socket).await else {
+            return;
+        };
+        let _ = tokio::io::copy_bidirectional(&mut tcp, &mut unix).await;
     }
 
     /// The program's stdin: the launcher's own (a pipe the agent writes to), or nothing.
@@ -342,6 +394,9 @@ mod imp {
         let spec = read_spec(spec_file)?;
         if spec.layer != Layer::Unconfined {
             return Err("this layer needs Linux".to_owned());
+        }
+        if !spec.forwards.is_empty() {
+            return Err("forwarded ports need bubblewrap".to_owned());
         }
         if spec.probe {
             println!("{{}}");

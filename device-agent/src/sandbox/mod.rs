@@ -32,7 +32,9 @@ pub mod seatbelt;
 pub mod seccomp;
 
 pub use backend::{Backend, Policy, Probed};
-pub use launch::{Input, LaunchSpec, Layer, ProbeResult, SANDBOX_FAILED, SANDBOX_FAILED_PREFIX};
+pub use launch::{
+    Forward, Input, LaunchSpec, Layer, ProbeResult, SANDBOX_FAILED, SANDBOX_FAILED_PREFIX,
+};
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -248,6 +250,7 @@ impl Sandbox {
             json!(settings.allow_unsandboxed),
         );
         guarantees.insert("hardFloor".into(), json!(true));
+        guarantees.insert("networkModelEnforced".into(), json!(false));
         guarantees.insert("protectedPathsRefused".into(), json!(true));
         guarantees.insert("environmentScrubbed".into(), json!(true));
         guarantees.insert("processTreeKill".into(), json!(cfg!(target_os = "linux")));
@@ -286,6 +289,23 @@ impl Sandbox {
         policy: &Policy,
         start: &Start,
     ) -> Result<Prepared, Refused> {
+        self.prepare_forwarded(guard, policy, start, &[])
+    }
+
+    /// [`Sandbox::prepare`], with `forwards`: loopback ports inside the sandbox bridged to
+    /// Unix sockets outside (an engine limited to its model endpoints). The sockets are
+    /// granted readable; only bubblewrap with the network off can keep everything else out.
+    ///
+    /// # Errors
+    /// As [`Sandbox::prepare`], and [`Refused`] when `forwards` is not empty and this
+    /// backend cannot enforce them, or the policy allows the whole network anyway.
+    pub fn prepare_forwarded(
+        &self,
+        guard: &Guard,
+        policy: &Policy,
+        start: &Start,
+        forwards: &[Forward],
+    ) -> Result<Prepared, Refused> {
         if start.argv.is_empty() {
             return Err(Refused("nothing to run".to_owned()));
         }
@@ -302,6 +322,7 @@ impl Sandbox {
                 "no working sandbox on this computer, so confined runs are refused ({why}); the owner can run `tether-agent run --allow-unsandboxed` to run jobs unconfined"
             )));
         }
+        let policy = &with_forwards(&self.backend, policy, forwards)?;
         for path in std::iter::once(&policy.work_folder)
             .chain(&policy.writable)
             .chain(&policy.readable)
@@ -380,6 +401,7 @@ impl Sandbox {
             env: policy.env.clone(),
             stdin: start.stdin,
             agent_pid,
+            forwards: forwards.to_vec(),
         };
         let spec_path = run_dir_path.join(".tether-launch.json");
         let bytes = serde_json::to_vec(&spec).map_err(|err| Refused(err.to_string()))?;
@@ -429,6 +451,49 @@ fn working_folder(cwd: &Path, work_folder: &Path) -> Result<PathBuf, Refused> {
         return Ok(work_folder.to_path_buf());
     }
     Ok(work_folder.join(inside))
+}
+
+/// `policy` with the forwards' sockets readable, when `backend` can enforce `forwards`:
+/// only bubblewrap has a network namespace of its own to serve them in, so elsewhere an
+/// engine limited to its model endpoints would reach every other one as well.
+fn with_forwards(
+    backend: &Backend,
+    policy: &Policy,
+    forwards: &[Forward],
+) -> Result<Policy, Refused> {
+    let mut policy = policy.clone();
+    if forwards.is_empty() {
+        return Ok(policy);
+    }
+    let name = match backend {
+        Backend::Bwrap { .. } => None,
+        Backend::Landlock => Some("Landlock"),
+        Backend::Seatbelt => Some("Seatbelt"),
+        Backend::None { .. } => Some("none"),
+    };
+    if let Some(name) = name {
+        return Err(Refused(format!(
+            "this computer's sandbox ({name}) cannot limit an engine to its model endpoints; set the engine's network to `on` (`tether-agent engine add NAME … --network on`) or install bubblewrap"
+        )));
+    }
+    if policy.network {
+        return Err(Refused(
+            "an engine limited to its model endpoints runs with the network off; this one has it on".to_owned(),
+        ));
+    }
+    let mut ports = std::collections::BTreeSet::new();
+    for forward in forwards {
+        if forward.port == 0 || !ports.insert(forward.port) {
+            return Err(Refused(format!(
+                "the model endpoints ask for port {} twice (or port 0)",
+                forward.port
+            )));
+        }
+        if !policy.readable.contains(&forward.socket) {
+            policy.readable.push(forward.socket.clone());
+        }
+    }
+    Ok(policy)
 }
 
 fn set_env(env: &mut Vec<(String, String)>, name: &str, value: &str) {
@@ -520,6 +585,7 @@ fn probe_landlock(launcher: &Path) -> Result<Probed, String> {
         env: Vec::new(),
         stdin: Input::Null,
         agent_pid: None,
+        forwards: Vec::new(),
     };
     let result = launch::run_probe(launcher, None, &spec, work.path())
         .map_err(|err| format!("landlock: {err}"))?;
@@ -566,6 +632,7 @@ fn probe_landlock(launcher: &Path) -> Result<Probed, String> {
             "Landlock is reduced: no PID namespace (other processes are listed, their command lines readable)",
             "home is unreadable except toolchains, but the system folders are shared with the host (read-only)",
             "with network on, nothing is confined on the network, pathname Unix sockets included",
+            "model-only networking (an engine limited to its model endpoints) is not enforced: such runs are refused",
             "git hooks and config in the work folder cannot be made read-only; the agent restores them after the run",
         ]
         .map(str::to_owned),
@@ -578,6 +645,7 @@ fn probe_landlock(launcher: &Path) -> Result<Probed, String> {
         ("homeHidden", json!(true)),
         ("protectedPathsHidden", json!(true)),
         ("networkOffEnforced", json!(true)),
+        ("networkModelEnforced", json!(false)),
         ("unixSocketsBlockedWhenOffline", json!(true)),
         ("pidNamespace", json!(false)),
         ("signalsScoped", json!(abi >= 6)),
@@ -702,6 +770,40 @@ mod tests {
                 "{outside:?}: {refused:?}"
             );
         }
+    }
+
+    #[test]
+    fn forwards_are_refused_without_bubblewrap() {
+        let mut settings = settings("none", "/nonexistent/bwrap");
+        settings.allow_unsandboxed = true;
+        let sandbox = Sandbox::probe(&settings);
+        assert_eq!(
+            guarantee(sandbox.report(), "networkModelEnforced"),
+            Some(&json!(false))
+        );
+        let tmp = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
+        let guard = Guard::new(None, Path::new("/nonexistent/tether-data"));
+        let policy = Policy {
+            work_folder: tmp.path().to_path_buf(),
+            writable: Vec::new(),
+            readable: Vec::new(),
+            denied: Vec::new(),
+            network: false,
+            env: Vec::new(),
+        };
+        let forward = Forward {
+            port: 3128,
+            socket: tmp.path().join("proxy.sock"),
+        };
+        let start = Start::new(&["true".to_owned()]);
+        let refused = sandbox.prepare_forwarded(&guard, &policy, &start, &[forward]);
+        assert!(
+            matches!(&refused, Err(Refused(why)) if why.contains("(none) cannot limit an engine to its model endpoints")),
+            "{refused:?}"
+        );
+        assert!(sandbox
+            .prepare_forwarded(&guard, &policy, &start, &[])
+            .is_ok());
     }
 
     #[test]

@@ -135,6 +135,7 @@ pub fn probe() -> Result<Probed, String> {
         ("homeHidden", json!(true)),
         ("protectedPathsHidden", json!(true)),
         ("networkOffEnforced", json!(true)),
+        ("networkModelEnforced", json!(false)),
         ("pidNamespace", json!(false)),
         ("gitMetadataReadOnly", json!(true)),
         ("hardFloor", json!(true)),

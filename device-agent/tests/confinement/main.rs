@@ -19,12 +19,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tether_agent::engines::recipe::{supervise, Ended};
+use tether_agent::local::origins::Origin;
 use tether_agent::policy::guard::Guard;
 use tether_agent::policy::hard_floor;
 use tether_agent::run::environment;
+use tether_agent::run::model_network::ModelNetwork;
 use tether_agent::run::{RunStop, StopReason};
 use tether_agent::sandbox;
-use tether_agent::sandbox::{Input, Policy, Sandbox, Settings, Start};
+use tether_agent::sandbox::{Forward, Input, Policy, Sandbox, Settings, Start};
 use tokio::sync::mpsc;
 
 const AGENT: &str = env!("CARGO_BIN_EXE_tether-agent");
@@ -215,9 +217,22 @@ async fn run_with(
     timeout: Duration,
     stop: RunStop,
 ) -> Run {
+    run_forwarded(sandbox, fx, policy, &[], script, timeout, stop).await
+}
+
+/// [`run_with`], with loopback ports forwarded to Unix sockets outside.
+async fn run_forwarded(
+    sandbox: &Sandbox,
+    fx: &Fixture,
+    policy: &Policy,
+    forwards: &[Forward],
+    script: &str,
+    timeout: Duration,
+    stop: RunStop,
+) -> Run {
     let argv = vec!["/bin/bash".to_owned(), "-c".to_owned(), script.to_owned()];
     let mut prepared = sandbox
-        .prepare(&fx.guard, policy, &Start::new(&argv))
+        .prepare_forwarded(&fx.guard, policy, &Start::new(&argv), forwards)
         .unwrap();
     let command = std::mem::replace(&mut prepared.command, tokio::process::Command::new("true"));
     let (sender, mut receiver) = mpsc::channel(1024);
@@ -1151,6 +1166,7 @@ fn the_launcher_refuses_a_run_whose_agent_is_gone() {
             env: Vec::new(),
             stdin: Input::Null,
             agent_pid: Some(agent_pid),
+            forwards: Vec::new(),
         };
         let spec_file = work.join(format!("{marker}.json"));
         std::fs::write(&spec_file, serde_json::to_vec(&spec).unwrap()).unwrap();
@@ -1236,6 +1252,103 @@ async fn t29_git_sign_ins(sandbox: Sandbox) {
     }
 }
 
+/// A loopback HTTP server on the host answering every request with `body`, counting
+/// connections.
+async fn http_responder(body: &'static str) -> (u16, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let count = Arc::new(AtomicUsize::new(0));
+    let counted = count.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut chunk = [0u8; 512];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(read) => head.extend_from_slice(&chunk[..read]),
+                    }
+                }
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    (port, count)
+}
+
+/// Attempt 30: An engine limited to its model endpoints (`model` network) reaches exactly
+/// them: under bubblewrap a forwarded loopback endpoint answers, while another host port,
+/// directly or through the proxy, is never reached; Landlock refuses such a run.
+async fn t30_model_network(sandbox: Sandbox) {
+    let fx = Fixture::new();
+    let (model_port, model_count) = http_responder("from-the-model").await;
+    let (other_port, other_count) = http_responder("from-elsewhere").await;
+    let origins = [
+        Origin::parse(&format!("http://127.0.0.1:{model_port}")).unwrap(),
+        Origin::parse("https://model.invalid").unwrap(),
+    ];
+    let network = ModelNetwork::start(&origins, &fx.root.join("runs/model")).unwrap();
+    let mut policy = fx.policy(false);
+    policy.env.extend(network.env());
+    let enforced = sandbox::guarantee(sandbox.report(), "networkModelEnforced");
+    if sandbox.report().backend != "bwrap" {
+        assert_eq!(enforced, Some(&serde_json::json!(false)));
+        let argv = ["true".to_owned()];
+        let refused =
+            sandbox.prepare_forwarded(&fx.guard, &policy, &Start::new(&argv), &network.forwards());
+        assert!(
+            matches!(&refused, Err(why) if why.0.contains("cannot limit an engine to its model endpoints")),
+            "{refused:?}"
+        );
+        return;
+    }
+    assert_eq!(enforced, Some(&serde_json::json!(true)));
+    let script = format!(
+        "curl -s -m 5 http://127.0.0.1:{model_port}/; echo; \
+         curl -s -m 3 http://127.0.0.1:{other_port}/ || echo direct-refused; \
+         NO_PROXY= no_proxy= curl -s -m 3 -p http://127.0.0.1:{other_port}/ || echo proxy-refused; \
+         curl -s -m 3 https://model.invalid:444/ || echo port-refused; echo done"
+    );
+    let run = run_forwarded(
+        &sandbox,
+        &fx,
+        &policy,
+        &network.forwards(),
+        &script,
+        Duration::from_secs(30),
+        RunStop::new(),
+    )
+    .await;
+    assert!(run.lines.contains(&"done".to_owned()), "{}", run.said());
+    assert!(
+        run.lines.contains(&"from-the-model".to_owned()),
+        "{}",
+        run.said()
+    );
+    for refused in ["direct-refused", "proxy-refused", "port-refused"] {
+        assert!(run.lines.contains(&refused.to_owned()), "{}", run.said());
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(model_count.load(Ordering::SeqCst), 1, "{}", run.said());
+    assert_eq!(other_count.load(Ordering::SeqCst), 0, "{}", run.said());
+    assert_eq!(
+        network.refused(),
+        [
+            format!("127.0.0.1:{other_port}"),
+            "model.invalid:444".to_owned()
+        ],
+        "{}",
+        run.said()
+    );
+}
+
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
         mod bwrap {
@@ -1292,4 +1405,5 @@ on_both_backends!(
     t27_guard,
     t28_input_and_working_folder,
     t29_git_sign_ins,
+    t30_model_network,
 );

@@ -751,6 +751,7 @@ fn heartbeat_params(
             engines: vec![Engine {
                 name: "agent".into(),
                 kind: EngineKind::Acp,
+                check: None,
             }],
             folders: vec!["work".into()],
             sandbox: SandboxReport {

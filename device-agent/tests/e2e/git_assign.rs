@@ -66,6 +66,7 @@ async fn fake_git_computer(web: &Web) -> String {
         engines: vec![Engine {
             name: "echo".into(),
             kind: EngineKind::Recipe,
+            check: None,
         }],
         folders: vec!["work".into()],
         sandbox: SandboxReport {

@@ -14,6 +14,7 @@ mod chromium;
 mod confined;
 mod decisions;
 mod delivery;
+mod engine_setup;
 mod evidence;
 mod folders;
 mod git_assign;

@@ -254,7 +254,7 @@ fn secrets_section(device: &Device, secrets: &[SavedName], now: DateTime<Utc>) -
                          a limited secret is never put in a job's environment; a job uses it by \
                          reference with " code { "tether-agent secret-http" } ", only to those sites. \
                          A host covers its subdomains over HTTPS, an origin is exact, and http only \
-                         reaches this computer's own loopback addresses."
+                         reaches this computer's own loopback addresses. A value shorter than 6                          characters is not hidden in a job's output (it would hide every line)."
                     }
                     span.error {}
                     span.status.muted {}

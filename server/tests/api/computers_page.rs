@@ -42,7 +42,7 @@ both_backends! {
         capabilities.agent_version = "0.4.2".to_owned();
         capabilities.sandbox.strength = SandboxStrength::Reduced;
         capabilities.folders = vec!["work".to_owned(), "site".to_owned()];
-        capabilities.engines.push(Engine { name: "claude".to_owned(), kind: EngineKind::Acp });
+        capabilities.engines.push(Engine { name: "claude".to_owned(), kind: EngineKind::Acp, check: None });
         capabilities.git = Some(GitCapability { version: "2.43.0".to_owned(), github_hosts: vec!["github.com".to_owned()] });
         assert_eq!(device.heartbeat_with(capabilities, &[]).await.status().as_u16(), 200);
 

@@ -384,6 +384,7 @@ impl DeviceClient {
             engines: vec![EngineCap {
                 name: "echo".to_owned(),
                 kind: EngineKind::Recipe,
+                check: None,
             }],
             folders: vec!["work".to_owned()],
             sandbox: SandboxReport {

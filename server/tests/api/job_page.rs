@@ -217,7 +217,7 @@ both_backends! {
         let second = app.device(&ann, "install-2").await;
         let mut capabilities = second.capabilities();
         capabilities.folders = vec!["work".to_owned(), "docs".to_owned()];
-        capabilities.engines.push(Engine { name: "tests".to_owned(), kind: EngineKind::Recipe });
+        capabilities.engines.push(Engine { name: "tests".to_owned(), kind: EngineKind::Recipe, check: None });
         assert_eq!(second.heartbeat_with(capabilities.clone(), &[]).await.status(), StatusCode::OK);
         let (_, page) = html(&ann, "/assign").await;
         assert!(page.contains(&format!(r#"<option value="{}" selected>"#, first.device_id)), "no job yet: the first: {page}");

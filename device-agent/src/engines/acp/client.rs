@@ -64,6 +64,9 @@ pub struct Session {
     allowed: Mutex<Vec<Action>>,
     /// Set once the turn is being cancelled: open permission requests answer `cancelled`.
     cancelled: watch::Sender<bool>,
+    /// What the gate refused (the owner's or the policy's deny), in the order asked: a turn
+    /// that ends after one did not do what it was asked.
+    denied: Mutex<Vec<String>>,
 }
 
 impl Session {
@@ -87,6 +90,7 @@ impl Session {
             tool_calls: Mutex::new(ToolCalls::new()),
             allowed: Mutex::new(Vec::new()),
             cancelled: watch::channel(false).0,
+            denied: Mutex::new(Vec::new()),
         }
     }
 
@@ -123,6 +127,16 @@ impl Session {
     async fn turn_cancelled(&self) {
         let mut cancelled = self.cancelled.subscribe();
         let _ = cancelled.wait_for(|cancelled| *cancelled).await;
+    }
+
+    /// What the gate refused during the run, in order: permission titles and the reads,
+    /// writes and commands it did not let through.
+    pub fn denied(&self) -> Vec<String> {
+        lock(&self.denied).clone()
+    }
+
+    fn deny(&self, what: &str) {
+        lock(&self.denied).push(what.to_owned());
     }
 
     /// A line of the job's output.
@@ -197,6 +211,7 @@ impl Session {
                 permissions::choose(&request.options, true)
             }
             Some(Passage::Refused { reason }) => {
+                self.deny(&title);
                 self.say(format!("refused: {title}: {reason}")).await;
                 permissions::choose(&request.options, false)
             }
@@ -423,6 +438,7 @@ impl Session {
                 Ok(())
             }
             Passage::Refused { reason } => {
+                self.deny(what);
                 self.say(format!("refused: {what}: {reason}")).await;
                 Err(refused(&reason))
             }

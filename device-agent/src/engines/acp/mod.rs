@@ -21,11 +21,15 @@
 //! confined like one, and everything it asks this (unconfined) process to do on its behalf
 //! passes the guard and the policy first.
 
+pub mod check;
 pub mod client;
 pub mod continuation;
 pub mod files;
+pub mod handshake;
+pub mod outfit;
 pub mod permissions;
 pub mod process;
+pub mod sign_in;
 pub mod terminals;
 pub mod transport;
 pub mod updates;
@@ -34,10 +38,8 @@ use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    CancelNotification, ClientCapabilities, ContentBlock, CreateTerminalRequest,
-    FileSystemCapabilities, Implementation, InitializeRequest, InitializeResponse,
+    CancelNotification, ContentBlock, CreateTerminalRequest, InitializeResponse,
     KillTerminalRequest, LoadSessionRequest, NewSessionRequest, PromptRequest, PromptResponse,
     ReadTextFileRequest, ReleaseTerminalRequest, RequestPermissionRequest, SessionId,
     SessionNotification, StopReason as AcpStopReason, TerminalOutputRequest, TextContent,
@@ -59,10 +61,13 @@ use crate::run::evidence::RunEvidence;
 use crate::run::grant::{start_broker, Granted};
 use crate::run::process_group::TERMINATE_GRACE;
 use crate::run::progress::report_output;
+use crate::run::secret_http::runs_root;
 use crate::run::stop::{RunStop, StopReason};
-use crate::{sandbox, AGENT_VERSION};
+use crate::sandbox;
 use client::Session;
 use continuation::{Load, Opening, Place, Recall};
+use handshake::describe;
+use outfit::{Fitting, Outfit};
 use process::AgentProcess;
 use terminals::{Launch, Terminals};
 use updates::cut_chars;
@@ -91,6 +96,9 @@ enum Turn {
     TimedOut,
     /// The agent exited, broke the protocol or refused to start a session; why.
     Failed(String),
+    /// The agent cannot start a session until the owner does something on this computer
+    /// (sign it in); what.
+    Blocked(String),
 }
 
 impl Engine for AcpEngine {
@@ -163,7 +171,15 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         writable,
         readable,
     };
-    let (agent, pipes) = match process::start(engine, &launch, lines.clone()) {
+    let fitting = Fitting {
+        launch: &launch,
+        job_network: job.spec.network,
+        home: guard.home(),
+        sockets: &runs_root(guard.data_dir()).join(format!("net-{}", job.id)),
+    };
+    let started = Outfit::fit(engine, &fitting)
+        .and_then(|outfit| Ok((process::start(&outfit, &launch, lines.clone())?, outfit)));
+    let ((agent, pipes), outfit) = match started {
         Ok(started) => started,
         Err(refusal) => {
             if let Some(evidence) = evidence {
@@ -190,10 +206,19 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         recall: &recall,
         stop,
         deadline,
+        sign_in: SignInPlace {
+            engine: &engine.name,
+            engine_env: &outfit.variable_names(),
+            hint: outfit.sign_in_command,
+        },
     };
     let turn = converse(&session, pipes, &conversation).await;
     let ended = end(agent, &session, &turn, stop).await;
     drop(broker);
+    if let Some(refused) = outfit.model_network.as_ref().and_then(|network| network.summary()) {
+        let _ = lines.send(refused).await;
+    }
+    drop(outfit);
     let (rest, final_message) = session.finish_transcript();
     for line in rest.into_iter().chain(ended.notes.iter().cloned()) {
         let _ = lines.send(line).await;
@@ -204,6 +229,7 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
             .await;
     }
     let choices = session.gate().unattended_choices();
+    let denied = session.denied();
     drop(session);
     drop(lines);
     // The reporter ends once every line is sent (or the lease is gone).
@@ -212,6 +238,7 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         turn,
         final_message,
         choices,
+        denied,
         exit: ended.status,
         stderr_tail: ended.stderr_tail,
         timeout_minutes: job.spec.timeout_minutes,
@@ -257,6 +284,7 @@ async fn end(agent: AgentProcess, session: &Session, turn: &Turn, stop: &RunStop
         _ if lease_gone => (Duration::ZERO, Duration::ZERO),
         Turn::Ended(_)
         | Turn::Failed(_)
+        | Turn::Blocked(_)
         | Turn::Stopped {
             cooperated: true, ..
         } => (EXIT_GRACE, TERMINATE_GRACE),
@@ -279,7 +307,20 @@ struct Conversation<'a> {
     recall: &'a Recall,
     stop: &'a RunStop,
     deadline: Instant,
+    sign_in: SignInPlace<'a>,
 }
+
+/// What signing the agent in goes by.
+#[derive(Debug, Clone, Copy)]
+struct SignInPlace<'a> {
+    /// The engine's name, for the `engine check` the owner is told to run.
+    engine: &'a str,
+    /// The names of the variables the agent was started with.
+    engine_env: &'a [String],
+    /// The engine's own sign-in command, when it is known.
+    hint: Option<&'a str>,
+}
+
 
 /// The conversation: connect, then [`talk`]. A broken transport is a failed turn.
 async fn converse(
@@ -439,9 +480,10 @@ async fn talk(
         recall,
         stop,
         deadline,
+        sign_in,
     } = *conversation;
     let opened = tokio::select! {
-        ready = open_session(cx, session, opening) => match ready {
+        ready = open_session(cx, session, opening, sign_in) => match ready {
             Ok(ready) => ready,
             Err(turn) => return turn,
         },
@@ -491,19 +533,25 @@ struct Opened {
     notes: Vec<String>,
 }
 
-/// `initialize`, then `session/load` of the session `opening` names when the agent can load
-/// one, else `session/new` in the job's folder; the failed turn when neither works.
+/// `initialize`, `authenticate` when the agent lists an `env_var` method whose variables the
+/// agent has, then `session/load` of the session `opening` names when the agent can load
+/// one, else `session/new` in the job's folder; the failed (or blocked) turn when neither
+/// works.
 async fn open_session(
     cx: &ConnectionTo<Agent>,
     session: &Session,
     opening: &Opening,
+    place: SignInPlace<'_>,
 ) -> Result<Opened, Turn> {
-    let agent = cx
-        .send_request(initialize_request())
-        .block_task()
-        .await
-        .map_err(|err| Turn::Failed(format!("the agent did not initialize: {}", describe(&err))))?;
-    check_version(&agent)?;
+    let introduced = handshake::initialize(cx).await.map_err(Turn::Failed)?;
+    handshake::check_version(&introduced.agent).map_err(Turn::Failed)?;
+    let methods = sign_in::methods(&introduced.raw);
+    if let Some(method) = sign_in::env_method(&methods, place.engine_env) {
+        sign_in::authenticate(cx, method)
+            .await
+            .map_err(Turn::Blocked)?;
+    }
+    let agent = introduced.agent;
     let mut notes = Vec::new();
     if let Some(load) = &opening.load {
         match load_session(cx, session, &agent, load).await {
@@ -522,7 +570,7 @@ async fn open_session(
         .send_request(NewSessionRequest::new(session.folder().to_path_buf()))
         .block_task()
         .await
-        .map_err(|err| Turn::Failed(session_refused(&agent, &err)))?;
+        .map_err(|err| session_refused(&methods, &err, place))?;
     session.started(new_session.session_id.clone());
     notes.extend(opening.note.map(str::to_owned));
     Ok(Opened {
@@ -588,62 +636,22 @@ fn prompt_ended(answered: Result<PromptResponse, agent_client_protocol::Error>) 
     }
 }
 
-/// What this computer offers the agent: exactly what [`client`] implements.
-fn initialize_request() -> InitializeRequest {
-    let capabilities = ClientCapabilities::new()
-        .fs(FileSystemCapabilities::new()
-            .read_text_file(true)
-            .write_text_file(true))
-        .terminal(true);
-    InitializeRequest::new(ProtocolVersion::V1)
-        .client_capabilities(capabilities)
-        .client_info(Implementation::new("tether-agent", AGENT_VERSION).title("Tether".to_owned()))
-}
-
-fn check_version(agent: &InitializeResponse) -> Result<(), Turn> {
-    if agent.protocol_version == ProtocolVersion::V1 {
-        return Ok(());
-    }
-    Err(Turn::Failed(format!(
-        "the agent speaks ACP version {}, this computer version 1",
-        serde_json::to_string(&agent.protocol_version).unwrap_or_default()
-    )))
-}
-
-/// Why `session/new` failed, in words; a sign-in the agent needs first is named as such.
-fn session_refused(agent: &InitializeResponse, err: &agent_client_protocol::Error) -> String {
+/// Why `session/new` failed: a sign-in the agent needs first blocks the run, naming the
+/// agent's methods and what to run on this computer.
+fn session_refused(
+    methods: &[sign_in::Method],
+    err: &agent_client_protocol::Error,
+    place: SignInPlace<'_>,
+) -> Turn {
     if err.code == agent_client_protocol::ErrorCode::AUTH_REQUIRED {
-        let methods: Vec<String> = agent
-            .auth_methods
-            .iter()
-            .filter_map(|method| serde_json::to_value(method).ok())
-            .filter_map(|method| {
-                method
-                    .get("name")
-                    .and_then(|name| name.as_str())
-                    .map(str::to_owned)
-            })
-            .collect();
-        return format!(
-            "the agent needs a sign-in first ({}); sign it in on this computer, then run the job again",
-            if methods.is_empty() { "no method named".to_owned() } else { methods.join(", ") }
-        );
+        return Turn::Blocked(sign_in::needed(
+            place.engine,
+            methods,
+            place.engine_env,
+            place.hint,
+        ));
     }
-    format!("the agent did not start a session: {}", describe(err))
-}
-
-/// An SDK error in words; the agent going away is said so.
-fn describe(err: &agent_client_protocol::Error) -> String {
-    if agent_client_protocol::is_incoming_transport_closed(err)
-        || agent_client_protocol::is_connection_terminated(err)
-    {
-        return "the agent exited".to_owned();
-    }
-    let mut text = err.message.clone();
-    if let Some(data) = &err.data {
-        text.push_str(&format!(" ({data})"));
-    }
-    text
+    Turn::Failed(format!("the agent did not start a session: {}", describe(err)))
 }
 
 /// Everything the completion is made of.
@@ -652,6 +660,8 @@ struct Completion {
     turn: Turn,
     final_message: String,
     choices: Vec<String>,
+    /// What the gate refused during the turn, in order.
+    denied: Vec<String>,
     exit: Option<ExitStatus>,
     stderr_tail: Vec<String>,
     timeout_minutes: u32,
@@ -665,7 +675,7 @@ fn completion(done: Completion) -> Result<CompleteParams, StopReason> {
         return Err(reason);
     }
     let (outcome, summary, stop_reason) = match &done.turn {
-        Turn::Ended(reason) => ended_with(*reason, &done.final_message),
+        Turn::Ended(reason) => ended_with(*reason, &done.final_message, &done.denied),
         Turn::Stopped {
             reason: StopReason::Cancel,
             cooperated,
@@ -695,6 +705,7 @@ fn completion(done: Completion) -> Result<CompleteParams, StopReason> {
             }
             (Outcome::Failed, failure(why, &done), None)
         }
+        Turn::Blocked(why) => return Ok(blocked(why.clone())),
     };
     let mut summary = summary;
     if !done.choices.is_empty() {
@@ -708,6 +719,7 @@ fn completion(done: Completion) -> Result<CompleteParams, StopReason> {
         "engine": "acp",
         "stopReason": stop_reason,
         "unattendedChoices": done.choices,
+        "denied": done.denied,
     });
     Ok(CompleteParams {
         outcome,
@@ -719,9 +731,13 @@ fn completion(done: Completion) -> Result<CompleteParams, StopReason> {
     })
 }
 
+/// The outcome of a turn the agent ended with `reason`. A turn it ended after the gate
+/// refused something did not do what it was asked, however the agent words it: `blocked`,
+/// naming what was denied.
 fn ended_with(
     reason: AcpStopReason,
     final_message: &str,
+    denied: &[String],
 ) -> (Outcome, String, Option<&'static str>) {
     let said = |prefix: &str| {
         if final_message.is_empty() {
@@ -730,6 +746,14 @@ fn ended_with(
             format!("{prefix}: {final_message}")
         }
     };
+    let word = stop_word(reason);
+    let gave_up = matches!(
+        reason,
+        AcpStopReason::EndTurn | AcpStopReason::Cancelled | AcpStopReason::Refusal
+    );
+    if let (true, Some(first)) = (gave_up, denied.first()) {
+        return (Outcome::Blocked, after_denial(first, denied.len(), final_message), word);
+    }
     match reason {
         AcpStopReason::EndTurn => {
             let summary = if final_message.is_empty() {
@@ -739,9 +763,10 @@ fn ended_with(
             };
             (Outcome::Succeeded, summary, Some("end_turn"))
         }
+        // Not the owner's Cancel (that is `Turn::Stopped`): the agent gave up on its own.
         AcpStopReason::Cancelled => (
-            Outcome::Cancelled,
-            said("the agent cancelled its turn"),
+            Outcome::Failed,
+            said("the agent cancelled its turn itself"),
             Some("cancelled"),
         ),
         AcpStopReason::Refusal => (
@@ -767,6 +792,31 @@ fn ended_with(
             None,
         ),
     }
+}
+
+/// The stop reason as ACP spells it, for the report.
+fn stop_word(reason: AcpStopReason) -> Option<&'static str> {
+    match reason {
+        AcpStopReason::EndTurn => Some("end_turn"),
+        AcpStopReason::Cancelled => Some("cancelled"),
+        AcpStopReason::Refusal => Some("refusal"),
+        AcpStopReason::MaxTokens => Some("max_tokens"),
+        AcpStopReason::MaxTurnRequests => Some("max_turn_requests"),
+        _ => None,
+    }
+}
+
+/// "stopped after you denied: FIRST [and N more]", then the agent's last message.
+fn after_denial(first: &str, count: usize, final_message: &str) -> String {
+    let mut summary = format!("stopped after you denied: {first}");
+    if count > 1 {
+        summary.push_str(&format!(" and {} more", count - 1));
+    }
+    if !final_message.is_empty() {
+        summary.push('\n');
+        summary.push_str(final_message);
+    }
+    summary
 }
 
 /// A failed turn's summary: why, how the agent ended, what it last said on stderr.
@@ -813,6 +863,7 @@ mod tests {
             turn,
             final_message: "I fixed the tests.".to_owned(),
             choices: Vec::new(),
+            denied: Vec::new(),
             exit: None,
             stderr_tail: Vec::new(),
             timeout_minutes: 7,
@@ -857,9 +908,13 @@ mod tests {
                 .map(|(o, s)| (o, s.contains("max_turn_requests"))),
             Ok((Outcome::Failed, true))
         );
+        // The agent's own cancel is not the owner's: it failed to do the job.
         assert_eq!(
-            check(done(Turn::Ended(AcpStopReason::Cancelled))).map(|(o, _)| o),
-            Ok(Outcome::Cancelled)
+            check(done(Turn::Ended(AcpStopReason::Cancelled))),
+            ok(
+                Outcome::Failed,
+                "the agent cancelled its turn itself: I fixed the tests."
+            )
         );
         assert_eq!(
             check(done(Turn::TimedOut)),
@@ -916,6 +971,7 @@ mod tests {
                 "engine": "acp",
                 "stopReason": "end_turn",
                 "unattendedChoices": ["allowed without asking: Run `make`?"],
+                "denied": [],
             }))
         );
     }
@@ -930,6 +986,7 @@ mod tests {
             name: "agent".into(),
             program: program.into(),
             args: args.iter().map(|arg| (*arg).to_owned()).collect(),
+            ..AcpEngine::default()
         };
         let folder = |path: std::path::PathBuf| SharedFolder {
             label: "work".into(),
@@ -958,14 +1015,96 @@ mod tests {
     }
 
     #[test]
-    fn the_client_offers_exactly_what_it_implements() {
-        let request = serde_json::to_value(initialize_request()).unwrap_or_default();
-        assert_eq!(request["protocolVersion"], json!(1));
+    fn a_turn_ended_after_a_denial_is_blocked_naming_it() {
+        let denied = |reason, titles: &[&str]| {
+            let mut turn = done(Turn::Ended(reason));
+            turn.denied = titles.iter().map(|title| (*title).to_owned()).collect();
+            check(turn)
+        };
         assert_eq!(
-            request["clientCapabilities"]["fs"],
-            json!({"readTextFile": true, "writeTextFile": true})
+            denied(AcpStopReason::EndTurn, &["Write notes.md"]),
+            Ok((
+                Outcome::Blocked,
+                "stopped after you denied: Write notes.md\nI fixed the tests.".to_owned()
+            ))
         );
-        assert_eq!(request["clientCapabilities"]["terminal"], json!(true));
-        assert_eq!(request["clientInfo"]["name"], json!("tether-agent"));
+        for reason in [AcpStopReason::Cancelled, AcpStopReason::Refusal] {
+            assert_eq!(
+                denied(reason, &["Write notes.md", "$ make", "read .env.local"]),
+                Ok((
+                    Outcome::Blocked,
+                    "stopped after you denied: Write notes.md and 2 more\nI fixed the tests."
+                        .to_owned()
+                ))
+            );
+        }
+        let mut silent = done(Turn::Ended(AcpStopReason::EndTurn));
+        silent.denied = vec!["$ make".to_owned()];
+        silent.final_message.clear();
+        assert_eq!(
+            check(silent),
+            Ok((Outcome::Blocked, "stopped after you denied: $ make".to_owned()))
+        );
+        // A limit reached is a failure of its own; the owner's Cancel stays a cancel.
+        assert_eq!(
+            denied(AcpStopReason::MaxTokens, &["$ make"]).map(|(o, _)| o),
+            Ok(Outcome::Failed)
+        );
+        let mut cancelled = done(Turn::Stopped {
+            reason: StopReason::Cancel,
+            cooperated: true,
+        });
+        cancelled.denied = vec!["$ make".to_owned()];
+        assert_eq!(check(cancelled).map(|(o, _)| o), Ok(Outcome::Cancelled));
+    }
+
+    #[test]
+    fn the_report_lists_what_was_denied() {
+        let mut turn = done(Turn::Ended(AcpStopReason::EndTurn));
+        turn.denied = vec!["Write notes.md".to_owned()];
+        let report = completion(turn).ok().and_then(|params| params.report);
+        assert_eq!(
+            report.map(|report| report["denied"].clone()),
+            Some(json!(["Write notes.md"]))
+        );
+    }
+
+    #[test]
+    fn a_sign_in_needed_is_blocked_not_failed() {
+        let place = SignInPlace {
+            engine: "claude",
+            engine_env: &[],
+            hint: Some("claude /login"),
+        };
+        let methods = sign_in::methods(&json!({"authMethods": [
+            {"id": "claude-login", "name": "Log in with Claude Code",
+             "description": "Run `claude /login` in the terminal"}
+        ]}));
+        let auth = agent_client_protocol::Error::new(
+            agent_client_protocol::ErrorCode::AUTH_REQUIRED,
+            "Authentication required".to_owned(),
+        );
+        let turn = session_refused(&methods, &auth, place);
+        let Turn::Blocked(why) = &turn else {
+            panic!("{turn:?}");
+        };
+        assert!(
+            why.contains("Log in with Claude Code (Run `claude /login` in the terminal)")
+                && why.contains("run `claude /login` on this computer")
+                && why.contains("`tether-agent engine check claude`"),
+            "{why}"
+        );
+        assert_eq!(
+            check(done(turn)).map(|(o, _)| o),
+            Ok(Outcome::Blocked)
+        );
+        let other = agent_client_protocol::Error::new(
+            agent_client_protocol::ErrorCode::INTERNAL_ERROR,
+            "boom".to_owned(),
+        );
+        assert_eq!(
+            session_refused(&methods, &other, place),
+            Turn::Failed("the agent did not start a session: boom".to_owned())
+        );
     }
 }

@@ -1,12 +1,11 @@
 //! The coding agent's process: started through the same confinement layer as recipes, in
-//! the job's folder, with the job's network choice and environment.
+//! the job's folder, as its [`Outfit`] says (its own home, variables, keys and network).
 //!
 //! Its stdin is a pipe this process writes ACP to (the launcher passes it through,
 //! [`sandbox::Input::Pipe`]); its stdout carries ACP back; its stderr goes to the job's
 //! output, and the last lines of it explain a failure.
 
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -16,8 +15,8 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::outfit::Outfit;
 use super::terminals::Launch;
-use crate::local::state::AcpEngine;
 use crate::run::process_group;
 use crate::sandbox;
 
@@ -63,43 +62,35 @@ pub struct Pipes {
     pub input: ChildStdin,
 }
 
-/// Starts `engine` confined as `launch` says.
+/// Starts the engine confined as `outfit` says, in `launch`'s folder.
 ///
 /// # Errors
 /// The sandbox's refusal, or why the process or its input could not be set up.
 pub fn start(
-    engine: &AcpEngine,
+    outfit: &Outfit,
     launch: &Launch,
     lines: mpsc::Sender<String>,
 ) -> Result<(AgentProcess, Pipes), String> {
-    let argv: Vec<String> = std::iter::once(engine.program.clone())
-        .chain(engine.args.iter().cloned())
-        .collect();
     let policy = sandbox::Policy {
         work_folder: launch.folder.clone(),
-        writable: launch.writable.clone(),
-        readable: launch
-            .readable
-            .iter()
-            .cloned()
-            .chain(program_file(&engine.program))
-            .collect(),
+        writable: outfit.writable.clone(),
+        readable: outfit.readable.clone(),
         denied: Vec::new(),
-        network: launch.network,
-        env: launch.env.clone(),
+        network: outfit.network,
+        env: outfit.env.clone(),
     };
     let start = sandbox::Start {
-        argv,
+        argv: outfit.argv.clone(),
         cwd: None,
         stdin: sandbox::Input::Pipe,
     };
     let mut prepared = sandbox::current()
-        .prepare(&launch.guard, &policy, &start)
+        .prepare_forwarded(&outfit.guard, &policy, &start, &outfit.forwards)
         .map_err(|refused| refused.0)?;
     let mut child = prepared
         .command
         .spawn()
-        .map_err(|err| format!("could not start {:?}: {err}", engine.program))?;
+        .map_err(|err| format!("could not start {:?}: {err}", outfit.argv.first()))?;
     let pgid = child.id().unwrap_or(0);
     let input = child
         .stdin
@@ -167,16 +158,6 @@ impl AgentProcess {
         }
         (status, self.prepared.finish())
     }
-}
-
-/// The engine's program, made readable inside the sandbox when it is named by path (a
-/// program found on `PATH` lives in system or toolchain folders the sandbox already shows).
-fn program_file(program: &str) -> Option<PathBuf> {
-    let path = Path::new(program);
-    if !path.is_absolute() {
-        return None;
-    }
-    path.canonicalize().ok()
 }
 
 /// Sends each stderr line to the job's output. A line longer than the protocol's limit is
