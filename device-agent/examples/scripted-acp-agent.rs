@@ -30,6 +30,11 @@
 //! made by an earlier process is taken on its word), replaying one agent message
 //! ([`REPLAYED`]) before it answers; another id is refused.
 //!
+//! With `--auth VAR` it lists two sign-in methods, `scripted-key` (`type: env_var`, reading
+//! `VAR`) and `scripted-login` (no type: a sign-in the agent handles), and refuses
+//! `session/new` with `auth_required` until `authenticate` of `scripted-key` succeeded, which
+//! it does only when `VAR` is set in its environment.
+//!
 //! What each call answered goes to stderr as `scripted: STEP JSON`, one line each, so a test
 //! reads it in the job's output (`stderr: scripted: …`); `scripted: pid N` comes first, and
 //! `scripted: prompt {"text": …}` names the prompt received.
@@ -41,7 +46,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    AgentCapabilities, CancelNotification, ContentBlock, ContentChunk, CreateTerminalRequest,
+    AgentCapabilities, AuthenticateRequest, AuthenticateResponse, CancelNotification, ContentBlock, ContentChunk, CreateTerminalRequest,
     EnvVariable, Implementation, InitializeRequest, InitializeResponse, KillTerminalRequest,
     LoadSessionRequest, LoadSessionResponse, NewSessionRequest, NewSessionResponse,
     PermissionOption, PermissionOptionKind, Plan, PromptRequest, PromptResponse,
@@ -51,7 +56,7 @@ use agent_client_protocol::v1::schema::{
     WriteTextFileRequest,
 };
 use agent_client_protocol::v1::ConnectionTo;
-use agent_client_protocol::{Agent, Client};
+use agent_client_protocol::{Agent, Client, JsonRpcMessage, JsonRpcRequest, UntypedMessage};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::watch;
@@ -112,6 +117,10 @@ struct State {
     script: Option<String>,
     /// Whether `loadSession` is advertised.
     load_session: bool,
+    /// The variable of the `env_var` sign-in, when one is required.
+    auth: Option<String>,
+    /// Set once `authenticate` succeeded.
+    signed_in: Mutex<bool>,
     /// The session's id: made by `session/new`, or the one `session/load` named.
     session: Mutex<SessionId>,
     /// Set once a session was loaded.
@@ -131,10 +140,61 @@ const SESSION_PREFIX: &str = "scripted-session-";
 /// The agent message replayed while a session loads: never to be shown as new output.
 const REPLAYED: &str = "Replayed from the earlier session.";
 
-/// The command line: `[--script FILE] [--load-session]`.
+/// The command line: `[--script FILE] [--load-session] [--auth VAR]`.
 struct Options {
     script: Option<String>,
     load_session: bool,
+    auth: Option<String>,
+}
+
+/// `initialize`, read and answered as raw JSON: the typed answer cannot hold an `env_var`
+/// sign-in method.
+#[derive(Debug, Clone)]
+struct RawInitialize(Value);
+
+impl JsonRpcMessage for RawInitialize {
+    fn matches_method(method: &str) -> bool {
+        method == "initialize"
+    }
+
+    fn method(&self) -> &str {
+        "initialize"
+    }
+
+    fn to_untyped_message(&self) -> Result<UntypedMessage, agent_client_protocol::Error> {
+        UntypedMessage::new("initialize", &self.0)
+    }
+
+    fn parse_message(
+        method: &str,
+        params: &Value,
+    ) -> Result<Self, agent_client_protocol::Error> {
+        if !Self::matches_method(method) {
+            return Err(agent_client_protocol::Error::method_not_found());
+        }
+        Ok(RawInitialize(params.clone()))
+    }
+}
+
+impl JsonRpcRequest for RawInitialize {
+    type Response = Value;
+}
+
+/// The answer to `initialize`, with the sign-in methods `--auth` asks for.
+fn introduction(load_session: bool, auth: Option<&str>) -> Value {
+    let typed = InitializeResponse::new(ProtocolVersion::V1)
+        .agent_capabilities(AgentCapabilities::new().load_session(load_session))
+        .agent_info(Implementation::new("scripted-acp-agent", "1.0.0"));
+    let mut answer = serde_json::to_value(typed).unwrap_or_else(|_| json!({"protocolVersion": 1}));
+    if let Some(var) = auth {
+        answer["authMethods"] = json!([
+            {"type": "env_var", "id": "scripted-key", "name": format!("Use {var}"),
+             "description": format!("Reads {var}"), "vars": [{"name": var}]},
+            {"id": "scripted-login", "name": "Log in to the scripted agent",
+             "description": "Run `scripted-acp-agent login` in the terminal"}
+        ]);
+    }
+    answer
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -143,6 +203,8 @@ async fn main() -> Result<(), agent_client_protocol::Error> {
     let state = Arc::new(State {
         script: options.script,
         load_session: options.load_session,
+        auth: options.auth,
+        signed_in: Mutex::new(false),
         session: Mutex::new(SessionId::new(new_session_id())),
         loaded: Mutex::new(false),
         cwd: Mutex::new(PathBuf::from(".")),
@@ -155,15 +217,34 @@ async fn main() -> Result<(), agent_client_protocol::Error> {
         .name("scripted-acp-agent")
         .on_receive_request(
             {
-                let load_session = state.load_session;
-                async move |request: InitializeRequest, responder, _cx: ConnectionTo<Client>| {
+                let state = state.clone();
+                async move |request: RawInitialize, responder, _cx: ConnectionTo<Client>| {
+                    let request: InitializeRequest = serde_json::from_value(request.0)?;
                     report("initialize", json!(request.client_capabilities));
                     report("pid", json!(std::process::id()));
-                    responder.respond(
-                        InitializeResponse::new(ProtocolVersion::V1)
-                            .agent_capabilities(AgentCapabilities::new().load_session(load_session))
-                            .agent_info(Implementation::new("scripted-acp-agent", "1.0.0")),
-                    )
+                    responder.respond(introduction(state.load_session, state.auth.as_deref()))
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let state = state.clone();
+                async move |request: AuthenticateRequest, responder, _cx: ConnectionTo<Client>| {
+                    let method = request.method_id.0.to_string();
+                    let has_key = state
+                        .auth
+                        .as_ref()
+                        .is_some_and(|var| std::env::var_os(var).is_some());
+                    report("authenticate", json!({ "methodId": method, "hasKey": has_key }));
+                    if method != "scripted-key" || !has_key {
+                        return responder.respond_with_error(
+                            agent_client_protocol::Error::invalid_params()
+                                .data(json!("no key in the environment")),
+                        );
+                    }
+                    *lock(&state.signed_in) = true;
+                    responder.respond(AuthenticateResponse::new())
                 }
             },
             agent_client_protocol::on_receive_request!(),
@@ -172,6 +253,11 @@ async fn main() -> Result<(), agent_client_protocol::Error> {
             {
                 let state = state.clone();
                 async move |request: NewSessionRequest, responder, _cx: ConnectionTo<Client>| {
+                    if state.auth.is_some() && !*lock(&state.signed_in) {
+                        report("session/new", json!({ "error": "auth_required" }));
+                        return responder
+                            .respond_with_error(agent_client_protocol::Error::auth_required());
+                    }
                     let session = state.session();
                     report(
                         "session/new",
@@ -245,6 +331,7 @@ fn options() -> Result<Options, agent_client_protocol::Error> {
     let mut options = Options {
         script: None,
         load_session: false,
+        auth: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut rest = args.as_slice();
@@ -255,6 +342,10 @@ fn options() -> Result<Options, agent_client_protocol::Error> {
                 options.load_session = true;
                 rest = tail;
             }
+            [flag, var, tail @ ..] if flag == "--auth" => {
+                options.auth = Some(var.clone());
+                rest = tail;
+            }
             [flag, path, tail @ ..] if flag == "--script" => {
                 let script = std::fs::read_to_string(path)
                     .map_err(agent_client_protocol::Error::into_internal_error)?;
@@ -263,7 +354,7 @@ fn options() -> Result<Options, agent_client_protocol::Error> {
             }
             _ => {
                 return Err(agent_client_protocol::Error::invalid_params().data(json!(
-                    "usage: scripted-acp-agent [--script FILE] [--load-session]"
+                    "usage: scripted-acp-agent [--script FILE] [--load-session] [--auth VAR]"
                 )))
             }
         }

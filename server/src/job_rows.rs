@@ -963,6 +963,7 @@ impl EventRow {
             at: to_time(self.at),
             kind: self.kind,
             text: self.text,
+            entry: None,
         }
     }
 }

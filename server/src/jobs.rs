@@ -345,7 +345,8 @@ pub async fn get(store: &Store, account_id: &AccountId, job_id: &JobId) -> Resul
     let row = job_rows::read_for_account(store, account_id, job_id)
         .await?
         .ok_or_else(|| ApiError::not_found("job"))?;
-    let events = job_rows::events(store, job_id).await?;
+    let mut events = job_rows::events(store, job_id).await?;
+    crate::timeline::read_all(&mut events);
     let mut job = row.into_job(events)?;
     job.evidence = evidence::list(store, account_id, job_id).await?;
     job.decisions = decisions::for_job(store, account_id, job_id).await?;

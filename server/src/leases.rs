@@ -10,7 +10,7 @@
 //! `not_found`), and only the holder of the current, unexpired lease moves a run forward.
 
 use serde_json::json;
-use tether_protocol::capabilities::Capabilities;
+use tether_protocol::capabilities::{Capabilities, EngineCheck};
 use tether_protocol::changes::Changes;
 use tether_protocol::devices::{
     HeartbeatParams, HeartbeatResponse, HeldLease, Intervals, LeaseStatus,
@@ -59,8 +59,14 @@ impl TryFrom<HeartbeatParams> for Heartbeat {
                 "at most 100 runs per heartbeat.",
             ));
         }
+        let mut capabilities = params.capabilities;
+        // An engine check is advice from the device: kept, but cut to its bounds, so a
+        // hostile device cannot store megabytes in it.
+        for engine in &mut capabilities.engines {
+            engine.check = engine.check.take().map(EngineCheck::bounded);
+        }
         Ok(Heartbeat {
-            capabilities: params.capabilities,
+            capabilities,
             running: params.running,
         })
     }

@@ -52,6 +52,7 @@ pub mod secrets;
 pub mod store;
 pub mod sweeper;
 pub mod telemetry;
+pub mod timeline;
 
 pub use clock::Clock;
 pub use config::Config;

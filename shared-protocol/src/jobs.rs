@@ -176,6 +176,51 @@ pub struct JobEvent {
     /// `system` (what the server recorded: claimed, interrupted, cancel requested).
     pub kind: String,
     pub text: String,
+    /// Where the line goes on the job page's timeline, read by the server from this line
+    /// and the ones before it, so a page that appends lines as they come shows what a
+    /// reload shows. Absent where the server does not read it (lists, older servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<EventEntry>,
+}
+
+/// A line's place on the timeline: what it is, and which earlier line it adds to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventEntry {
+    pub kind: EntryKind,
+    /// The `seq` of the line this one belongs to: a plan's `plan:` line for its steps, a
+    /// tool call's first line for its later status, a command's `$` line for its output
+    /// and exit. Absent for a line that starts an entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<i64>,
+}
+
+/// What a line of a run is, as the job page shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    /// What the coding agent said.
+    Message,
+    /// The agent's plan (`plan:`), or one of its steps.
+    Plan,
+    /// A tool call and its status (`tool: …`).
+    Tool,
+    /// A command the agent started (`$ …`), or its output and exit (`term-N: …`).
+    Command,
+    /// What the agent printed on its own stderr (`stderr: …`).
+    Stderr,
+    /// Something the computer refused (`refused: …`).
+    Refused,
+    /// What the computer noted: the agent's name, an allowed action, a file written.
+    Note,
+    /// What the run says it is doing (`status` lines).
+    Status,
+    /// The server's line that the run asked a question and waits for the answer.
+    Asked,
+    /// What the server recorded.
+    System,
+    /// Any other line the run printed.
+    Output,
 }
 
 /// How a job ended, as the device (or the sweeper) recorded it.

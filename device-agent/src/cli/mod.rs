@@ -199,6 +199,14 @@ pub enum EngineCommand {
     List,
     /// Remove an engine.
     Remove { name: String },
+    /// Start an engine as a run would, in a folder made for the check, and say whether a
+    /// session starts (kept and shown on the Computers page). Exits 1 when it does not.
+    Check {
+        name: String,
+        /// Print the check as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -377,6 +385,9 @@ async fn apply(cli: Cli, shutdown: impl Future) -> Result<i32> {
         }
         Command::Folders { command } => apply_folders(&data_dir, command),
         Command::Recipe { command } => apply_recipes(&data_dir, command),
+        Command::Engine {
+            command: EngineCommand::Check { name, json },
+        } => check_engine(&data_dir, &name, json).await,
         Command::Engine { command } => apply_engines(&data_dir, command),
         Command::Secrets { command } => apply_secrets(&data_dir, command),
         Command::Github { command } => github::apply(&data_dir, command),
@@ -781,8 +792,28 @@ fn apply_engines(data_dir: &DataDir, command: EngineCommand) -> Result<i32> {
             data_dir.save_config(&config)?;
             println!("Removed engine {:?}", engine.name);
         }
+        EngineCommand::Check { name, .. } => {
+            anyhow::bail!("checking the engine {name:?} needs the agent's runtime")
+        }
     }
     Ok(0)
+}
+
+/// `engine check NAME`: the check is kept for the heartbeat to publish, then printed.
+async fn check_engine(data_dir: &DataDir, name: &str, json: bool) -> Result<i32> {
+    let config = data_dir.load_or_init_config()?;
+    let Some(engine) = config.acp_engine(name) else {
+        anyhow::bail!("there is no ACP engine named {name:?} (see `tether-agent engine list`)");
+    };
+    sandbox::install_guard(crate::policy::guard::Guard::for_user(data_dir.root()));
+    let check = crate::engines::acp::check::check(engine).await;
+    crate::local::engine_checks::save(data_dir, name, &check)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&check)?);
+    } else {
+        print!("{}", crate::engines::acp::check::render_check(name, &check));
+    }
+    Ok(if check.ok { 0 } else { 1 })
 }
 
 fn parse_preset(name: &str) -> Result<PresetName, String> {

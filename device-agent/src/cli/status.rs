@@ -52,6 +52,9 @@ pub struct EngineStatus {
     pub command: String,
     /// `false` for an ACP engine a recipe of the same name hides (the recipe runs).
     pub published: bool,
+    /// An ACP engine's preset, network, variables (names), secrets and sign-in, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settings: Option<String>,
 }
 
 /// Gathers the status from the data dir.
@@ -94,12 +97,14 @@ pub fn engines_of(config: &Config) -> Vec<EngineStatus> {
         kind: EngineKind::Recipe,
         command: command_line(recipe),
         published: true,
+        settings: None,
     });
     let agents = config.engines.iter().map(|engine| EngineStatus {
         name: engine.name.clone(),
         kind: EngineKind::Acp,
         command: crate::local::acp_engines::command_line(engine),
         published: crate::local::acp_engines::selected(config, &engine.name).is_some(),
+        settings: Some(crate::local::acp_engines::settings_line(engine)),
     });
     recipes.chain(agents).collect()
 }
@@ -174,7 +179,7 @@ pub fn render(report: &StatusReport) -> String {
 
 pub fn render_engines(engines: &[EngineStatus]) -> String {
     if engines.is_empty() {
-        return "Engines: none (add a recipe with `tether-agent recipe add NAME -- PROGRAM [ARGS...]` or a coding agent with `tether-agent engine add NAME --acp -- PROGRAM [ARGS...]`)\n".to_owned();
+        return "Engines: none (add a recipe with `tether-agent recipe add NAME -- PROGRAM [ARGS...]`, a coding agent with `tether-agent engine add NAME --preset claude-code|codex|gemini|qwen`, or any other with `--acp -- PROGRAM [ARGS...]`)\n".to_owned();
     }
     let mut out = "Engines:\n".to_owned();
     for engine in engines {
@@ -192,6 +197,9 @@ pub fn render_engines(engines: &[EngineStatus]) -> String {
             "  {:<20} {kind:<7} {}{hidden}",
             engine.name, engine.command
         );
+        if let Some(settings) = &engine.settings {
+            let _ = writeln!(out, "  {:<20} {:<7} {settings}", "", "");
+        }
     }
     out
 }
@@ -344,7 +352,10 @@ mod tests {
         assert_eq!(json["trusted"], serde_json::json!(["/home/me/code/app"]));
         assert_eq!(
             json["engines"][1],
-            serde_json::json!({"name": "claude", "kind": "acp", "command": "npx claude-code-acp", "published": true})
+            serde_json::json!({
+                "name": "claude", "kind": "acp", "command": "npx claude-code-acp", "published": true,
+                "settings": "network as the job says",
+            })
         );
 
         let fresh: Config = serde_json::from_value(serde_json::json!({"installId": "i"}))

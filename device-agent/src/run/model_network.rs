@@ -161,6 +161,15 @@ impl Drop for ModelNetwork {
     }
 }
 
+/// A new folder for one run's sockets: `<data dir>-runs/model-<random>/` (beside the data
+/// dir runs never see, cleared with the brokers' sockets at the daemon's start).
+pub fn run_folder(data_dir: &Path) -> PathBuf {
+    let mut raw = [0u8; 9];
+    rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut raw);
+    let name: String = raw.iter().map(|byte| format!("{byte:02x}")).collect();
+    crate::run::secret_http::runs_root(data_dir).join(format!("model-{name}"))
+}
+
 /// The refused connections.
 #[derive(Default)]
 struct Tally {
@@ -556,6 +565,23 @@ mod tests {
 
         drop(network);
         assert!(!proxy.exists() && !dir.exists());
+    }
+
+    #[tokio::test]
+    async fn stale_run_folders_are_cleared() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
+        let data_dir = tmp.path().join("data");
+        let folder = run_folder(&data_dir);
+        assert!(
+            folder.starts_with(tmp.path().join("data-runs")),
+            "{folder:?}"
+        );
+        let network = ModelNetwork::start(&[origin("https://model.invalid")], &folder)
+            .unwrap_or_else(|err| panic!("{err}"));
+        std::mem::forget(network);
+        assert!(folder.join("proxy.sock").exists());
+        crate::run::secret_http::clear_stale(&data_dir);
+        assert!(!folder.exists());
     }
 
     #[tokio::test]

@@ -308,14 +308,26 @@ pub fn runs_root(data_dir: &Path) -> PathBuf {
     data_dir.with_file_name(format!("{name}-runs"))
 }
 
-/// Removes the sockets in `<data dir>-runs` (called by a daemon holding the run lock, before
-/// any run starts, so every one there was left by an earlier process).
+/// Removes the sockets in `<data dir>-runs` and its runs' folders (called by a daemon
+/// holding the run lock, before any run starts, so every one there was left by an earlier
+/// process).
 pub fn clear_stale(data_dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(runs_root(data_dir)) else {
+    remove_sockets(&runs_root(data_dir), 1);
+}
+
+/// Removes the `.sock` files in `folder`, then in its subfolders to `depth`, and the
+/// subfolders left empty.
+fn remove_sockets(folder: &Path, depth: usize) {
+    let Ok(entries) = std::fs::read_dir(folder) else {
         return;
     };
-    for path in entries.filter_map(|entry| entry.ok().map(|entry| entry.path())) {
-        if path.extension().is_some_and(|ext| ext == "sock") {
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let is_dir = entry.file_type().is_ok_and(|kind| kind.is_dir());
+        if is_dir && depth > 0 {
+            remove_sockets(&path, depth - 1);
+            let _ = std::fs::remove_dir(&path);
+        } else if path.extension().is_some_and(|ext| ext == "sock") {
             let _ = std::fs::remove_file(path);
         }
     }

@@ -101,7 +101,10 @@ impl Computer {
             .join(" ");
         assert_eq!(
             status["engines"],
-            json!([{"name": "scripted", "kind": "acp", "command": shown, "published": true}])
+            json!([{
+                "name": "scripted", "kind": "acp", "command": shown, "published": true,
+                "settings": "network as the job says",
+            }])
         );
         let said = agent_ok(home.path(), &["status"]).await;
         assert!(

@@ -11,6 +11,7 @@ mod acp;
 mod browser;
 mod changes;
 mod chromium;
+mod coding_agents;
 mod confined;
 mod decisions;
 mod delivery;
@@ -19,6 +20,8 @@ mod evidence;
 mod folders;
 mod git_assign;
 mod installable;
+#[path = "../support/model_server.rs"]
+mod model_server;
 mod phone;
 #[path = "../../../server/tests/support/postgres.rs"]
 mod postgres;

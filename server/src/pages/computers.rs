@@ -3,7 +3,7 @@
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use maud::{html, Markup};
-use tether_protocol::capabilities::{Capabilities, EngineKind, SandboxStrength};
+use tether_protocol::capabilities::{Capabilities, EngineCheck, EngineKind, SandboxStrength};
 use tether_protocol::devices::Device;
 use tether_protocol::jobs::{Job, JobState};
 use tether_protocol::secrets::SavedName;
@@ -97,7 +97,7 @@ fn device_card(
                 (presence_text(device, now))
             }
             @match &device.capabilities {
-                Some(capabilities) => (reported(capabilities)),
+                Some(capabilities) => (reported(capabilities, now)),
                 None => p.muted { "It has not reported what it can do yet: start " code { "tether-agent run" } " on it." },
             }
             div data-field="current" {
@@ -146,7 +146,7 @@ pub fn presence_text(device: &Device, now: DateTime<Utc>) -> String {
 }
 
 /// What the computer's last report says: agent, sandbox, folders, engines, git.
-fn reported(capabilities: &Capabilities) -> Markup {
+fn reported(capabilities: &Capabilities, now: DateTime<Utc>) -> Markup {
     let strength = strength_name(capabilities.sandbox.strength);
     html! {
         dl.facts {
@@ -182,6 +182,9 @@ fn reported(capabilities: &Capabilities) -> Markup {
                 @for (idx, engine) in capabilities.engines.iter().enumerate() {
                     @if idx > 0 { ", " }
                     code { (engine.name) } " " span.muted { "(" (engine_kind_name(engine.kind)) ")" }
+                    @if engine.kind == EngineKind::Acp {
+                        " " span.muted.engine-check { (engine_check_words(engine.check.as_ref(), now)) }
+                    }
                 }
             }
             @if let Some(git) = &capabilities.git {
@@ -195,6 +198,23 @@ fn reported(capabilities: &Capabilities) -> Markup {
             }
         }
     }
+}
+
+/// An ACP engine's last `engine check` in words: "checked 5 min ago: ok, Claude Code
+/// 0.16.2", the problem, or "never checked".
+fn engine_check_words(check: Option<&EngineCheck>, now: DateTime<Utc>) -> String {
+    let Some(check) = check else {
+        return "· never checked".to_owned();
+    };
+    let when = DateTime::<Utc>::from_timestamp_millis(check.checked_at)
+        .map_or_else(|| "checked".to_owned(), |at| format!("checked {}", ago(at, now)));
+    let what = match (&check.problem, &check.agent) {
+        (Some(problem), _) if !check.ok => format!("not ok, {problem}"),
+        (_, Some(agent)) => format!("ok, {} {}", agent.name, agent.version),
+        _ if check.ok => "ok".to_owned(),
+        _ => "not ok".to_owned(),
+    };
+    format!("· {when}: {what}")
 }
 
 /// An engine's kind in words.

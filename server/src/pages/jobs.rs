@@ -7,6 +7,7 @@ use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
 use maud::{html, Markup};
 use serde::Deserialize;
+use tether_protocol::decisions::DecisionState;
 use tether_protocol::devices::Device;
 use tether_protocol::jobs::{Job, JobState};
 use tether_protocol::{Code, DeviceId, JobId};
@@ -16,6 +17,7 @@ use super::delivery::{asked_text, delivery_section};
 use super::follow_up::{chain, next_steps, Linked};
 use super::layout::{ago, duration_text, error_page, moment, page};
 use super::redirects::signin_redirect;
+use super::timeline::timeline;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::jobs::JobFilter;
@@ -173,7 +175,8 @@ fn job_view(context: &JobContext, now: DateTime<Utc>) -> Markup {
             h1 { (job.title) }
             div.row {
                 span data-field="state" class={ "badge state-" (job.state.as_str()) } { (job.state.as_str()) }
-                span.muted { "attempt " span data-field="attempt" { (job.attempt) } }
+                // Only a run carried on or tried again has an attempt worth naming.
+                span.muted data-field="attempt" hidden[job.attempt < 2] { "attempt " (job.attempt) }
             }
             (where_it_runs(job, context.device.as_ref()))
             (when_it_ran(job, now))
@@ -189,7 +192,7 @@ fn job_view(context: &JobContext, now: DateTime<Utc>) -> Markup {
                 }
             }
             p data-field="outcome" { @if let Some(summary) = outcome_text(job) { (summary) } }
-            (decision_list(job, now))
+            (pending_questions(job))
             // The regions marked data-refresh are rendered again when the job's state
             // changes (app.js), so what an ended run brings appears without a reload.
             div #job-changes data-refresh {
@@ -198,12 +201,9 @@ fn job_view(context: &JobContext, now: DateTime<Utc>) -> Markup {
             div #job-delivery data-refresh {
                 @if let Some(report) = &job.delivery { (delivery_section(report, job.spec.git.as_ref())) }
             }
-            h2 { "Output" }
-            pre.output {
-                @for event in &job.events {
-                    @if event.kind != "output" { "[" (event.kind) "] " }
-                    (event.text) "\n"
-                }
+            section.run aria-labelledby="run-heading" {
+                h2 #run-heading { "The run" }
+                (timeline(job, now))
             }
             @if !job.state.is_final() {
                 form data-while-active data-api={ "/api/jobs/" (job.id) "/cancel" } data-confirm="Stop this job?" {
@@ -312,14 +312,22 @@ fn files_section(job: &Job) -> Markup {
     }
 }
 
-/// The questions the run asked, answerable here too while pending; the decisions stream
-/// keeps the list current (`data-job-decisions`).
-fn decision_list(job: &Job, now: DateTime<Utc>) -> Markup {
+/// The questions waiting for an answer, linked to their cards on the timeline, where they
+/// stand among the lines; the decisions stream keeps both current (`data-job-decisions`,
+/// `assets/needs_me.js`).
+fn pending_questions(job: &Job) -> Markup {
+    let pending: Vec<_> = job
+        .decisions
+        .iter()
+        .filter(|decision| decision.state == DecisionState::Pending)
+        .collect();
     html! {
-        section.decisions data-job-decisions={ "/api/jobs/" (job.id) } hidden[job.decisions.is_empty()] {
-            h2 { "Decisions" }
-            div.decision-list {
-                @for decision in &job.decisions { (super::needs_me::decision_card(decision, false, now)) }
+        section.decisions data-job-decisions={ "/api/jobs/" (job.id) } hidden[pending.is_empty()] {
+            h2 { "Waiting for your answer" }
+            ul.decision-links {
+                @for decision in pending {
+                    li { a href={ "#decision-" (decision.id) } { (decision.question) } }
+                }
             }
         }
     }

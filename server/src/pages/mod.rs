@@ -22,6 +22,7 @@ mod link;
 mod needs_me;
 mod notifications;
 mod redirects;
+mod timeline;
 
 use actix_web::http::header;
 use actix_web::{web, FromRequest, HttpRequest, HttpResponse};

@@ -4,7 +4,10 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tether_protocol::capabilities::{Engine, EngineKind, GitCapability, SandboxStrength};
+use tether_protocol::capabilities::{
+    CheckedAgent, CheckedAuthMethod, Engine, EngineCheck, EngineKind, GitCapability, SandboxStrength,
+    MAX_CHECK_AUTH_METHODS, MAX_CHECK_TEXT_CHARS,
+};
 
 use crate::both_backends;
 use crate::helpers::{spawn_app, WebClient};
@@ -73,6 +76,59 @@ both_backends! {
         let (_, text) = html(&ann, "/computers").await;
         assert!(text.contains("offline · last seen 5 min ago"), "{text}");
         assert!(text.contains(r#"class="presence presence-offline""#), "{text}");
+    }
+
+    async fn an_engine_check_is_kept_shown_escaped_and_bounded(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let device = app.device(&ann, "install-1").await;
+        let checked_at = app.now().timestamp_millis();
+        let hostile = EngineCheck {
+            checked_at,
+            ok: true,
+            agent: Some(CheckedAgent { name: "<script>alert(1)</script>".to_owned(), version: "0.16.2".to_owned() }),
+            protocol_version: Some(1),
+            load_session: true,
+            auth_methods: Vec::new(),
+            problem: None,
+            took_ms: 900,
+        };
+        let method = CheckedAuthMethod { id: "m".to_owned(), name: "Sign in".to_owned(), kind: "agent".to_owned() };
+        let oversized = EngineCheck {
+            ok: false,
+            agent: None,
+            auth_methods: vec![method; 50],
+            problem: Some("x".repeat(100_000)),
+            ..hostile.clone()
+        };
+        let mut capabilities = device.capabilities();
+        capabilities.engines.extend([
+            Engine { name: "claude".to_owned(), kind: EngineKind::Acp, check: Some(hostile) },
+            Engine { name: "codex".to_owned(), kind: EngineKind::Acp, check: None },
+            Engine { name: "gemini".to_owned(), kind: EngineKind::Acp, check: Some(oversized) },
+        ]);
+        assert_eq!(device.heartbeat_with(capabilities, &[]).await.status().as_u16(), 200);
+
+        // Stored, cut to its bounds.
+        let listed = ann.devices().await;
+        let engines = &listed[0].capabilities.as_ref().unwrap().engines;
+        let kept = engines.iter().find(|e| e.name == "gemini").and_then(|e| e.check.clone()).unwrap();
+        assert_eq!(kept.auth_methods.len(), MAX_CHECK_AUTH_METHODS);
+        assert_eq!(kept.problem.as_deref().map(|p| p.chars().count()), Some(MAX_CHECK_TEXT_CHARS + 1));
+        assert_eq!(engines.iter().find(|e| e.name == "claude").and_then(|e| e.check.as_ref()).map(|c| c.ok), Some(true));
+
+        let (_, text) = html(&ann, "/computers").await;
+        assert!(!text.contains("<script>alert(1)</script>"), "{text}");
+        assert!(text.contains("checked just now: ok, &lt;script&gt;alert(1)&lt;/script&gt; 0.16.2"), "{text}");
+        assert!(text.contains(r#"<code>codex</code> <span class="muted">(ACP agent)</span> <span class="muted engine-check">· never checked</span>"#), "{text}");
+        assert!(text.contains("checked just now: not ok, xxx"), "{text}");
+        assert!(!text.contains(&"x".repeat(MAX_CHECK_TEXT_CHARS + 1)), "the problem is cut");
+        // A recipe is never checked, and says nothing of it.
+        assert!(text.contains(r#"<code>echo</code> <span class="muted">(recipe)</span>,"#), "{text}");
+
+        app.advance(Duration::from_secs(5 * 60));
+        let (_, text) = html(&ann, "/computers").await;
+        assert!(text.contains("checked 5 min ago: ok, &lt;script&gt;"), "{text}");
     }
 
     async fn a_computer_not_reported_yet_says_so(backend) {

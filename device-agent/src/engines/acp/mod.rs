@@ -61,7 +61,7 @@ use crate::run::evidence::RunEvidence;
 use crate::run::grant::{start_broker, Granted};
 use crate::run::process_group::TERMINATE_GRACE;
 use crate::run::progress::report_output;
-use crate::run::secret_http::runs_root;
+use crate::run::model_network;
 use crate::run::stop::{RunStop, StopReason};
 use crate::sandbox;
 use client::Session;
@@ -175,7 +175,7 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         launch: &launch,
         job_network: job.spec.network,
         home: guard.home(),
-        sockets: &runs_root(guard.data_dir()).join(format!("net-{}", job.id)),
+        sockets: &model_network::run_folder(guard.data_dir()),
     };
     let started = Outfit::fit(engine, &fitting)
         .and_then(|outfit| Ok((process::start(&outfit, &launch, lines.clone())?, outfit)));
