@@ -46,14 +46,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    AgentCapabilities, AuthenticateRequest, AuthenticateResponse, CancelNotification, ContentBlock, ContentChunk, CreateTerminalRequest,
-    EnvVariable, Implementation, InitializeRequest, InitializeResponse, KillTerminalRequest,
-    LoadSessionRequest, LoadSessionResponse, NewSessionRequest, NewSessionResponse,
-    PermissionOption, PermissionOptionKind, Plan, PromptRequest, PromptResponse,
-    ReadTextFileRequest, ReleaseTerminalRequest, RequestPermissionOutcome,
-    RequestPermissionRequest, SessionId, SessionNotification, SessionUpdate, StopReason,
-    TerminalOutputRequest, TextContent, ToolCall, ToolCallUpdate, WaitForTerminalExitRequest,
-    WriteTextFileRequest,
+    AgentCapabilities, AuthenticateRequest, AuthenticateResponse, CancelNotification, ContentBlock,
+    ContentChunk, CreateTerminalRequest, EnvVariable, Implementation, InitializeRequest,
+    InitializeResponse, KillTerminalRequest, LoadSessionRequest, LoadSessionResponse,
+    NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, Plan,
+    PromptRequest, PromptResponse, ReadTextFileRequest, ReleaseTerminalRequest,
+    RequestPermissionOutcome, RequestPermissionRequest, SessionId, SessionNotification,
+    SessionUpdate, StopReason, TerminalOutputRequest, TextContent, ToolCall, ToolCallUpdate,
+    WaitForTerminalExitRequest, WriteTextFileRequest,
 };
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::{Agent, Client, JsonRpcMessage, JsonRpcRequest, UntypedMessage};
@@ -165,10 +165,7 @@ impl JsonRpcMessage for RawInitialize {
         UntypedMessage::new("initialize", &self.0)
     }
 
-    fn parse_message(
-        method: &str,
-        params: &Value,
-    ) -> Result<Self, agent_client_protocol::Error> {
+    fn parse_message(method: &str, params: &Value) -> Result<Self, agent_client_protocol::Error> {
         if !Self::matches_method(method) {
             return Err(agent_client_protocol::Error::method_not_found());
         }
@@ -236,7 +233,10 @@ async fn main() -> Result<(), agent_client_protocol::Error> {
                         .auth
                         .as_ref()
                         .is_some_and(|var| std::env::var_os(var).is_some());
-                    report("authenticate", json!({ "methodId": method, "hasKey": has_key }));
+                    report(
+                        "authenticate",
+                        json!({ "methodId": method, "hasKey": has_key }),
+                    );
                     if method != "scripted-key" || !has_key {
                         return responder.respond_with_error(
                             agent_client_protocol::Error::invalid_params()

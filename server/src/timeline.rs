@@ -15,7 +15,7 @@
 //! agent's messages once an `agent: NAME VERSION` line (the ACP engine's first) was seen,
 //! else plain `output`. Consecutive messages, stderr lines or plain lines make one entry.
 
-use tether_protocol::jobs::{EntryKind, EventEntry, JobEvent};
+use tether_protocol::jobs::{EventEntry, JobEvent, TimelineKind};
 
 /// How ACP tool statuses are printed (`device-agent/src/engines/acp/updates.rs`).
 const TOOL_STATUSES: [&str; 5] = ["pending", "running", "done", "failed", "updated"];
@@ -60,7 +60,7 @@ pub struct Reader {
     /// Whether the ACP engine's `agent:` line was seen: plain lines are messages.
     acp: bool,
     /// The entry a line of the same kind would continue: (kind, its first line's seq).
-    run: Option<(EntryKind, i64)>,
+    run: Option<(TimelineKind, i64)>,
     /// The `plan:` line whose steps may follow.
     plan: Option<i64>,
     /// This agent process's `$` lines in order: `term-N` is the N-th.
@@ -72,37 +72,44 @@ impl Reader {
     /// Where `event` goes, given the events read before it.
     pub fn read(&mut self, event: &JobEvent) -> EventEntry {
         match event.kind.as_str() {
-            "status" => self.alone(EntryKind::Status),
+            "status" => self.alone(TimelineKind::Status),
             "system" => self.system(&event.text),
             _ => self.output(event.seq, &event.text),
         }
     }
 
-    fn alone(&mut self, kind: EntryKind) -> EventEntry {
+    fn alone(&mut self, kind: TimelineKind) -> EventEntry {
         self.run = None;
         self.plan = None;
         EventEntry { kind, group: None }
     }
 
     fn system(&mut self, text: &str) -> EventEntry {
-        if ATTEMPT_PREFIXES.iter().any(|prefix| text.starts_with(prefix)) {
+        if ATTEMPT_PREFIXES
+            .iter()
+            .any(|prefix| text.starts_with(prefix))
+        {
             self.commands.clear();
             self.tools.clear();
         }
         let asked = text.starts_with(ASKED_PREFIX);
-        self.alone(if asked { EntryKind::Asked } else { EntryKind::System })
+        self.alone(if asked {
+            TimelineKind::Asked
+        } else {
+            TimelineKind::System
+        })
     }
 
     fn output(&mut self, seq: i64, text: &str) -> EventEntry {
         if text.starts_with("stderr: ") {
             // The agent's stderr comes on its own pipe and may fall inside a plan.
-            return self.continued(EntryKind::Stderr, seq);
+            return self.continued(TimelineKind::Stderr, seq);
         }
         if let (Some(plan), Some(_)) = (self.plan, plan_step(text)) {
-            return grouped(EntryKind::Plan, plan);
+            return grouped(TimelineKind::Plan, plan);
         }
         if text == "plan:" {
-            let entry = self.alone(EntryKind::Plan);
+            let entry = self.alone(TimelineKind::Plan);
             self.plan = Some(seq);
             return entry;
         }
@@ -111,31 +118,31 @@ impl Reader {
         }
         if text.starts_with("$ ") {
             self.commands.push(seq);
-            return self.alone(EntryKind::Command);
+            return self.alone(TimelineKind::Command);
         }
         if let Some(command) = terminal_line(text).and_then(|(n, _)| self.command(n)) {
             self.run = None;
             self.plan = None;
-            return grouped(EntryKind::Command, command);
+            return grouped(TimelineKind::Command, command);
         }
         if text.starts_with("refused: ") {
-            return self.alone(EntryKind::Refused);
+            return self.alone(TimelineKind::Refused);
         }
         if NOTE_PREFIXES.iter().any(|prefix| text.starts_with(prefix)) {
             self.acp |= is_agent_line(text);
-            return self.alone(EntryKind::Note);
+            return self.alone(TimelineKind::Note);
         }
         let kind = if self.acp {
-            EntryKind::Message
+            TimelineKind::Message
         } else {
-            EntryKind::Output
+            TimelineKind::Output
         };
         self.continued(kind, seq)
     }
 
     /// A line that joins the entry before it when that is of the same kind.
-    fn continued(&mut self, kind: EntryKind, seq: i64) -> EventEntry {
-        if kind != EntryKind::Stderr {
+    fn continued(&mut self, kind: TimelineKind, seq: i64) -> EventEntry {
+        if kind != TimelineKind::Stderr {
             self.plan = None;
         }
         match self.run {
@@ -165,8 +172,8 @@ impl Reader {
         match earlier {
             Some(index) => {
                 self.tools[index].ended = ended;
-                self.alone(EntryKind::Tool);
-                grouped(EntryKind::Tool, self.tools[index].seq)
+                self.alone(TimelineKind::Tool);
+                grouped(TimelineKind::Tool, self.tools[index].seq)
             }
             None => {
                 self.tools.push(Tool {
@@ -174,7 +181,7 @@ impl Reader {
                     seq,
                     ended,
                 });
-                self.alone(EntryKind::Tool)
+                self.alone(TimelineKind::Tool)
             }
         }
     }
@@ -195,7 +202,7 @@ impl Reader {
     }
 }
 
-fn grouped(kind: EntryKind, group: i64) -> EventEntry {
+fn grouped(kind: TimelineKind, group: i64) -> EventEntry {
     EventEntry {
         kind,
         group: Some(group),
@@ -309,7 +316,7 @@ mod tests {
         events
     }
 
-    fn entries(lines: &[(&str, &str)]) -> Vec<(EntryKind, Option<i64>)> {
+    fn entries(lines: &[(&str, &str)]) -> Vec<(TimelineKind, Option<i64>)> {
         events(lines)
             .iter()
             .map(|event| {
@@ -319,7 +326,7 @@ mod tests {
             .collect()
     }
 
-    use EntryKind::*;
+    use TimelineKind::*;
 
     #[test]
     fn an_acp_run_reads_as_the_engine_prints_it() {
@@ -335,7 +342,10 @@ mod tests {
             ("output", "tool: Read src/parser.rs (read) pending"),
             ("output", "tool: Read src/parser.rs done"),
             ("system", "Waiting for an answer (command question)."),
-            ("output", "allowed: $ sh -c 'cargo test' (allowed once on the web)"),
+            (
+                "output",
+                "allowed: $ sh -c 'cargo test' (allowed once on the web)",
+            ),
             ("output", "$ sh -c 'cargo test'"),
             ("output", "stderr: compiling"),
             ("output", "stderr: <script>x</script>"),
@@ -405,7 +415,10 @@ mod tests {
             ("output", "$ sh -c 'make test'"),
             ("output", "term-2: killed by SIGTERM"),
             ("output", "term-1: exit code 2"),
-            ("system", "Resumed by the device after a restart (attempt 2, carry-on 1)."),
+            (
+                "system",
+                "Resumed by the device after a restart (attempt 2, carry-on 1).",
+            ),
             ("output", "$ sh -c 'make'"),
             ("output", "term-1: exit code 0"),
             ("output", "term-2: exit code 0"),
@@ -458,13 +471,13 @@ mod tests {
         );
         assert_eq!(tool_line("tool: Read done").unwrap().kind, None);
         assert_eq!(tool_line("tool: done"), None);
-        assert_eq!(
-            plan_step("  [x] fix  it"),
-            Some((Step::Done, "fix  it"))
-        );
+        assert_eq!(plan_step("  [x] fix  it"), Some((Step::Done, "fix  it")));
         assert_eq!(plan_step("  [?] what"), None);
         assert_eq!(plan_step("  [é] what"), None);
-        assert_eq!(terminal_line("term-12: exit code 3"), Some((12, "exit code 3")));
+        assert_eq!(
+            terminal_line("term-12: exit code 3"),
+            Some((12, "exit code 3"))
+        );
         assert_eq!(terminal_line("term-x: y"), None);
         assert!(is_exit("exit code -1") && is_exit("killed by SIGKILL") && is_exit("ended"));
         assert!(!is_exit("exit code soon"));

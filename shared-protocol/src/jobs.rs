@@ -187,7 +187,7 @@ pub struct JobEvent {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EventEntry {
-    pub kind: EntryKind,
+    pub kind: TimelineKind,
     /// The `seq` of the line this one belongs to: a plan's `plan:` line for its steps, a
     /// tool call's first line for its later status, a command's `$` line for its output
     /// and exit. Absent for a line that starts an entry.
@@ -198,7 +198,7 @@ pub struct EventEntry {
 /// What a line of a run is, as the job page shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum EntryKind {
+pub enum TimelineKind {
     /// What the coding agent said.
     Message,
     /// The agent's plan (`plan:`), or one of its steps.

@@ -80,8 +80,8 @@ mod tests {
     #[test]
     fn checks_are_kept_by_engine_and_published_with_acp_engines_only() {
         let tmp = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
-        let data_dir = DataDir::resolve(Some(tmp.path().join("data")))
-            .unwrap_or_else(|err| panic!("{err}"));
+        let data_dir =
+            DataDir::resolve(Some(tmp.path().join("data"))).unwrap_or_else(|err| panic!("{err}"));
         assert!(load(&data_dir).is_empty());
         save(&data_dir, "claude", &checked(false)).unwrap_or_else(|err| panic!("{err}"));
         save(&data_dir, "claude", &checked(true)).unwrap_or_else(|err| panic!("{err}"));
@@ -90,13 +90,27 @@ mod tests {
         assert_eq!(checks.len(), 2);
         assert_eq!(checks.get("claude").map(|c| c.ok), Some(true));
         let mut engines = vec![
-            Engine { name: "claude".to_owned(), kind: EngineKind::Acp, check: None },
-            Engine { name: "codex".to_owned(), kind: EngineKind::Recipe, check: None },
-            Engine { name: "gemini".to_owned(), kind: EngineKind::Acp, check: None },
+            Engine {
+                name: "claude".to_owned(),
+                kind: EngineKind::Acp,
+                check: None,
+            },
+            Engine {
+                name: "codex".to_owned(),
+                kind: EngineKind::Recipe,
+                check: None,
+            },
+            Engine {
+                name: "gemini".to_owned(),
+                kind: EngineKind::Acp,
+                check: None,
+            },
         ];
         attach(&mut engines, &checks);
-        let attached: Vec<Option<bool>> =
-            engines.iter().map(|e| e.check.as_ref().map(|c| c.ok)).collect();
+        let attached: Vec<Option<bool>> = engines
+            .iter()
+            .map(|e| e.check.as_ref().map(|c| c.ok))
+            .collect();
         assert_eq!(attached, [Some(true), None, None]);
         #[cfg(unix)]
         {
@@ -111,8 +125,8 @@ mod tests {
     #[test]
     fn an_unreadable_file_is_no_checks() {
         let tmp = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
-        let data_dir = DataDir::resolve(Some(tmp.path().join("data")))
-            .unwrap_or_else(|err| panic!("{err}"));
+        let data_dir =
+            DataDir::resolve(Some(tmp.path().join("data"))).unwrap_or_else(|err| panic!("{err}"));
         data_dir
             .write_file(FILE, b"{not json")
             .unwrap_or_else(|err| panic!("{err}"));

@@ -82,7 +82,8 @@ pub struct Preset {
     /// Where its model lives when no base URL is set (the origins `network: model` allows).
     pub hosts: &'static [&'static str],
     /// Variables pointing at its state folders, each a folder under the engine's own home
-    /// (or, with `--use-my-sign-in`, the same folder under the owner's home).
+    /// (or, with `--use-my-sign-in`, the same folder under the owner's home); an empty
+    /// folder is the home itself.
     pub state_vars: &'static [(&'static str, &'static str)],
     /// Its owner's sign-in, relative to the home folder: what `--use-my-sign-in` grants.
     pub sign_in: &'static [&'static str],
@@ -94,6 +95,17 @@ pub struct Preset {
     /// Variables set unless the owner sets them: no telemetry, no update checks, no
     /// traffic beyond the model.
     pub defaults: &'static [(&'static str, &'static str)],
+    /// Files written into the engine's own home when missing (settings that turn off usage
+    /// statistics and update checks), relative to it.
+    pub home_files: &'static [(&'static str, &'static str)],
+    /// A file under the engine's own home where the agent writes the API key it was
+    /// authenticated with, in plain text (Codex's `auth.json`): removed after each run when
+    /// it holds a key (`auth_mode` `apikey`), since the key comes from the vault every time.
+    pub written_key_file: Option<&'static str>,
+    /// Whether the agent reads files through this computer (`fs/read_text_file`). Gemini CLI
+    /// and Qwen Code cannot create a new file when that read is refused (a missing file is
+    /// an error they do not recognise), so they read from the folder they are confined to.
+    pub client_reads_files: bool,
 }
 
 impl Preset {
@@ -117,7 +129,7 @@ fn codex_base_url_args(url: &str) -> Vec<String> {
     vec![
         "-c".to_owned(),
         format!(
-            "model_providers.tether={{ name = \"OpenAI\", base_url = {quoted}, env_key = \"OPENAI_API_KEY\", wire_api = \"responses\" }}"
+            "model_providers.tether={{ name = \"OpenAI\", base_url = {quoted}, env_key = \"OPENAI_API_KEY\", wire_api = \"responses\", supports_websockets = false }}"
         ),
         "-c".to_owned(),
         "model_provider=\"tether\"".to_owned(),
@@ -162,6 +174,9 @@ pub static CLAUDE_CODE: Preset = Preset {
         // start a session at all.
         ("IS_SANDBOX", "1"),
     ],
+    home_files: &[],
+    written_key_file: None,
+    client_reads_files: true,
 };
 
 /// OpenAI's Codex through Zed's ACP adapter. Its own sandbox is off (it cannot nest inside
@@ -188,6 +203,9 @@ pub static CODEX: Preset = Preset {
     sign_in_needs_home: false,
     sign_in_command: "codex login",
     defaults: &[],
+    home_files: &[],
+    written_key_file: Some(".codex/auth.json"),
+    client_reads_files: true,
 };
 
 /// Google's Gemini CLI in its ACP mode.
@@ -203,12 +221,34 @@ pub static GEMINI: Preset = Preset {
         "https://cloudcode-pa.googleapis.com",
         "https://oauth2.googleapis.com",
     ],
-    state_vars: &[],
+    // Gemini keeps `.gemini` under this folder instead of the home folder.
+    state_vars: &[("GEMINI_CLI_HOME", "")],
     sign_in: &[".gemini"],
-    sign_in_needs_home: true,
+    sign_in_needs_home: false,
     sign_in_command: "gemini (then choose \"Login with Google\")",
     defaults: &[("GEMINI_TELEMETRY_ENABLED", "false")],
+    home_files: &[(".gemini/settings.json", GEMINI_SETTINGS)],
+    written_key_file: None,
+    client_reads_files: false,
 };
+
+/// Qwen Code's settings in an engine's own home: no usage statistics, no update checks.
+const QWEN_SETTINGS: &str = r#"{
+  "privacy": { "usageStatisticsEnabled": false },
+  "general": { "enableAutoUpdate": false, "enableAutoUpdateNotification": false }
+}
+"#;
+
+/// Gemini CLI's settings in an engine's own home: signed in with the key in
+/// `GEMINI_API_KEY`, no usage statistics (they go to Google whatever the model endpoint),
+/// no telemetry, no update checks.
+const GEMINI_SETTINGS: &str = r#"{
+  "security": { "auth": { "selectedType": "gemini-api-key" } },
+  "privacy": { "usageStatisticsEnabled": false },
+  "telemetry": { "enabled": false },
+  "general": { "enableAutoUpdate": false, "enableAutoUpdateNotification": false }
+}
+"#;
 
 /// Qwen Code in its ACP mode (OpenAI-compatible endpoints, or its own sign-in).
 pub static QWEN: Preset = Preset {
@@ -229,6 +269,9 @@ pub static QWEN: Preset = Preset {
     sign_in_needs_home: true,
     sign_in_command: "qwen (then choose \"Qwen OAuth\")",
     defaults: &[],
+    home_files: &[(".qwen/settings.json", QWEN_SETTINGS)],
+    written_key_file: None,
+    client_reads_files: false,
 };
 
 #[cfg(test)]

@@ -321,7 +321,8 @@ async fn check_evidence(computer: &Computer, job: &Job) {
     );
 }
 
-/// Checks what every mode must show and leave behind after [`everyday_work`].
+/// Checks what every mode must show and leave behind after [`everyday_work`], which then
+/// succeeded.
 fn check_everyday_work(computer: &Computer, job: &Job) {
     let stderr = computer.daemon.stderr();
     assert_eq!(job.state, JobState::Succeeded, "{job:#?}\n{stderr}");
@@ -332,6 +333,12 @@ fn check_everyday_work(computer: &Computer, job: &Job) {
             .starts_with("All done: result.txt, terminal.txt and fetched.txt."),
         "{outcome:?}"
     );
+    check_everyday_steps(computer, job);
+}
+
+/// What [`everyday_work`] shows and leaves behind, whatever its outcome.
+fn check_everyday_steps(computer: &Computer, job: &Job) {
+    let outcome = job.outcome.clone().unwrap();
     assert_eq!(outcome.report.as_ref().unwrap()["stopReason"], "end_turn");
     // The client advertised exactly what it implements (and no terminal sign-in).
     assert_eq!(
@@ -495,9 +502,22 @@ async fn acp_in_unattended_mode_never_waits_and_lists_what_it_took() {
         "{writes:?}"
     );
     assert!(!outside.exists());
-    // The rest is as in every mode, and the choices it took are listed in the result.
-    check_everyday_work(&computer, &job);
+    // The rest is as in every mode; the write it denied makes the job blocked, not a
+    // success, and the choices it took are listed in the result.
+    check_everyday_steps(&computer, &job);
+    assert_eq!(job.state, JobState::Blocked, "{job:#?}");
     let outcome = job.outcome.clone().unwrap();
+    assert!(
+        outcome.summary.starts_with(&format!(
+            "stopped after you denied: write {}\nAll done: result.txt",
+            outside.join("x.txt").display()
+        )),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        outcome.report.as_ref().unwrap()["denied"],
+        json!([format!("write {}", outside.join("x.txt").display())])
+    );
     assert!(
         outcome
             .summary
@@ -536,7 +556,13 @@ async fn acp_a_denied_command_does_not_run_even_if_the_agent_tries() {
     ]);
     let job_id = computer.create("review", true, steps).await;
     let (job, asked) = computer.run(&job_id, |_| Answer::Deny).await;
-    assert_eq!(job.state, JobState::Succeeded, "{job:#?}");
+    // What the owner denied is why the job did not do its work: blocked, naming it.
+    assert_eq!(job.state, JobState::Blocked, "{job:#?}");
+    let outcome = job.outcome.clone().unwrap();
+    assert_eq!(
+        outcome.summary,
+        "stopped after you denied: Fetch the server's status and 1 more\nI was told no."
+    );
     assert_eq!(asked.len(), 2, "{asked:#?}");
     assert_eq!(
         reports(&job, "permission"),
@@ -1203,5 +1229,138 @@ async fn acp_an_agent_on_the_official_typescript_sdk_works_too() {
     assert_eq!(
         std::fs::read_to_string(folder.join("ts-terminal.txt")).unwrap(),
         "ts-terminal\n"
+    );
+}
+
+/// An engine job naming `engine` instead of `scripted`, unattended.
+async fn create_for(computer: &Computer, engine: &str, steps: Value) -> String {
+    let body = json!({
+        "deviceId": computer.device_id, "title": format!("acp {engine}"),
+        "prompt": json!({ "steps": steps }).to_string(),
+        "folder": "work", "engine": engine, "mode": "unattended", "network": false,
+        "timeoutMinutes": 5,
+    });
+    computer.create_from(&body).await
+}
+
+/// Signing in: an agent listing an `env_var` method whose variable its engine was given is
+/// sent `authenticate` before `session/new`; without the variable, its job is blocked (not
+/// failed) naming the agent's methods and what to run on the computer. `engine check` says
+/// the same, keeps it, and the heartbeat publishes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_an_agent_needing_a_sign_in_is_signed_in_from_its_environment_or_blocked() {
+    let computer = Computer::start().await;
+    let home = computer.home.path();
+    let agent = scripted_agent();
+    let agent = agent.to_str().unwrap();
+    let auth = ["--auth", "SCRIPTED_ACCOUNT"];
+    let signed = [
+        "engine",
+        "add",
+        "signed",
+        "--acp",
+        "--env",
+        "SCRIPTED_ACCOUNT=ann",
+        "--",
+        agent,
+    ];
+    agent_ok(home, &[&signed[..], &auth[..]].concat()).await;
+    let unsigned = ["engine", "add", "unsigned", "--acp", "--", agent];
+    agent_ok(home, &[&unsigned[..], &auth[..]].concat()).await;
+    computer
+        .web
+        .wait_for_device(&computer.device_id, |device| {
+            device
+                .capabilities
+                .as_ref()
+                .is_some_and(|caps| caps.engines.iter().any(|engine| engine.name == "unsigned"))
+        })
+        .await;
+
+    let job_id = create_for(&computer, "signed", json!([{"say": "Signed in and done."}])).await;
+    let job = succeeded(&computer, &job_id).await;
+    assert_eq!(
+        reports(&job, "authenticate"),
+        [json!({"methodId": "scripted-key", "hasKey": true})]
+    );
+    assert_eq!(job.outcome.unwrap().summary, "Signed in and done.");
+
+    let job_id = create_for(&computer, "unsigned", json!([{"say": "Never said."}])).await;
+    let (job, _) = computer.run(&job_id, |_| Answer::Deny).await;
+    assert_eq!(job.state, JobState::Blocked, "{job:#?}");
+    assert!(
+        reports(&job, "authenticate").is_empty(),
+        "no key, no authenticate"
+    );
+    let summary = job.outcome.unwrap().summary;
+    assert!(
+        summary.starts_with(
+            "the agent needs a sign-in first; it offers: Use SCRIPTED_ACCOUNT (Reads \
+             SCRIPTED_ACCOUNT), which needs SCRIPTED_ACCOUNT in the engine's environment; Log \
+             in to the scripted agent (Run `scripted-acp-agent login` in the terminal)."
+        ) && summary.ends_with(
+            "sign the agent in on this computer as its documentation says, then run \
+             `tether-agent engine check unsigned` and run the job again"
+        ),
+        "{summary}"
+    );
+
+    // `engine check` starts each as a run would and says whether a session starts.
+    let said = agent_ok(home, &["engine", "check", "signed"]).await;
+    assert!(
+        said.starts_with(
+            "signed: ok — scripted-acp-agent 1.0.0, ACP 1, no session loading, sign-in: Use \
+             SCRIPTED_ACCOUNT (env_var), Log in to the scripted agent (agent)\n"
+        ),
+        "{said}"
+    );
+    let output = super::agent(home, &["engine", "check", "unsigned", "--json"]).await;
+    assert_eq!(output.status.code(), Some(1));
+    let check: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(check["ok"], false);
+    assert_eq!(check["protocolVersion"], 1);
+    assert_eq!(
+        check["authMethods"],
+        json!([
+            {"id": "scripted-key", "name": "Use SCRIPTED_ACCOUNT", "kind": "env_var"},
+            {"id": "scripted-login", "name": "Log in to the scripted agent", "kind": "agent"}
+        ])
+    );
+    assert!(
+        check["problem"]
+            .as_str()
+            .unwrap()
+            .starts_with("the agent needs a sign-in first"),
+        "{check}"
+    );
+    let kept = std::fs::read_to_string(home.join("engine-checks.json")).unwrap();
+    assert!(
+        kept.contains("\"signed\"") && kept.contains("\"unsigned\""),
+        "{kept}"
+    );
+    let device = computer
+        .web
+        .wait_for_device(&computer.device_id, |device| {
+            device.capabilities.as_ref().is_some_and(|caps| {
+                caps.engines
+                    .iter()
+                    .filter(|engine| engine.check.is_some())
+                    .count()
+                    == 2
+            })
+        })
+        .await;
+    let engines = device.capabilities.unwrap().engines;
+    let ok: Vec<(String, Option<bool>)> = engines
+        .iter()
+        .map(|engine| (engine.name.clone(), engine.check.as_ref().map(|c| c.ok)))
+        .collect();
+    assert_eq!(
+        ok,
+        [
+            ("scripted".to_owned(), None),
+            ("signed".to_owned(), Some(true)),
+            ("unsigned".to_owned(), Some(false))
+        ]
     );
 }

@@ -1,7 +1,8 @@
 //! The real coding agents from npm (Claude Code, Codex and Gemini CLI, each speaking ACP)
 //! against the scripted model server on loopback, driven directly by a small ACP client:
-//! each is asked to write a file, asks for permission, is allowed, writes it, and ends with
-//! the script's marker; the server saw the key on every request.
+//! each asked to write a file (or run a command) asks for permission; allowed, it does so
+//! and ends with the script's marker, refused, it does not; the server saw the key on
+//! every request. None needs an ACP `authenticate` set up this way.
 //!
 //! The agents are installed once, from `tests/acp-agents`'s lock, into `target/acp-agents`.
 
@@ -112,8 +113,6 @@ pub struct Launch {
     pub program: PathBuf,
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
-    /// The ACP `authenticate` method it needs first, if any.
-    pub authenticate: Option<&'static str>,
 }
 
 fn pairs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -139,7 +138,6 @@ pub fn claude_code(agents: &CodingAgents, server: &ModelServer) -> Launch {
             ("DISABLE_AUTOUPDATER", "1"),
             ("DISABLE_ERROR_REPORTING", "1"),
         ]),
-        authenticate: None,
     }
 }
 
@@ -169,7 +167,6 @@ pub fn codex(agents: &CodingAgents, server: &ModelServer, home: &Path) -> Launch
             ("CODEX_HOME", codex_home.to_str().unwrap()),
             ("OPENAI_API_KEY", &server.key()),
         ]),
-        authenticate: None,
     }
 }
 
@@ -191,12 +188,11 @@ pub fn gemini(agents: &CodingAgents, server: &ModelServer, home: &Path) -> Launc
             ("GEMINI_API_KEY", &server.key()),
             ("GEMINI_CLI_HOME", home.to_str().unwrap()),
         ]),
-        authenticate: None,
     }
 }
 
 /// What came of one prompt.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Turn {
     pub stop_reason: String,
     /// The agent's message chunks, joined.
@@ -247,13 +243,7 @@ impl Client {
             stderr,
             next_id: 0,
             allow,
-            turn: Turn {
-                stop_reason: String::new(),
-                said: String::new(),
-                asked: Vec::new(),
-                called: Vec::new(),
-                stderr: String::new(),
-            },
+            turn: Turn::default(),
             terminals: Vec::new(),
         }
     }
@@ -417,11 +407,6 @@ pub async fn run_turn(launch: &Launch, home: &Path, folder: &Path, allow: bool) 
                     "clientInfo": { "name": "tether-test", "version": "1" } }),
         )
         .await;
-    if let Some(method) = launch.authenticate {
-        client
-            .request("authenticate", json!({ "methodId": method }))
-            .await;
-    }
     let session = client
         .request("session/new", json!({ "cwd": folder, "mcpServers": [] }))
         .await;
@@ -448,10 +433,7 @@ fn assert_wrote(turn: &Turn, server: &ModelServer, file: &Path, content: &str) {
         Some(content),
         "{turn:#?}\n{requests:#?}"
     );
-    assert!(
-        turn.said.contains(&script.done()),
-        "{turn:#?}\n{requests:#?}"
-    );
+    assert!(script.reports_done(&turn.said), "{turn:#?}\n{requests:#?}");
     assert!(
         requests.iter().all(|request| request.keyed),
         "{requests:#?}"
@@ -538,7 +520,7 @@ async fn a_refused_write_is_not_done_by_any_agent() {
         assert!(!turn.asked.is_empty(), "{name}: {turn:#?}");
         assert!(!file.exists(), "{name}: {turn:#?}");
         assert!(
-            !turn.said.contains(&server.script().done()),
+            !server.script().reports_done(&turn.said),
             "{name}: {turn:#?}"
         );
         let steps = requests.iter().filter(|request| request.is_turn()).count();
@@ -556,4 +538,79 @@ async fn a_refused_write_is_not_done_by_any_agent() {
             assert!(turn.said.contains(&server.script().not_done()), "{turn:#?}");
         }
     }
+}
+
+/// Each agent runs the scripted command with its shell tool once allowed (Claude Code
+/// through an ACP terminal, the others by themselves), and the model hears it worked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_agent_runs_a_command_it_was_allowed_to() {
+    let Some(agents) = coding_agents().await else {
+        return;
+    };
+    for name in ["claude-code", "codex", "gemini"] {
+        let (home, folder) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let file = folder.path().canonicalize().unwrap().join("ran.txt");
+        let marker = format!("{name}-ran");
+        let command = format!("echo {marker} > {}", file.display());
+        let server = ModelServer::start(Script::run_command(command, &marker)).await;
+        let launch = match name {
+            "claude-code" => claude_code(&agents, &server),
+            "codex" => codex(&agents, &server, home.path()),
+            _ => gemini(&agents, &server, home.path()),
+        };
+        let turn = run_turn(&launch, home.path(), folder.path(), true).await;
+        let requests = server.requests();
+        assert_eq!(
+            std::fs::read_to_string(&file).ok(),
+            Some(format!("{marker}\n")),
+            "{name}: {turn:#?}\n{requests:#?}"
+        );
+        assert!(!turn.asked.is_empty(), "{name}: {turn:#?}");
+        assert!(
+            server.script().reports_done(&turn.said),
+            "{name}: {turn:#?}\n{requests:#?}"
+        );
+        let through_terminal = turn.called.contains(&"terminal/create".to_owned());
+        assert_eq!(through_terminal, name == "claude-code", "{name}: {turn:#?}");
+    }
+}
+
+/// A request without the key, or with another, is a 401 the server records as unkeyed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_server_refuses_a_wrong_key() {
+    let server = ModelServer::start(Script::say("keyed")).await;
+    let http = reqwest::Client::new();
+    let body = json!({ "model": "m", "stream": false, "messages": [] });
+    let anthropic = format!("{}/v1/messages", server.base_url(Provider::Anthropic));
+    let wrong = http
+        .post(&anthropic)
+        .header("x-api-key", "wrong")
+        .json(&body);
+    assert_eq!(wrong.send().await.unwrap().status(), 401);
+    let right = http.post(&anthropic).header("x-api-key", server.key());
+    let answer: Value = right
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["content"][0]["text"], "done: keyed");
+    let gemini = format!(
+        "{}/v1beta/models/g:streamGenerateContent?alt=sse&key={}",
+        server.base_url(Provider::Gemini),
+        server.key()
+    );
+    let events = http.post(&gemini).json(&json!({})).send().await.unwrap();
+    assert!(events.text().await.unwrap().contains("done: keyed"));
+    let openai = format!("{}/responses", server.base_url(Provider::OpenAi));
+    let unkeyed = http.post(&openai).json(&json!({ "input": [] }));
+    assert_eq!(unkeyed.send().await.unwrap().status(), 401);
+    let keyed: Vec<bool> = server
+        .requests()
+        .iter()
+        .map(|request| request.keyed)
+        .collect();
+    assert_eq!(keyed, [false, true, true, false]);
 }

@@ -98,4 +98,40 @@ async fn a_phone_allows_or_denies_a_coding_agents_command() {
         "the agent heard the refusal: {:#?}",
         output_lines(&job)
     );
+
+    // On the job page, the question stands on the run's timeline; allowed there, the
+    // command appears live, its exit under it, and the page still fits the phone.
+    let job_id = computer
+        .create("ask", false, make_a_file("timeline.txt"))
+        .await;
+    browser
+        .goto(&format!("{}/jobs/{job_id}", computer.server.base))
+        .await;
+    let allow = "ol.timeline li.entry-decision button[data-answer=\"allow-once\"]";
+    browser
+        .wait_for(&format!("document.querySelector({})", json!(allow)))
+        .await;
+    browser.click(allow).await;
+    browser
+        .wait_for(
+            "[...document.querySelectorAll('ol.timeline li.entry-command')].some((entry) => \
+             entry.querySelector('code.command-line').textContent.includes('timeline.txt') && \
+             entry.querySelector('[data-field=exit]').textContent === 'exit code 0')",
+        )
+        .await;
+    let ordered = browser
+        .eval(
+            "(() => { const items = [...document.querySelectorAll('ol.timeline > li')]; \
+             const at = (selector) => items.findIndex((item) => item.matches(selector)); \
+             return at('.entry-decision') >= 0 && at('.entry-decision') < at('.entry-command') \
+             && items.every((item) => item.querySelector('time[data-clock]')); })()",
+        )
+        .await;
+    assert_eq!(ordered, json!(true), "{}", browser.text("ol.timeline").await);
+    let fits = browser
+        .eval("document.documentElement.scrollWidth <= window.innerWidth")
+        .await;
+    assert_eq!(fits, json!(true), "the job page scrolls sideways on a phone");
+    browser.screenshot("job-timeline-phone").await;
+    assert_eq!(finished(&computer, &job_id).await.state, JobState::Succeeded);
 }

@@ -82,6 +82,11 @@ impl Script {
     pub fn not_done(&self) -> String {
         format!("not done: {}", self.marker)
     }
+
+    /// Whether what an agent `said` reports the action done (`not done` contains `done`).
+    pub fn reports_done(&self, said: &str) -> bool {
+        said.contains(&self.done()) && !said.contains(&self.not_done())
+    }
 }
 
 /// One request the server was sent.
@@ -713,10 +718,14 @@ fn gemini(http: &HttpRequest, body: &Value, script: &Script, request: &mut Reque
             request.answer = "count".to_owned();
             return (200, Body::Json(json!({ "totalTokens": 10 })));
         }
-        // Gemini CLI's routing classifier: an answer it cannot use only means its default.
+        // Gemini CLI's routing classifier (a middling score keeps its default model).
         "generateContent" => {
             request.answer = "classifier".to_owned();
-            return (200, Body::Json(gemini_chunk(&Step::Say("{}".to_owned()))));
+            let verdict = json!({ "complexity_reasoning": "scripted", "complexity_score": 50 });
+            return (
+                200,
+                Body::Json(gemini_chunk(&Step::Say(verdict.to_string()))),
+            );
         }
         "streamGenerateContent" => request.stream = true,
         _ => return (404, Body::Json(json!({ "error": { "code": 404 } }))),

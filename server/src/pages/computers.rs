@@ -206,8 +206,10 @@ fn engine_check_words(check: Option<&EngineCheck>, now: DateTime<Utc>) -> String
     let Some(check) = check else {
         return "· never checked".to_owned();
     };
-    let when = DateTime::<Utc>::from_timestamp_millis(check.checked_at)
-        .map_or_else(|| "checked".to_owned(), |at| format!("checked {}", ago(at, now)));
+    let when = DateTime::<Utc>::from_timestamp_millis(check.checked_at).map_or_else(
+        || "checked".to_owned(),
+        |at| format!("checked {}", ago(at, now)),
+    );
     let what = match (&check.problem, &check.agent) {
         (Some(problem), _) if !check.ok => format!("not ok, {problem}"),
         (_, Some(agent)) => format!("ok, {} {}", agent.name, agent.version),

@@ -203,7 +203,7 @@ fn job_view(context: &JobContext, now: DateTime<Utc>) -> Markup {
             }
             section.run aria-labelledby="run-heading" {
                 h2 #run-heading { "The run" }
-                (timeline(job, now))
+                div #job-run data-refresh data-last-seq=(last_seq) { (timeline(job, now)) }
             }
             @if !job.state.is_final() {
                 form data-while-active data-api={ "/api/jobs/" (job.id) "/cancel" } data-confirm="Stop this job?" {

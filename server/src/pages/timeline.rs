@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, SecondsFormat, Utc};
 use maud::{html, Markup};
 use tether_protocol::decisions::Decision;
-use tether_protocol::jobs::{EntryKind, Job, JobEvent};
+use tether_protocol::jobs::{Job, JobEvent, TimelineKind};
 
 use super::layout::ago;
 use super::needs_me::decision_card;
@@ -23,7 +23,7 @@ const FOLD_AFTER_LINES: usize = 5;
 /// An entry: its first line and the lines that add to it.
 struct Entry<'a> {
     head: &'a JobEvent,
-    kind: EntryKind,
+    kind: TimelineKind,
     more: Vec<&'a JobEvent>,
 }
 
@@ -69,7 +69,7 @@ fn entries(events: &[JobEvent]) -> Vec<Entry<'_>> {
     let mut by_seq: HashMap<i64, usize> = HashMap::new();
     for event in events {
         let entry = event.entry.unwrap_or(tether_protocol::jobs::EventEntry {
-            kind: EntryKind::Output,
+            kind: TimelineKind::Output,
             group: None,
         });
         let joined = entry.group.and_then(|group| by_seq.get(&group).copied());
@@ -95,7 +95,7 @@ fn placed<'a>(entries: Vec<Entry<'a>>, decisions: &'a [Decision]) -> Vec<Item<'a
     left.sort_by_key(|decision| decision.created_at);
     let mut items = Vec::new();
     for entry in entries {
-        let asked = (entry.kind == EntryKind::Asked)
+        let asked = (entry.kind == TimelineKind::Asked)
             .then(|| left.iter().position(|d| asks(d, entry.head)))
             .flatten()
             .map(|index| left.remove(index));
@@ -130,7 +130,11 @@ fn late_lines_first(items: Vec<Item<'_>>) -> Vec<Item<'_>> {
         match hold_until(&item) {
             Some(hold) => {
                 // The server's line and its question hold together, until the earlier end.
-                until = if held.is_empty() { hold } else { until.min(hold) };
+                until = if held.is_empty() {
+                    hold
+                } else {
+                    until.min(hold)
+                };
                 held.push(item);
             }
             None => {
@@ -147,18 +151,22 @@ fn late_lines_first(items: Vec<Item<'_>>) -> Vec<Item<'_>> {
 fn hold_until(item: &Item<'_>) -> Option<DateTime<Utc>> {
     let late = chrono::Duration::milliseconds(LATE_LINES_MS);
     match item {
-        Item::Line(entry) if entry.kind == EntryKind::Asked => Some(entry.head.at + late),
+        Item::Line(entry) if entry.kind == TimelineKind::Asked => Some(entry.head.at + late),
         Item::Question(decision) => {
             let hold = decision.created_at + late;
-            Some(decision.answered_at.map_or(hold, |answered| hold.min(answered)))
+            Some(
+                decision
+                    .answered_at
+                    .map_or(hold, |answered| hold.min(answered)),
+            )
         }
         Item::Line(_) => None,
     }
 }
 
 /// Lines the computer sends (which come in batches), rather than the server's.
-fn is_printed(kind: EntryKind) -> bool {
-    !matches!(kind, EntryKind::Asked | EntryKind::System)
+fn is_printed(kind: TimelineKind) -> bool {
+    !matches!(kind, TimelineKind::Asked | TimelineKind::System)
 }
 
 fn item_view(item: &Item<'_>, running: bool, now: DateTime<Utc>) -> Markup {
@@ -181,7 +189,7 @@ fn until_ms(at: DateTime<Utc>) -> i64 {
 
 fn entry_view(entry: &Entry<'_>, running: bool, now: DateTime<Utc>) -> Markup {
     let head = entry.head;
-    let until = (entry.kind == EntryKind::Asked).then(|| until_ms(head.at));
+    let until = (entry.kind == TimelineKind::Asked).then(|| until_ms(head.at));
     html! {
         li class={ "entry entry-" (kind_name(entry.kind)) } id={ "event-" (head.seq) }
             data-seq=(head.seq) data-until=[until] {
@@ -202,41 +210,43 @@ fn clock(at: DateTime<Utc>, now: DateTime<Utc>) -> Markup {
 }
 
 /// The kind as the class and `entry` name spell it.
-fn kind_name(kind: EntryKind) -> &'static str {
+fn kind_name(kind: TimelineKind) -> &'static str {
     match kind {
-        EntryKind::Message => "message",
-        EntryKind::Plan => "plan",
-        EntryKind::Tool => "tool",
-        EntryKind::Command => "command",
-        EntryKind::Stderr => "stderr",
-        EntryKind::Refused => "refused",
-        EntryKind::Note => "note",
-        EntryKind::Status => "status",
-        EntryKind::Asked => "asked",
-        EntryKind::System => "system",
-        EntryKind::Output => "output",
+        TimelineKind::Message => "message",
+        TimelineKind::Plan => "plan",
+        TimelineKind::Tool => "tool",
+        TimelineKind::Command => "command",
+        TimelineKind::Stderr => "stderr",
+        TimelineKind::Refused => "refused",
+        TimelineKind::Note => "note",
+        TimelineKind::Status => "status",
+        TimelineKind::Asked => "asked",
+        TimelineKind::System => "system",
+        TimelineKind::Output => "output",
     }
 }
 
 fn body(entry: &Entry<'_>, running: bool) -> Markup {
     let lines = || std::iter::once(entry.head).chain(entry.more.iter().copied());
     match entry.kind {
-        EntryKind::Plan => plan_view(entry),
-        EntryKind::Tool => tool_view(entry),
-        EntryKind::Command => command_view(entry, running),
-        EntryKind::Stderr => html! {
+        TimelineKind::Plan => plan_view(entry),
+        TimelineKind::Tool => tool_view(entry),
+        TimelineKind::Command => command_view(entry, running),
+        TimelineKind::Stderr => html! {
             span.label.label-stderr { "stderr" }
             pre.lines { @for line in lines() { (strip(&line.text, "stderr: ")) "\n" } }
         },
-        EntryKind::Refused => html! {
+        TimelineKind::Refused => html! {
             span.label.label-refused { "refused" } " " (strip(&head_text(entry), "refused: "))
         },
-        EntryKind::Status => html! { span.label { "status" } " " (head_text(entry)) },
-        EntryKind::Output => html! { pre.lines { @for line in lines() { (line.text) "\n" } } },
-        EntryKind::Message => html! {
+        TimelineKind::Status => html! { span.label { "status" } " " (head_text(entry)) },
+        TimelineKind::Output => html! { pre.lines { @for line in lines() { (line.text) "\n" } } },
+        TimelineKind::Message => html! {
             p.message { @for (n, line) in lines().enumerate() { @if n > 0 { br; } (line.text) } }
         },
-        EntryKind::Note | EntryKind::Asked | EntryKind::System => html! { (head_text(entry)) },
+        TimelineKind::Note | TimelineKind::Asked | TimelineKind::System => {
+            html! { (head_text(entry)) }
+        }
     }
 }
 
@@ -267,7 +277,10 @@ fn plan_view(entry: &Entry<'_>) -> Markup {
 fn tool_view(entry: &Entry<'_>) -> Markup {
     let first = tool_line(&entry.head.text);
     let last = entry.more.last().and_then(|line| tool_line(&line.text));
-    let status = last.as_ref().or(first.as_ref()).map_or("", |line| line.status);
+    let status = last
+        .as_ref()
+        .or(first.as_ref())
+        .map_or("", |line| line.status);
     html! {
         span.label { "tool" } " "
         @match &first {

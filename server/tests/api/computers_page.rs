@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tether_protocol::capabilities::{
-    CheckedAgent, CheckedAuthMethod, Engine, EngineCheck, EngineKind, GitCapability, SandboxStrength,
-    MAX_CHECK_AUTH_METHODS, MAX_CHECK_TEXT_CHARS,
+    CheckedAgent, CheckedAuthMethod, Engine, EngineCheck, EngineKind, GitCapability,
+    SandboxStrength, MAX_CHECK_AUTH_METHODS, MAX_CHECK_TEXT_CHARS,
 };
 
 use crate::both_backends;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tether_protocol::capabilities::{Engine, EngineKind};
-use tether_protocol::jobs::Job;
+use tether_protocol::jobs::{TimelineKind, EventEntry, Job};
 
 use crate::both_backends;
 use crate::helpers::{job_body, spawn_app, DeviceClient, TestApp, WebClient};
@@ -240,4 +240,106 @@ both_backends! {
         let (_, page) = html(&ann, "/assign").await;
         assert!(page.contains(r#"<option value="work">work</option>"#) && !page.contains("docs"), "{page}");
     }
+
+    async fn the_run_reads_as_a_timeline_in_the_order_it_happened(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let device = app.device(&ann, "install-1").await;
+        let job = ann.create_job(&device.device_id).await;
+        let (_, page) = html(&ann, &format!("/jobs/{}", job.id)).await;
+        assert!(page.contains(r#"<span class="muted" data-field="attempt" hidden>"#), "no attempt 0: {page}");
+        let claimed = device.claim_job().await;
+        let (id, lease) = (job.id.as_str(), claimed.lease_token.expose());
+        let mut first = vec![
+            "agent: my-agent 1.2.0", "I'll run the tests.", "plan:", "  [x] read the parser",
+            "  [~] run the tests", "tool: Read src/parser.rs (read) pending", "tool: Read src/parser.rs done",
+            "$ sh -c 'cargo test'", "stderr: <script>alert(1)</script>",
+        ];
+        let output: Vec<String> = (1..=6).map(|n| format!("term-1: test {n} ok")).collect();
+        first.extend(output.iter().map(String::as_str));
+        let sent = device.progress(id, lease, &json!({ "seq": 1, "lines": first })).await;
+        assert_eq!(sent.status(), StatusCode::OK);
+        let asked = timeline_ask(&device, id, lease).await;
+        // Printed before the question, sent in the next batch: shown before it.
+        let late = json!({ "seq": 2, "lines": ["term-1: exit code 0", "Tests <b>pass</b>."] });
+        assert_eq!(device.progress(id, lease, &late).await.status(), StatusCode::OK);
+        app.advance(Duration::from_secs(5));
+        let answer = json!({ "answer": "allow", "scope": "once" });
+        let res = ann.post(&format!("/api/decisions/{asked}/answer"), &answer).await;
+        assert_eq!(res.status(), StatusCode::OK, "{}", res.text().await.unwrap());
+        app.advance(Duration::from_secs(2));
+        let after = json!({ "seq": 3, "lines": [
+            "allowed: $ sh -c 'cargo build' (allowed once on the web)", "$ sh -c 'cargo build'",
+            "term-2: exit code 101",
+        ], "status": "building" });
+        assert_eq!(device.progress(id, lease, &after).await.status(), StatusCode::OK);
+
+        // The API says where each line goes, so a page appending lines agrees with a reload.
+        let api = ann.job(id).await;
+        let seq = |text: &str| api.events.iter().find(|e| e.text == text).map(|e| e.seq).unwrap();
+        let entry = |text: &str| api.events.iter().find(|e| e.text == text).and_then(|e| e.entry).unwrap();
+        assert_eq!(entry("term-1: exit code 0"), EventEntry { kind: TimelineKind::Command, group: Some(seq("$ sh -c 'cargo test'")) });
+        assert_eq!(entry("  [~] run the tests"), EventEntry { kind: TimelineKind::Plan, group: Some(seq("plan:")) });
+        assert_eq!(entry("tool: Read src/parser.rs done").group, Some(seq("tool: Read src/parser.rs (read) pending")));
+        assert_eq!(entry("Tests <b>pass</b>.").kind, TimelineKind::Message);
+        assert_eq!(entry("stderr: <script>alert(1)</script>").kind, TimelineKind::Stderr);
+        assert_eq!(entry("Waiting for an answer (command question).").kind, TimelineKind::Asked);
+
+        let (_, page) = html(&ann, &format!("/jobs/{id}")).await;
+        let at = |needle: String| page.find(&needle).unwrap_or_else(|| panic!("{needle}: {page}"));
+        let event = |text: &str| at(format!(r#"id="event-{}""#, seq(text)));
+        let order = [
+            event("Claimed by the device (attempt 1)."),
+            event("I'll run the tests."),
+            event("plan:"),
+            event("$ sh -c 'cargo test'"),
+            event("Tests <b>pass</b>."),
+            event("Waiting for an answer (command question)."),
+            at(format!(r#"id="decision-{asked}""#)),
+            event("allowed: $ sh -c 'cargo build' (allowed once on the web)"),
+            event("$ sh -c 'cargo build'"),
+            event("building"),
+        ];
+        assert!(order.windows(2).all(|pair| pair[0] < pair[1]), "{order:?}: {page}");
+        assert!(page.contains(r#"<li class="step step-done"><span class="step-state">done</span> read the parser</li>"#), "{page}");
+        assert!(page.contains(r#"<span class="tool-title">Read src/parser.rs</span> <span class="muted">(read)</span> <span class="tool-status tool-done" data-field="tool-status">done</span>"#), "one row, its last status: {page}");
+        assert_eq!(page.matches("Read src/parser.rs</span>").count(), 1, "{page}");
+        // Six lines of output fold under their command; its exit is on the summary.
+        let tests = &page[event("$ sh -c 'cargo test'")..event("Tests <b>pass</b>.")];
+        assert!(tests.contains(r#"<details class="command"><summary><code class="command-line">$ sh -c 'cargo test'</code><span class="exit" data-field="exit">exit code 0</span></summary>"#), "{tests}");
+        assert!(tests.contains("test 1 ok\ntest 2 ok") && tests.contains("test 6 ok\n"), "{tests}");
+        assert!(page.contains(r#"<span class="exit exit-failed" data-field="exit">exit code 101</span>"#), "{page}");
+        // stderr is marked, and what the computer sent is text.
+        assert!(page.contains(r#"<span class="label label-stderr">stderr</span><pre class="lines">&lt;script&gt;alert(1)&lt;/script&gt;"#), "{page}");
+        assert!(!page.contains("<script>alert") && !page.contains("<b>pass</b>") && page.contains("Tests &lt;b&gt;pass&lt;/b&gt;."), "{page}");
+        // Each entry has its time; the plain text of every line is kept.
+        assert_eq!(page.matches(" data-clock>").count(), page.matches(r#"<li class="entry"#).count(), "{page}");
+        assert!(page.matches(r#"<li class="entry"#).count() >= 10, "{page}");
+        assert!(page.contains(r#"<details class="raw-output"><summary>Raw output</summary><pre class="output">"#), "{page}");
+        assert!(page.contains("[status] building\n"), "{page}");
+        // Answered: nothing waits at the top.
+        assert!(page.contains(r#"<section class="decisions" data-job-decisions="#) && page.contains("hidden><h2>Waiting for your answer</h2>"), "{page}");
+    }
+}
+
+/// The device asks a command question; its id.
+async fn timeline_ask(device: &DeviceClient, job_id: &str, lease: &str) -> String {
+    let body = json!({
+        "kind": "command", "question": "Run cargo build?",
+        "action": { "command": ["sh", "-c", "cargo build"], "folder": "work" },
+        "actionHash": "9f86d081884c7d659a2feb8e8bfa6ac5c9f4b8b2c4c53e1f1e0c6e8d2b1a3f40", "expiresInSecs": 600,
+    });
+    let res = device
+        .http
+        .post(format!("{}/api/devices/self/jobs/{job_id}/ask", device.base))
+        .bearer_auth(&device.token)
+        .header("x-tether-protocol", "1")
+        .header("x-tether-lease", lease)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let answer: Value = res.json().await.unwrap();
+    answer["decisionId"].as_str().unwrap().to_owned()
 }

@@ -121,6 +121,7 @@ async fn confined(engine: &AcpEngine, folder: &Path) -> EngineCheck {
         env: &env,
         hint: outfit.sign_in_command,
         folder,
+        reads_files: outfit.client_reads_files,
     };
     let mut report = talk_over(pipes, place).await;
     let stderr = agent.stderr_handle();
@@ -150,7 +151,13 @@ fn sockets_for(launch: &Launch, engine: &str) -> PathBuf {
 
 fn safe_name(name: &str) -> String {
     name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -162,6 +169,7 @@ struct Place<'a> {
     env: &'a [String],
     hint: Option<&'a str>,
     folder: &'a Path,
+    reads_files: bool,
 }
 
 /// Connects over the agent's stdio and asks; a broken connection is the problem.
@@ -179,7 +187,7 @@ async fn talk_over(pipes: Pipes, place: Place<'_>) -> EngineCheck {
 
 /// `initialize`, `authenticate` when possible, `session/new`.
 async fn ask(cx: &ConnectionTo<Agent>, place: Place<'_>) -> EngineCheck {
-    let introduced = match handshake::initialize(cx).await {
+    let introduced = match handshake::initialize(cx, place.reads_files).await {
         Ok(introduced) => introduced,
         Err(why) => return problem(why),
     };
@@ -199,7 +207,12 @@ async fn ask(cx: &ConnectionTo<Agent>, place: Place<'_>) -> EngineCheck {
     match cx.send_request(request).block_task().await {
         Ok(_) => report.ok = true,
         Err(err) if err.code == agent_client_protocol::ErrorCode::AUTH_REQUIRED => {
-            report.problem = Some(sign_in::needed(place.engine, &methods, place.env, place.hint));
+            report.problem = Some(sign_in::needed(
+                place.engine,
+                &methods,
+                place.env,
+                place.hint,
+            ));
         }
         Err(err) => {
             report.problem = Some(format!(
@@ -268,7 +281,14 @@ pub fn render_check(name: &str, check: &EngineCheck) -> String {
         facts.push(format!("ACP {version}"));
     }
     if check.agent.is_some() || check.protocol_version.is_some() {
-        facts.push(if check.load_session { "loads sessions" } else { "no session loading" }.to_owned());
+        facts.push(
+            if check.load_session {
+                "loads sessions"
+            } else {
+                "no session loading"
+            }
+            .to_owned(),
+        );
     }
     if !check.auth_methods.is_empty() {
         let methods: Vec<String> = check
@@ -287,7 +307,10 @@ pub fn render_check(name: &str, check: &EngineCheck) -> String {
     if let Some(problem) = &check.problem {
         text.push_str(&format!("\n  {problem}"));
     }
-    text.push_str(&format!("\n  checked in {:.1} s\n", check.took_ms as f64 / 1000.0));
+    text.push_str(&format!(
+        "\n  checked in {:.1} s\n",
+        check.took_ms as f64 / 1000.0
+    ));
     text
 }
 

@@ -23,11 +23,13 @@ pub struct Introduced {
     pub raw: Value,
 }
 
-/// What this computer offers the agent: exactly what [`super::client`] implements.
-pub fn initialize_request() -> InitializeRequest {
+/// What this computer offers the agent: exactly what [`super::client`] implements, file
+/// reads only when `reads_files` (an agent that cannot take a refused read reads from its
+/// own sandbox instead: [`crate::local::presets::Preset::client_reads_files`]).
+pub fn initialize_request(reads_files: bool) -> InitializeRequest {
     let capabilities = ClientCapabilities::new()
         .fs(FileSystemCapabilities::new()
-            .read_text_file(true)
+            .read_text_file(reads_files)
             .write_text_file(true))
         .terminal(true);
     InitializeRequest::new(ProtocolVersion::V1)
@@ -39,8 +41,8 @@ pub fn initialize_request() -> InitializeRequest {
 ///
 /// # Errors
 /// The agent's error, its going away, or an answer that is not an `initialize` answer.
-pub async fn initialize(cx: &ConnectionTo<Agent>) -> Result<Introduced, String> {
-    let request = UntypedMessage::new("initialize", initialize_request())
+pub async fn initialize(cx: &ConnectionTo<Agent>, reads_files: bool) -> Result<Introduced, String> {
+    let request = UntypedMessage::new("initialize", initialize_request(reads_files))
         .map_err(|err| format!("the initialize request could not be made: {err}"))?;
     let raw = cx
         .send_request(request)
@@ -54,7 +56,7 @@ pub async fn initialize(cx: &ConnectionTo<Agent>) -> Result<Introduced, String> 
 
 /// The ACP version number the agent answered with.
 pub fn protocol_number(agent: &InitializeResponse) -> Option<u16> {
-    serde_json::to_value(&agent.protocol_version)
+    serde_json::to_value(agent.protocol_version)
         .ok()
         .and_then(|version| version.as_u64())
         .and_then(|version| u16::try_from(version).ok())
@@ -95,7 +97,7 @@ mod tests {
 
     #[test]
     fn the_client_offers_exactly_what_it_implements() {
-        let request = serde_json::to_value(initialize_request()).unwrap_or_default();
+        let request = serde_json::to_value(initialize_request(true)).unwrap_or_default();
         assert_eq!(request["protocolVersion"], json!(1));
         assert_eq!(
             request["clientCapabilities"]["fs"],
@@ -107,8 +109,8 @@ mod tests {
 
     #[test]
     fn the_protocol_version_is_a_number() {
-        let agent: InitializeResponse =
-            serde_json::from_value(json!({"protocolVersion": 1})).unwrap_or_else(|err| panic!("{err}"));
+        let agent: InitializeResponse = serde_json::from_value(json!({"protocolVersion": 1}))
+            .unwrap_or_else(|err| panic!("{err}"));
         assert_eq!(protocol_number(&agent), Some(1));
         assert_eq!(check_version(&agent), Ok(()));
     }

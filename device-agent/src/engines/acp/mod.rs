@@ -59,9 +59,9 @@ use crate::run::decisions;
 use crate::run::engine::{blocked, time_limit, Engine, RunContext};
 use crate::run::evidence::RunEvidence;
 use crate::run::grant::{start_broker, Granted};
+use crate::run::model_network;
 use crate::run::process_group::TERMINATE_GRACE;
 use crate::run::progress::report_output;
-use crate::run::model_network;
 use crate::run::stop::{RunStop, StopReason};
 use crate::sandbox;
 use client::Session;
@@ -210,14 +210,20 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
             engine: &engine.name,
             engine_env: &outfit.variable_names(),
             hint: outfit.sign_in_command,
+            reads_files: outfit.client_reads_files,
         },
     };
     let turn = converse(&session, pipes, &conversation).await;
     let ended = end(agent, &session, &turn, stop).await;
     drop(broker);
-    if let Some(refused) = outfit.model_network.as_ref().and_then(|network| network.summary()) {
+    if let Some(refused) = outfit
+        .model_network
+        .as_ref()
+        .and_then(|network| network.summary())
+    {
         let _ = lines.send(refused).await;
     }
+    outfit::forget_written_key(engine, &outfit.state_home);
     drop(outfit);
     let (rest, final_message) = session.finish_transcript();
     for line in rest.into_iter().chain(ended.notes.iter().cloned()) {
@@ -317,10 +323,11 @@ struct SignInPlace<'a> {
     engine: &'a str,
     /// The names of the variables the agent was started with.
     engine_env: &'a [String],
+    /// Whether the agent is offered `fs/read_text_file`.
+    reads_files: bool,
     /// The engine's own sign-in command, when it is known.
     hint: Option<&'a str>,
 }
-
 
 /// The conversation: connect, then [`talk`]. A broken transport is a failed turn.
 async fn converse(
@@ -543,7 +550,9 @@ async fn open_session(
     opening: &Opening,
     place: SignInPlace<'_>,
 ) -> Result<Opened, Turn> {
-    let introduced = handshake::initialize(cx).await.map_err(Turn::Failed)?;
+    let introduced = handshake::initialize(cx, place.reads_files)
+        .await
+        .map_err(Turn::Failed)?;
     handshake::check_version(&introduced.agent).map_err(Turn::Failed)?;
     let methods = sign_in::methods(&introduced.raw);
     if let Some(method) = sign_in::env_method(&methods, place.engine_env) {
@@ -651,7 +660,10 @@ fn session_refused(
             place.hint,
         ));
     }
-    Turn::Failed(format!("the agent did not start a session: {}", describe(err)))
+    Turn::Failed(format!(
+        "the agent did not start a session: {}",
+        describe(err)
+    ))
 }
 
 /// Everything the completion is made of.
@@ -752,7 +764,11 @@ fn ended_with(
         AcpStopReason::EndTurn | AcpStopReason::Cancelled | AcpStopReason::Refusal
     );
     if let (true, Some(first)) = (gave_up, denied.first()) {
-        return (Outcome::Blocked, after_denial(first, denied.len(), final_message), word);
+        return (
+            Outcome::Blocked,
+            after_denial(first, denied.len(), final_message),
+            word,
+        );
     }
     match reason {
         AcpStopReason::EndTurn => {
@@ -1043,7 +1059,10 @@ mod tests {
         silent.final_message.clear();
         assert_eq!(
             check(silent),
-            Ok((Outcome::Blocked, "stopped after you denied: $ make".to_owned()))
+            Ok((
+                Outcome::Blocked,
+                "stopped after you denied: $ make".to_owned()
+            ))
         );
         // A limit reached is a failure of its own; the owner's Cancel stays a cancel.
         assert_eq!(
@@ -1075,6 +1094,7 @@ mod tests {
             engine: "claude",
             engine_env: &[],
             hint: Some("claude /login"),
+            reads_files: true,
         };
         let methods = sign_in::methods(&json!({"authMethods": [
             {"id": "claude-login", "name": "Log in with Claude Code",
@@ -1094,10 +1114,7 @@ mod tests {
                 && why.contains("`tether-agent engine check claude`"),
             "{why}"
         );
-        assert_eq!(
-            check(done(turn)).map(|(o, _)| o),
-            Ok(Outcome::Blocked)
-        );
+        assert_eq!(check(done(turn)).map(|(o, _)| o), Ok(Outcome::Blocked));
         let other = agent_client_protocol::Error::new(
             agent_client_protocol::ErrorCode::INTERNAL_ERROR,
             "boom".to_owned(),

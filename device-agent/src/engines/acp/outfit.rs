@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 
 use crate::local::acp_engines::{self, model_origins, program_files, sign_in_paths};
 use crate::local::presets::{Preset, PresetName};
+use crate::local::state::DataDir;
 use crate::local::state::{AcpEngine, EngineNetwork};
 use crate::local::vault::Vault;
-use crate::local::state::DataDir;
 use crate::policy::guard::Guard;
 use crate::run::model_network::ModelNetwork;
 use crate::sandbox::Forward;
@@ -40,6 +40,10 @@ pub struct Outfit {
     pub model_network: Option<ModelNetwork>,
     /// The preset's command that signs the agent in, for a refusal's advice.
     pub sign_in_command: Option<&'static str>,
+    /// Whether the agent reads files through this computer (the preset's quirk).
+    pub client_reads_files: bool,
+    /// The engine's own home.
+    pub state_home: PathBuf,
 }
 
 /// Everything the outfit is made from besides the engine.
@@ -76,8 +80,17 @@ impl Outfit {
         }
         let own = own_folders(engine, preset, &state_home, fitting.home, &mut env)?;
         let mut argv = vec![engine.program.clone()];
-        argv.extend(preset.map_or(&[][..], |preset| preset.args).iter().map(|a| (*a).to_owned()));
-        argv.extend(preset.map(|preset| preset.args_from_env(&engine.env)).unwrap_or_default());
+        argv.extend(
+            preset
+                .map_or(&[][..], |preset| preset.args)
+                .iter()
+                .map(|a| (*a).to_owned()),
+        );
+        argv.extend(
+            preset
+                .map(|preset| preset.args_from_env(&engine.env))
+                .unwrap_or_default(),
+        );
         argv.extend(engine.args.iter().cloned());
         let mut readable = fitting.launch.readable.clone();
         readable.extend(program_files(&engine.program, &engine.args));
@@ -93,6 +106,8 @@ impl Outfit {
             forwards: Vec::new(),
             model_network: None,
             sign_in_command: preset.map(|preset| preset.sign_in_command),
+            client_reads_files: preset.is_none_or(|preset| preset.client_reads_files),
+            state_home,
         };
         outfit.connect(engine, fitting.sockets)?;
         Ok(outfit)
@@ -130,7 +145,8 @@ fn engine_secrets(engine: &AcpEngine, data_dir: &Path) -> Result<Vec<(String, St
     if engine.secrets.is_empty() {
         return Ok(Vec::new());
     }
-    let data_dir = DataDir::resolve(Some(data_dir.to_path_buf())).map_err(|err| format!("{err:#}"))?;
+    let data_dir =
+        DataDir::resolve(Some(data_dir.to_path_buf())).map_err(|err| format!("{err:#}"))?;
     let named = Vault::new(&data_dir).named(&engine.secrets).map_err(|missing| {
         format!(
             "the engine {:?} needs the secret {}, which is not saved on this computer: send it sealed from the Computers page",
@@ -175,17 +191,62 @@ fn own_folders(
         set(env, name, &path.display().to_string());
     }
     for (name, folder) in preset.map_or(&[][..], |preset| preset.state_vars) {
-        let path = match owner_home {
-            Some(owner_home) => owner_home.join(folder),
-            None => state_home.join(folder),
+        let base = owner_home.unwrap_or(state_home);
+        let path = if folder.is_empty() {
+            base.to_path_buf()
+        } else {
+            base.join(folder)
         };
         if owner_home.is_none() {
             make_private_folder(&path)?;
         }
         set(env, name, &path.display().to_string());
     }
+    if let Some(preset) = preset {
+        write_home_files(preset, state_home)?;
+    }
     own.extend(signed_in.unwrap_or_default());
     Ok(own)
+}
+
+/// The preset's settings files in the engine's own home, where they are missing (the owner
+/// may have changed them since).
+fn write_home_files(preset: &Preset, state_home: &Path) -> Result<(), String> {
+    for (relative, contents) in preset.home_files {
+        let path = state_home.join(relative);
+        if path.exists() {
+            continue;
+        }
+        if let Some(parent) = path.parent() {
+            make_private_folder(parent)?;
+        }
+        crate::local::state::write_atomic(&path, contents.as_bytes())
+            .map_err(|err| format!("cannot write {}: {err}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Removes the API key the agent wrote in plain text into its own home while
+/// authenticating (the vault holds it; the next run authenticates again). The owner's own
+/// sign-in (`--use-my-sign-in`) is never touched.
+pub fn forget_written_key(engine: &AcpEngine, state_home: &Path) {
+    let Some(relative) = engine
+        .preset
+        .and_then(|name| name.preset().written_key_file)
+    else {
+        return;
+    };
+    let path = state_home.join(relative);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return;
+    };
+    let holds_key = serde_json::from_str::<serde_json::Value>(&text)
+        .is_ok_and(|auth| auth.get("auth_mode").and_then(|mode| mode.as_str()) == Some("apikey"));
+    if holds_key {
+        if let Err(err) = std::fs::remove_file(&path) {
+            tracing::warn!("could not remove the key {} wrote: {err}", engine.name);
+        }
+    }
 }
 
 /// Creates `path` (and its parents) readable by this user only.
@@ -267,25 +328,40 @@ mod tests {
             name: "codex".into(),
             program: "/usr/bin/codex-acp".into(),
             preset: Some(PresetName::Codex),
-            env: BTreeMap::from([("OPENAI_BASE_URL".to_owned(), "http://127.0.0.1:9/v1".to_owned())]),
+            env: BTreeMap::from([(
+                "OPENAI_BASE_URL".to_owned(),
+                "http://127.0.0.1:9/v1".to_owned(),
+            )]),
             network: Some(EngineNetwork::On),
             ..AcpEngine::default()
         };
         let outfit = fit(&fx, &engine).unwrap_or_else(|why| panic!("{why}"));
         let state = fx.root.join("data/tether-agent-engines/codex/home");
-        assert_eq!(var(&outfit, "HOME"), Some(state.to_str().unwrap_or_default()));
+        assert_eq!(
+            var(&outfit, "HOME"),
+            Some(state.to_str().unwrap_or_default())
+        );
         assert_eq!(
             var(&outfit, "CODEX_HOME"),
             Some(state.join(".codex").to_str().unwrap_or_default())
         );
         assert!(state.join(".codex").is_dir() && state.join(".cache").is_dir());
-        assert_eq!(var(&outfit, "OPENAI_BASE_URL"), Some("http://127.0.0.1:9/v1"));
-        assert!(outfit.argv.iter().any(|arg| arg.contains("danger-full-access")));
+        assert_eq!(
+            var(&outfit, "OPENAI_BASE_URL"),
+            Some("http://127.0.0.1:9/v1")
+        );
+        assert!(outfit
+            .argv
+            .iter()
+            .any(|arg| arg.contains("danger-full-access")));
         assert!(outfit.argv.iter().any(|arg| arg.contains("base_url")));
         assert!(outfit.network);
         assert!(outfit.writable.contains(&state));
         assert!(outfit.guard.check_access(&state).is_ok());
-        assert!(fx.launch.guard.check_access(&state).is_err(), "terminals never see it");
+        assert!(
+            fx.launch.guard.check_access(&state).is_err(),
+            "terminals never see it"
+        );
         let other = fx.root.join("data/tether-agent-engines/claude/home");
         assert!(!outfit.writable.contains(&other));
     }
@@ -315,6 +391,50 @@ mod tests {
             var(&signed_in, "CLAUDE_CONFIG_DIR"),
             Some(home.join(".claude").to_str().unwrap_or_default())
         );
+    }
+
+    #[test]
+    fn gemini_keeps_its_folder_in_the_engines_home_with_quiet_settings() {
+        let fx = fixture();
+        let engine = AcpEngine {
+            name: "gemini".into(),
+            program: "/usr/bin/gemini".into(),
+            preset: Some(PresetName::Gemini),
+            network: Some(EngineNetwork::On),
+            ..AcpEngine::default()
+        };
+        let outfit = fit(&fx, &engine).unwrap_or_else(|why| panic!("{why}"));
+        let state = fx.root.join("data/tether-agent-engines/gemini/home");
+        assert_eq!(var(&outfit, "GEMINI_CLI_HOME"), Some(state.to_str().unwrap_or_default()));
+        assert_eq!(outfit.argv[1..], ["--experimental-acp".to_owned()]);
+        assert!(!outfit.client_reads_files);
+        let settings = std::fs::read_to_string(state.join(".gemini/settings.json")).unwrap_or_default();
+        assert!(settings.contains("\"usageStatisticsEnabled\": false"), "{settings}");
+        std::fs::write(state.join(".gemini/settings.json"), "{}").unwrap_or_default();
+        fit(&fx, &engine).unwrap_or_else(|why| panic!("{why}"));
+        assert_eq!(
+            std::fs::read_to_string(state.join(".gemini/settings.json")).unwrap_or_default(),
+            "{}",
+            "the owner's changes are kept"
+        );
+    }
+
+    #[test]
+    fn a_key_codex_wrote_in_its_home_is_removed_and_a_sign_in_kept() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
+        let engine = AcpEngine {
+            name: "codex".into(),
+            preset: Some(PresetName::Codex),
+            ..AcpEngine::default()
+        };
+        let auth = tmp.path().join(".codex/auth.json");
+        std::fs::create_dir_all(tmp.path().join(".codex")).unwrap_or_default();
+        std::fs::write(&auth, r#"{"auth_mode":"chatgpt","tokens":{}}"#).unwrap_or_default();
+        forget_written_key(&engine, tmp.path());
+        assert!(auth.exists(), "a sign-in stays");
+        std::fs::write(&auth, r#"{"auth_mode":"apikey","OPENAI_API_KEY":"sk-x"}"#).unwrap_or_default();
+        forget_written_key(&engine, tmp.path());
+        assert!(!auth.exists());
     }
 
     #[test]

@@ -115,9 +115,138 @@ async function refreshRegions() {
   tickDurations();
 }
 
+// The job page's timeline (pages/timeline.rs): each line goes where its `entry` says, as
+// the server renders it on a reload. Text only, never markup.
+function make(tag, className, ...children) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  node.append(...children);
+  return node;
+}
+
+function clockText(at) {
+  return at.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false });
+}
+
+// As ago in pages/layout.rs.
+function agoText(at) {
+  const secs = Math.max(0, Math.floor((Date.now() - at.getTime()) / 1000));
+  if (secs < 60) return "just now";
+  if (secs < 3600) return `${Math.floor(secs / 60)} min ago`;
+  if (secs < 86400) return `${Math.floor(secs / 3600)} h ago`;
+  return at.toLocaleString();
+}
+
+function clockNode(at) {
+  const time = make("time", "", clockText(new Date(at)));
+  time.dateTime = at;
+  time.dataset.clock = "";
+  time.title = agoText(new Date(at));
+  return time;
+}
+
+const label = (className, text) => make("span", `label ${className}`, text);
+const stripPrefix = (text, prefix) => (text.startsWith(prefix) ? text.slice(prefix.length) : text);
+const EXIT = /^(exit code -?\d+|killed by .+|ended)$/;
+const FOLD_AFTER_LINES = 5;
+
+// `tool: TITLE (KIND) STATUS` or `tool: TITLE STATUS`, as timeline::tool_line reads it.
+function toolParts(text) {
+  const rest = stripPrefix(text, "tool: ");
+  const cut = rest.lastIndexOf(" ");
+  const head = rest.slice(0, cut);
+  const named = /^(.*) \((read|edit|delete|move|search|execute|think|fetch|switch_mode|other)\)$/.exec(head);
+  return { title: named ? named[1] : head, kind: named ? named[2] : "", status: rest.slice(cut + 1) };
+}
+
+function entryBody(kind, text) {
+  switch (kind) {
+    case "plan": return [make("strong", "", "Plan"), make("ul", "checklist")];
+    case "tool": {
+      const tool = toolParts(text);
+      const parts = [label("", "tool"), " ", make("span", "tool-title", tool.title)];
+      if (tool.kind) parts.push(" ", make("span", "muted", `(${tool.kind})`));
+      const status = make("span", `tool-status tool-${tool.status}`, tool.status);
+      status.dataset.field = "tool-status";
+      return [...parts, " ", status];
+    }
+    case "command": {
+      const exit = make("span", "exit", "running");
+      exit.dataset.field = "exit";
+      const details = make("details", "command",
+        make("summary", "", make("code", "command-line", text), exit),
+        make("pre", "lines command-output"),
+        make("p", "muted no-output", "No output shown."));
+      details.open = true;
+      return [details];
+    }
+    case "stderr": return [label("label-stderr", "stderr"), make("pre", "lines", `${stripPrefix(text, "stderr: ")}\n`)];
+    case "refused": return [label("label-refused", "refused"), ` ${stripPrefix(text, "refused: ")}`];
+    case "status": return [label("", "status"), ` ${text}`];
+    case "output": return [make("pre", "lines", `${text}\n`)];
+    case "message": return [make("p", "message", text)];
+    default: return [text];
+  }
+}
+
+// A line that adds to an entry already shown: a plan's step, a tool's status, a
+// command's output or exit, more of a message, of stderr or of plain output.
+function addToEntry(entry, kind, text) {
+  const body = entry.querySelector(".entry-body");
+  if (kind === "plan") {
+    const step = /^ {2}\[(x|~| )\] (.*)$/.exec(text);
+    if (!step) return;
+    const state = { x: "done", "~": "doing", " ": "to do" }[step[1]];
+    body.querySelector("ul.checklist").append(
+      make("li", `step step-${state.replace(" ", "-")}`, make("span", "step-state", state), ` ${step[2]}`));
+  } else if (kind === "tool") {
+    const status = body.querySelector("[data-field=tool-status]");
+    const word = toolParts(text).status;
+    status.textContent = word;
+    status.className = `tool-status tool-${word}`;
+  } else if (kind === "command") {
+    const details = body.querySelector("details.command");
+    const rest = text.replace(/^term-\d+: /, "");
+    const output = details.querySelector("pre.command-output");
+    if (EXIT.test(rest)) {
+      const exit = details.querySelector("[data-field=exit]");
+      exit.textContent = rest;
+      exit.className = rest === "exit code 0" ? "exit" : "exit exit-failed";
+      const lines = output.textContent.split("\n").length - 1;
+      details.open = lines >= 1 && lines <= FOLD_AFTER_LINES;
+    } else {
+      output.append(`${rest}\n`);
+      details.querySelector(".no-output")?.remove();
+    }
+  } else if (kind === "message") {
+    body.querySelector("p.message").append(make("br"), text);
+  } else {
+    body.querySelector("pre.lines")?.append(`${stripPrefix(text, "stderr: ")}\n`);
+  }
+}
+
+function appendLine(timeline, line) {
+  const entry = line.entry || { kind: "output" };
+  const group = entry.group == null ? null : timeline.querySelector(`[data-seq="${entry.group}"]`);
+  if (group) return addToEntry(group, entry.kind, line.text);
+  const item = make("li", `entry entry-${entry.kind}`,
+    clockNode(line.at), make("div", "entry-body", ...entryBody(entry.kind, line.text)));
+  item.id = `event-${line.seq}`;
+  item.dataset.seq = line.seq;
+  const at = Date.parse(line.at);
+  if (entry.kind === "asked") item.dataset.until = String(at + 1000);
+  // Lines the computer printed before it asked may arrive just after: before the question.
+  let before = null;
+  if (entry.kind !== "asked" && entry.kind !== "system") {
+    for (let node = timeline.lastElementChild; node?.dataset.until && Number(node.dataset.until) >= at;
+      node = node.previousElementSibling) before = node;
+  }
+  timeline.insertBefore(item, before);
+  document.querySelector(".timeline-empty")?.remove();
+}
+
 function followJob(root) {
   const url = root.dataset.jobLive;
-  const output = root.querySelector("pre.output");
   const state = root.querySelector("[data-field=state]");
   const outcome = root.querySelector("[data-field=outcome]");
   const attempt = root.querySelector("[data-field=attempt]");
@@ -126,16 +255,20 @@ function followJob(root) {
   const tick = async () => {
     try {
       const job = await api("GET", url);
+      // Looked up each time: a change of state renders the region again.
+      const timeline = root.querySelector("[data-timeline]");
+      const output = root.querySelector("pre.output");
       for (const line of job.events.filter((e) => e.seq > lastSeq)) {
-        output.textContent += (line.kind === "output" ? "" : `[${line.kind}] `) + line.text + "\n";
+        if (timeline) appendLine(timeline, line);
+        if (output) output.append((line.kind === "output" ? "" : `[${line.kind}] `) + line.text + "\n");
         lastSeq = line.seq;
       }
-      output.scrollTop = output.scrollHeight;
       const changed = job.state !== root.dataset.state;
       state.textContent = job.state;
       state.className = `badge state-${job.state}`;
       root.dataset.state = job.state;
-      attempt.textContent = job.attempt;
+      attempt.textContent = `attempt ${job.attempt}`;
+      attempt.hidden = job.attempt < 2;
       outcome.textContent = outcomeText(job);
       const waiting = document.querySelector("[data-field=queued-because]");
       if (waiting) {
@@ -143,7 +276,10 @@ function followJob(root) {
         waiting.hidden = !waiting.textContent;
       }
       delay = 1000;
-      if (changed) await refreshRegions().catch(() => location.reload());
+      if (changed) {
+        await refreshRegions().catch(() => location.reload());
+        lastSeq = Math.max(lastSeq, Number(document.getElementById("job-run")?.dataset.lastSeq || 0));
+      }
       if (FINAL.includes(job.state)) {
         root.querySelectorAll("[data-while-active]").forEach((node) => node.remove());
         return;
@@ -158,6 +294,10 @@ function followJob(root) {
 
 // Times arrive in UTC; show them in the browser's own zone.
 function localTimes() {
+  for (const time of document.querySelectorAll("time[data-clock]")) {
+    const at = new Date(time.dateTime);
+    if (!Number.isNaN(at.getTime())) time.textContent = clockText(at);
+  }
   for (const time of document.querySelectorAll("time[data-local]")) {
     const at = new Date(time.dateTime);
     if (!Number.isNaN(at.getTime())) {
@@ -186,6 +326,11 @@ function tickDurations() {
 
 localTimes();
 setInterval(tickDurations, 1000);
+// A timeline entry's time says how long ago on hover.
+document.addEventListener("mouseover", (event) => {
+  const time = event.target.closest?.("time[data-clock]");
+  if (time) time.title = agoText(new Date(time.dateTime));
+});
 document.querySelectorAll("[data-job-live]").forEach(followJob);
 
 // The service worker (assets/sw.js) keeps the app working offline and shows notifications.

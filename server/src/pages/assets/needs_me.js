@@ -159,11 +159,43 @@
     setBadge(pending.length);
   }
 
+  // The job page: the questions waiting, linked to their cards on the timeline
+  // (pages/timeline.rs), where each stands after the line it was asked at.
   async function refreshJob() {
     const job = await request("GET", jobSection.dataset.jobDecisions);
-    const container = jobSection.querySelector(".decision-list");
-    renderInto(container, job.decisions, false);
-    jobSection.hidden = job.decisions.length === 0;
+    const pending = job.decisions.filter((decision) => decision.state === "pending");
+    jobSection.querySelector(".decision-links").replaceChildren(...pending.map((decision) =>
+      el("li", {}, el("a", { href: `#decision-${decision.id}` }, decision.question))));
+    jobSection.hidden = pending.length === 0;
+    const timeline = document.querySelector("[data-timeline]");
+    if (timeline) job.decisions.forEach((decision) => placeCard(timeline, decision));
+  }
+
+  function clockText(at) {
+    return at.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false });
+  }
+
+  // A card already on the timeline is replaced; a new one goes at the end, where lines
+  // that arrive until `data-until` are put before it (app.js). Once answered, later lines
+  // come after it.
+  function placeCard(timeline, decision) {
+    const card = renderCard(decision, false);
+    let entry = document.getElementById(`decision-${decision.id}`);
+    if (entry) {
+      entry.querySelector(".card.decision")?.replaceWith(card);
+    } else {
+      const at = new Date(decision.createdAt);
+      entry = el("li", { class: "entry entry-decision", id: `decision-${decision.id}`,
+        "data-until": String(at.getTime() + 1000) },
+        el("time", { datetime: decision.createdAt, "data-clock": "" }, clockText(at)),
+        el("div", { class: "entry-body" }, card));
+      timeline.append(entry);
+    }
+    if (decision.state !== "pending") {
+      entry.removeAttribute("data-until");
+      const asked = entry.previousElementSibling;
+      if (asked?.classList.contains("entry-asked")) asked.removeAttribute("data-until");
+    }
   }
 
   // One refresh at a time; events during one ask for another after it.
