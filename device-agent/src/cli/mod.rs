@@ -1110,7 +1110,8 @@ mod tests {
 
     #[test]
     fn engine_variables_refuse_keys_and_what_tether_sets() {
-        let words = |words: &[&str]| -> Vec<String> { words.iter().map(|w| (*w).to_owned()).collect() };
+        let words =
+            |words: &[&str]| -> Vec<String> { words.iter().map(|w| (*w).to_owned()).collect() };
         assert!(engine_variables(&words(&["ANTHROPIC_BASE_URL=http://x=y"]))
             .is_ok_and(|vars| vars["ANTHROPIC_BASE_URL"] == "http://x=y"));
         for bad in [

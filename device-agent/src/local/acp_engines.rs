@@ -15,9 +15,9 @@ use anyhow::{bail, Result};
 use tether_protocol::capabilities::{Engine, EngineKind};
 
 use crate::local::folders::check_name;
-use crate::local::recipes::shell_words;
 use crate::local::origins::Origin;
 use crate::local::presets::PresetName;
+use crate::local::recipes::shell_words;
 use crate::local::state::{put_named, take_named, AcpEngine, Config, EngineNetwork};
 
 /// What `engine add` was given, before it is checked.
@@ -138,7 +138,8 @@ pub fn find_program(program: &str, path_var: Option<&str>) -> Option<String> {
 
 fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+    std::fs::metadata(path)
+        .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
 }
 
 /// The origins `network: model` allows the engine: exactly those of its base-URL variables
@@ -322,7 +323,9 @@ pub fn settings_line(engine: &AcpEngine) -> String {
     }
     parts.push(format!(
         "network {}",
-        engine.network.map_or("as the job says", EngineNetwork::as_str)
+        engine
+            .network
+            .map_or("as the job says", EngineNetwork::as_str)
     ));
     if !engine.env.is_empty() {
         let names: Vec<&str> = engine.env.keys().map(String::as_str).collect();
@@ -372,10 +375,18 @@ mod tests {
     #[test]
     fn engines_are_added_replaced_listed_and_removed() -> Result<()> {
         let mut config = config();
-        let engine = add(&mut config, custom("claude", "npx", &["claude-code-acp"]), NOWHERE)?;
+        let engine = add(
+            &mut config,
+            custom("claude", "npx", &["claude-code-acp"]),
+            NOWHERE,
+        )?;
         assert_eq!(command_line(&engine), "npx claude-code-acp");
         assert_eq!(engine.network, None, "a custom engine follows the job");
-        add(&mut config, custom("claude", "claude-acp", &["--flag it"]), NOWHERE)?;
+        add(
+            &mut config,
+            custom("claude", "claude-acp", &["--flag it"]),
+            NOWHERE,
+        )?;
         assert_eq!(config.engines.len(), 1);
         assert_eq!(
             config.acp_engine("claude").map(command_line),
@@ -452,7 +463,10 @@ mod tests {
             },
             lookup,
         );
-        let said = no_sign_in.err().map(|err| err.to_string()).unwrap_or_default();
+        let said = no_sign_in
+            .err()
+            .map(|err| err.to_string())
+            .unwrap_or_default();
         assert!(said.contains("claude /login"), "{said}");
         std::fs::create_dir_all(tmp.path().join(".claude"))?;
         let signed_in = add(
@@ -480,12 +494,16 @@ mod tests {
             .env
             .insert("MODEL_BASE_URL".to_owned(), "ftp://x".to_owned());
         assert!(add(&mut config, engine.clone(), NOWHERE).is_err());
-        engine
-            .env
-            .insert("MODEL_BASE_URL".to_owned(), "http://127.0.0.1:8080".to_owned());
+        engine.env.insert(
+            "MODEL_BASE_URL".to_owned(),
+            "http://127.0.0.1:8080".to_owned(),
+        );
         assert!(add(&mut config, engine.clone(), NOWHERE).is_ok());
         engine.use_my_sign_in = true;
-        assert!(add(&mut config, engine, NOWHERE).is_err(), "no preset, no sign-in");
+        assert!(
+            add(&mut config, engine, NOWHERE).is_err(),
+            "no preset, no sign-in"
+        );
     }
 
     #[test]

@@ -288,7 +288,9 @@ mod tests {
         }
         let unknown = PresetName::parse("claude");
         assert!(
-            unknown.as_ref().is_err_and(|why| why.contains("claude-code, codex")),
+            unknown
+                .as_ref()
+                .is_err_and(|why| why.contains("claude-code, codex")),
             "{unknown:?}"
         );
     }

@@ -595,18 +595,31 @@ mod tests {
         let data_dir = fx.home.join("data/tether-agent");
         let engines = fx.home.join("data/tether-agent-engines");
         let own_state = engines.join("claude/home");
-        assert!(fx.guard.check_access(&own_state).is_err(), "every run is kept out");
+        assert!(
+            fx.guard.check_access(&own_state).is_err(),
+            "every run is kept out"
+        );
         assert!(fx.guard.check_access(&fx.home.join(".gemini")).is_err());
-        assert!(fx.guard.check_access(&fx.home.join(".qwen/oauth_creds.json")).is_err());
+        assert!(fx
+            .guard
+            .check_access(&fx.home.join(".qwen/oauth_creds.json"))
+            .is_err());
         let granted = fx
             .guard
             .granting(&[own_state.clone(), fx.home.join(".claude")]);
         assert!(granted.check_access(&own_state).is_ok());
-        assert!(granted.check_access(&fx.home.join(".claude/settings.json")).is_ok());
+        assert!(granted
+            .check_access(&fx.home.join(".claude/settings.json"))
+            .is_ok());
         assert!(granted.check_access(&fx.home.join(".codex")).is_err());
         assert!(granted.check_access(&fx.home.join(".ssh")).is_err());
-        assert!(granted.check_access(&data_dir.join("seal-key.json")).is_err());
-        assert!(fx.guard.check_access(&own_state).is_err(), "the run's guard is unchanged");
+        assert!(granted
+            .check_access(&data_dir.join("seal-key.json"))
+            .is_err());
+        assert!(
+            fx.guard.check_access(&own_state).is_err(),
+            "the run's guard is unchanged"
+        );
     }
 
     #[test]

@@ -123,7 +123,8 @@ fn pairs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
 }
 
 /// Claude Code: the Anthropic base URL and key from the environment; `IS_SANDBOX` lets it
-/// run as root; the rest keeps it from calling home.
+/// run as root; no retries (it would retry a 401 ten times, backing off for minutes); the
+/// rest keeps it from calling home.
 pub fn claude_code(agents: &CodingAgents, server: &ModelServer) -> Launch {
     let (base, key) = (server.base_url(Provider::Anthropic), server.key());
     Launch {
@@ -133,6 +134,7 @@ pub fn claude_code(agents: &CodingAgents, server: &ModelServer) -> Launch {
             ("ANTHROPIC_BASE_URL", &base),
             ("ANTHROPIC_API_KEY", &key),
             ("IS_SANDBOX", "1"),
+            ("CLAUDE_CODE_MAX_RETRIES", "0"),
             ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
             ("DISABLE_TELEMETRY", "1"),
             ("DISABLE_AUTOUPDATER", "1"),

@@ -28,7 +28,9 @@ async fn answering_server() -> u16 {
                 let mut buffer = [0u8; 4096];
                 let _ = stream.read(&mut buffer).await;
                 let _ = stream
-                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                    )
                     .await;
             });
         }
@@ -78,20 +80,36 @@ impl Probe {
         let said = agent_ok(
             home.path(),
             &[
-                "engine", "add", "probe", "--acp", "--network", "model", "--env", &model,
-                "--env", &other, "--env", "PROBE_SETTING=on", "--", "/bin/sh",
+                "engine",
+                "add",
+                "probe",
+                "--acp",
+                "--network",
+                "model",
+                "--env",
+                &model,
+                "--env",
+                &other,
+                "--env",
+                "PROBE_SETTING=on",
+                "--",
+                "/bin/sh",
                 script.to_str().unwrap(),
             ],
         )
         .await;
         assert!(said.contains("network model"), "{said}");
-        assert!(said.contains("env MODEL_BASE_URL, OTHER_PORT, PROBE_SETTING"), "{said}");
+        assert!(
+            said.contains("env MODEL_BASE_URL, OTHER_PORT, PROBE_SETTING"),
+            "{said}"
+        );
         let daemon = start_daemon(home.path(), backend);
         web.wait_for_device(&device_id, |device| {
             device.online
-                && device.capabilities.as_ref().is_some_and(|caps| {
-                    caps.engines.iter().any(|engine| engine.name == "probe")
-                })
+                && device
+                    .capabilities
+                    .as_ref()
+                    .is_some_and(|caps| caps.engines.iter().any(|engine| engine.name == "probe"))
         })
         .await;
         Probe {
@@ -106,7 +124,10 @@ impl Probe {
     }
 
     async fn run(&self) -> Job {
-        let job = self.web.create_job(&self.device_id, "probe", "look around").await;
+        let job = self
+            .web
+            .create_job(&self.device_id, "probe", "look around")
+            .await;
         let id = job.id.to_string();
         self.web
             .wait_for_job(&id, Duration::from_secs(60), |job| job.state.is_final())
@@ -131,7 +152,9 @@ impl Drop for Probe {
 }
 
 fn said(job: &Job, line: &str) -> bool {
-    output_lines(job).iter().any(|seen| seen == &format!("stderr: {line}"))
+    output_lines(job)
+        .iter()
+        .any(|seen| seen == &format!("stderr: {line}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -144,7 +167,11 @@ async fn an_engine_on_its_model_network_reaches_its_endpoint_only_and_keeps_its_
     let first = probe.run().await;
     assert_eq!(first.state, JobState::Failed, "{first:#?}");
     assert!(said(&first, "model 200"), "{:#?}", output_lines(&first));
-    assert!(said(&first, "other 000"), "another loopback port is not there: {:#?}", output_lines(&first));
+    assert!(
+        said(&first, "other 000"),
+        "another loopback port is not there: {:#?}",
+        output_lines(&first)
+    );
     let home = probe.state_home();
     assert!(
         said(&first, &format!("home {}", home.display())),
@@ -154,9 +181,17 @@ async fn an_engine_on_its_model_network_reaches_its_endpoint_only_and_keeps_its_
     assert!(said(&first, "before none"));
     assert!(said(&first, "setting on"), "--env reaches the engine");
     let second = probe.run().await;
-    assert!(said(&second, "before run"), "the home is kept: {:#?}", output_lines(&second));
-    assert_eq!(std::fs::read_to_string(home.join("marker")).unwrap(), "run\nrun\n");
-    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&home).unwrap().permissions());
+    assert!(
+        said(&second, "before run"),
+        "the home is kept: {:#?}",
+        output_lines(&second)
+    );
+    assert_eq!(
+        std::fs::read_to_string(home.join("marker")).unwrap(),
+        "run\nrun\n"
+    );
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&home).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o700);
     assert!(!probe.daemon.stderr().contains("panicked"));
 }
@@ -176,5 +211,9 @@ async fn landlock_cannot_limit_an_engine_to_its_model_so_the_run_is_blocked() {
     assert!(summary.contains("--network on"), "{summary}");
     let status = agent_ok(probe.home.path(), &["sandbox", "status", "--json"]).await;
     let report: serde_json::Value = serde_json::from_str(&status).unwrap();
-    assert_eq!(report["guarantees"]["networkModelEnforced"], json!(false), "{report}");
+    assert_eq!(
+        report["guarantees"]["networkModelEnforced"],
+        json!(false),
+        "{report}"
+    );
 }

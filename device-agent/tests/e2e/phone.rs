@@ -127,11 +127,23 @@ async fn a_phone_allows_or_denies_a_coding_agents_command() {
              && items.every((item) => item.querySelector('time[data-clock]')); })()",
         )
         .await;
-    assert_eq!(ordered, json!(true), "{}", browser.text("ol.timeline").await);
+    assert_eq!(
+        ordered,
+        json!(true),
+        "{}",
+        browser.text("ol.timeline").await
+    );
     let fits = browser
         .eval("document.documentElement.scrollWidth <= window.innerWidth")
         .await;
-    assert_eq!(fits, json!(true), "the job page scrolls sideways on a phone");
+    assert_eq!(
+        fits,
+        json!(true),
+        "the job page scrolls sideways on a phone"
+    );
     browser.screenshot("job-timeline-phone").await;
-    assert_eq!(finished(&computer, &job_id).await.state, JobState::Succeeded);
+    assert_eq!(
+        finished(&computer, &job_id).await.state,
+        JobState::Succeeded
+    );
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tether_protocol::capabilities::{Engine, EngineKind};
-use tether_protocol::jobs::{TimelineKind, EventEntry, Job};
+use tether_protocol::jobs::{EventEntry, Job, TimelineKind};
 
 use crate::both_backends;
 use crate::helpers::{job_body, spawn_app, DeviceClient, TestApp, WebClient};
@@ -331,7 +331,10 @@ async fn timeline_ask(device: &DeviceClient, job_id: &str, lease: &str) -> Strin
     });
     let res = device
         .http
-        .post(format!("{}/api/devices/self/jobs/{job_id}/ask", device.base))
+        .post(format!(
+            "{}/api/devices/self/jobs/{job_id}/ask",
+            device.base
+        ))
         .bearer_auth(&device.token)
         .header("x-tether-protocol", "1")
         .header("x-tether-lease", lease)

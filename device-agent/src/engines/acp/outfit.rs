@@ -405,11 +405,18 @@ mod tests {
         };
         let outfit = fit(&fx, &engine).unwrap_or_else(|why| panic!("{why}"));
         let state = fx.root.join("data/tether-agent-engines/gemini/home");
-        assert_eq!(var(&outfit, "GEMINI_CLI_HOME"), Some(state.to_str().unwrap_or_default()));
+        assert_eq!(
+            var(&outfit, "GEMINI_CLI_HOME"),
+            Some(state.to_str().unwrap_or_default())
+        );
         assert_eq!(outfit.argv[1..], ["--experimental-acp".to_owned()]);
         assert!(!outfit.client_reads_files);
-        let settings = std::fs::read_to_string(state.join(".gemini/settings.json")).unwrap_or_default();
-        assert!(settings.contains("\"usageStatisticsEnabled\": false"), "{settings}");
+        let settings =
+            std::fs::read_to_string(state.join(".gemini/settings.json")).unwrap_or_default();
+        assert!(
+            settings.contains("\"usageStatisticsEnabled\": false"),
+            "{settings}"
+        );
         std::fs::write(state.join(".gemini/settings.json"), "{}").unwrap_or_default();
         fit(&fx, &engine).unwrap_or_else(|why| panic!("{why}"));
         assert_eq!(
@@ -432,7 +439,8 @@ mod tests {
         std::fs::write(&auth, r#"{"auth_mode":"chatgpt","tokens":{}}"#).unwrap_or_default();
         forget_written_key(&engine, tmp.path());
         assert!(auth.exists(), "a sign-in stays");
-        std::fs::write(&auth, r#"{"auth_mode":"apikey","OPENAI_API_KEY":"sk-x"}"#).unwrap_or_default();
+        std::fs::write(&auth, r#"{"auth_mode":"apikey","OPENAI_API_KEY":"sk-x"}"#)
+            .unwrap_or_default();
         forget_written_key(&engine, tmp.path());
         assert!(!auth.exists());
     }
