@@ -184,38 +184,7 @@ impl Computer {
         job_id: &str,
         decide: impl Fn(&Value) -> Answer,
     ) -> (Job, Vec<Value>) {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        let mut answered: Vec<Value> = Vec::new();
-        loop {
-            let job = self.web.job(job_id).await;
-            if job.state.is_final() {
-                return (job, answered);
-            }
-            for decision in &job.decisions {
-                if decision.state != DecisionState::Pending
-                    || answered.iter().any(|seen| seen["id"] == json!(decision.id))
-                {
-                    continue;
-                }
-                let decision = serde_json::to_value(decision).unwrap();
-                let answer = decide(&decision);
-                let res = self
-                    .web
-                    .post(
-                        &format!("/api/decisions/{}/answer", decision["id"].as_str().unwrap()),
-                        &json!({ "answer": answer, "scope": "once" }),
-                    )
-                    .await;
-                assert_eq!(res.status(), reqwest::StatusCode::OK, "{decision}");
-                answered.push(decision);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the job never ended: {job:#?}\n{}",
-                self.daemon.stderr()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        follow_answering(&self.web, &self.daemon, job_id, decide).await
     }
 
     fn readyz(&self) -> String {
@@ -224,6 +193,47 @@ impl Computer {
 }
 
 /// What the scripted agent reported for a step: the JSON after `scripted: STEP `.
+/// Follows the job to its end on the web, answering each decision it asks with `decide`
+/// (seen once each). Returns the job and the decisions answered, in order.
+pub(crate) async fn follow_answering(
+    web: &Web,
+    daemon: &Daemon,
+    job_id: &str,
+    decide: impl Fn(&Value) -> Answer,
+) -> (Job, Vec<Value>) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut answered: Vec<Value> = Vec::new();
+    loop {
+        let job = web.job(job_id).await;
+        if job.state.is_final() {
+            return (job, answered);
+        }
+        for decision in &job.decisions {
+            if decision.state != DecisionState::Pending
+                || answered.iter().any(|seen| seen["id"] == json!(decision.id))
+            {
+                continue;
+            }
+            let decision = serde_json::to_value(decision).unwrap();
+            let answer = decide(&decision);
+            let res = web
+                .post(
+                    &format!("/api/decisions/{}/answer", decision["id"].as_str().unwrap()),
+                    &json!({ "answer": answer, "scope": "once" }),
+                )
+                .await;
+            assert_eq!(res.status(), reqwest::StatusCode::OK, "{decision}");
+            answered.push(decision);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the job never ended: {job:#?}\n{}",
+            daemon.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn reports(job: &Job, step: &str) -> Vec<Value> {
     let prefix = format!("stderr: scripted: {step} ");
     output_lines(job)

@@ -210,6 +210,8 @@ pub struct Turn {
 /// with the first `allow_once` (or `reject_once`) option, files and terminals for real.
 struct Client {
     child: Child,
+    /// The agent's process group.
+    group: u32,
     stdin: ChildStdin,
     stdout: Lines<BufReader<ChildStdout>>,
     stderr: Arc<Mutex<String>>,
@@ -233,12 +235,15 @@ impl Client {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            // Its own group, to end with it: the native Codex outlives its node wrapper.
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .unwrap_or_else(|err| panic!("cannot start {:?}: {err}", launch.program));
         let stderr = Arc::new(Mutex::new(String::new()));
         tokio::spawn(collect(child.stderr.take().unwrap(), stderr.clone()));
         Client {
+            group: child.id().unwrap(),
             stdin: child.stdin.take().unwrap(),
             stdout: BufReader::new(child.stdout.take().unwrap()).lines(),
             child,
@@ -369,13 +374,17 @@ impl Client {
         self.stderr.lock().unwrap().clone()
     }
 
-    /// Closes the agent's stdin, gives it a moment to end by itself, then kills it.
+    /// Closes the agent's stdin, gives it a moment to end by itself, then kills what is
+    /// left of its group (Codex 0.16 does not end when its stdin closes).
     async fn finish(mut self) -> Turn {
         drop(self.stdin);
-        let ended = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
-        if ended.is_err() {
-            let _ = self.child.kill().await;
-        }
+        let _ = tokio::time::timeout(Duration::from_secs(3), self.child.wait()).await;
+        let group = format!("-{}", self.group);
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .status()
+            .await;
+        let _ = self.child.wait().await;
         self.turn.stderr = self.stderr.lock().unwrap().clone();
         self.turn
     }

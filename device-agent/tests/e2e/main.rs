@@ -23,6 +23,7 @@ mod installable;
 #[path = "../support/model_server.rs"]
 mod model_server;
 mod phone;
+mod presets;
 #[path = "../../../server/tests/support/postgres.rs"]
 mod postgres;
 mod proxy;

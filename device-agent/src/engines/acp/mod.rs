@@ -555,13 +555,23 @@ async fn open_session(
         .map_err(Turn::Failed)?;
     handshake::check_version(&introduced.agent).map_err(Turn::Failed)?;
     let methods = sign_in::methods(&introduced.raw);
+    let mut notes = Vec::new();
     if let Some(method) = sign_in::env_method(&methods, place.engine_env) {
         sign_in::authenticate(cx, method)
             .await
             .map_err(Turn::Blocked)?;
+        notes.push(format!(
+            "signed the agent in: {} ({})",
+            method.name,
+            method
+                .vars
+                .iter()
+                .map(|var| var.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
     }
     let agent = introduced.agent;
-    let mut notes = Vec::new();
     if let Some(load) = &opening.load {
         match load_session(cx, session, &agent, load).await {
             Ok(session_id) => {
