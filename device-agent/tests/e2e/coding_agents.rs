@@ -382,6 +382,7 @@ impl Client {
         let group = format!("-{}", self.group);
         let _ = Command::new("kill")
             .args(["-KILL", "--", &group])
+            .stderr(Stdio::null())
             .status()
             .await;
         let _ = self.child.wait().await;
