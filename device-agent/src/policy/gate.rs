@@ -21,6 +21,9 @@ pub enum Passage {
     Refused { reason: String },
 }
 
+/// How the reason of a refusal the owner answered begins (and no other reason does).
+pub const OWNER_DENIED: &str = "the owner denied it";
+
 /// The policy of one run plus the way to ask its owner.
 #[derive(Debug)]
 pub struct Gate {
@@ -126,11 +129,7 @@ impl Gate {
                 on,
                 ..
             } => Passage::Refused {
-                reason: format!(
-                    "the owner denied it {}: {}",
-                    on.describe(),
-                    judgement.question
-                ),
+                reason: format!("{OWNER_DENIED} {}: {}", on.describe(), judgement.question),
             },
             Outcome::Expired => Passage::Refused {
                 reason: format!(

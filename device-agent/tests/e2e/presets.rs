@@ -436,7 +436,8 @@ async fn codex_signs_in_from_its_variable_and_keeps_its_home_but_not_the_key() {
 }
 
 /// `--use-my-sign-in` grants the owner's `~/.claude` to Claude Code's process (its sessions
-/// land there), never to a command it runs (which cannot read a file in it).
+/// land there), never to a command it runs (which cannot read a file in it, nor sees the
+/// engine's key and variables).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_owners_sign_in_reaches_the_engine_and_not_its_commands() {
     if !backend_works("bwrap").await {
@@ -474,6 +475,30 @@ async fn the_owners_sign_in_reaches_the_engine_and_not_its_commands() {
     assert!(
         !leaked.contains("owner-sign-in-marker"),
         "a command read the sign-in: {leaked}"
+    );
+    assert!(
+        summary(&job).starts_with("stopped after Tether refused: "),
+        "the guard refused it, not the owner: {}",
+        context(&computer, &job)
+    );
+    let command = "echo \"key=$ANTHROPIC_API_KEY base=$ANTHROPIC_BASE_URL\" > env.txt";
+    let (job, _) = computer
+        .run(
+            "unattended",
+            Script::run_command(command, "c2"),
+            Answer::Deny,
+        )
+        .await;
+    assert_eq!(
+        job.state,
+        JobState::Succeeded,
+        "{}",
+        context(&computer, &job)
+    );
+    assert_eq!(
+        std::fs::read_to_string(computer.folder().join("env.txt")).unwrap(),
+        "key= base=\n",
+        "the engine's key and variables stay out of its commands"
     );
     assert!(
         claude.join("projects").is_dir(),

@@ -35,7 +35,7 @@ use super::files;
 use super::permissions::{self, ToolCalls};
 use super::terminals::{self, CommandRequest, Terminals};
 use super::updates::Transcript;
-use crate::policy::gate::{Gate, Passage};
+use crate::policy::gate::{Gate, Passage, OWNER_DENIED};
 use crate::policy::guard::Guard;
 use crate::policy::{git, hard_floor};
 use crate::policy::{shell_line, Action};
@@ -45,6 +45,15 @@ pub const REFUSED: i32 = -31000;
 /// How long a permission request waits, once the turn is cancelled, for its open question
 /// to be withdrawn.
 const WITHDRAW_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Something the run did not let the agent do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    /// The permission's title, or the read, write or command.
+    pub what: String,
+    /// Whether the owner answered no (else a rule of the run refused it).
+    pub by_owner: bool,
+}
 
 /// The state of the run's one session, shared by every handler.
 #[derive(Debug)]
@@ -66,7 +75,7 @@ pub struct Session {
     cancelled: watch::Sender<bool>,
     /// What the gate refused (the owner's or the policy's deny), in the order asked: a turn
     /// that ends after one did not do what it was asked.
-    denied: Mutex<Vec<String>>,
+    denied: Mutex<Vec<Denial>>,
 }
 
 impl Session {
@@ -131,12 +140,15 @@ impl Session {
 
     /// What the gate refused during the run, in order: permission titles and the reads,
     /// writes and commands it did not let through.
-    pub fn denied(&self) -> Vec<String> {
+    pub fn denied(&self) -> Vec<Denial> {
         lock(&self.denied).clone()
     }
 
-    fn deny(&self, what: &str) {
-        lock(&self.denied).push(what.to_owned());
+    fn deny(&self, what: &str, reason: &str) {
+        lock(&self.denied).push(Denial {
+            what: what.to_owned(),
+            by_owner: reason.starts_with(OWNER_DENIED),
+        });
     }
 
     /// A line of the job's output.
@@ -211,7 +223,7 @@ impl Session {
                 permissions::choose(&request.options, true)
             }
             Some(Passage::Refused { reason }) => {
-                self.deny(&title);
+                self.deny(&title, &reason);
                 self.say(format!("refused: {title}: {reason}")).await;
                 permissions::choose(&request.options, false)
             }
@@ -438,7 +450,7 @@ impl Session {
                 Ok(())
             }
             Passage::Refused { reason } => {
-                self.deny(what);
+                self.deny(what, &reason);
                 self.say(format!("refused: {what}: {reason}")).await;
                 Err(refused(&reason))
             }

@@ -64,7 +64,7 @@ use crate::run::process_group::TERMINATE_GRACE;
 use crate::run::progress::report_output;
 use crate::run::stop::{RunStop, StopReason};
 use crate::sandbox;
-use client::Session;
+use client::{Denial, Session};
 use continuation::{Load, Opening, Place, Recall};
 use handshake::describe;
 use outfit::{Fitting, Outfit};
@@ -683,7 +683,7 @@ struct Completion {
     final_message: String,
     choices: Vec<String>,
     /// What the gate refused during the turn, in order.
-    denied: Vec<String>,
+    denied: Vec<Denial>,
     exit: Option<ExitStatus>,
     stderr_tail: Vec<String>,
     timeout_minutes: u32,
@@ -741,7 +741,7 @@ fn completion(done: Completion) -> Result<CompleteParams, StopReason> {
         "engine": "acp",
         "stopReason": stop_reason,
         "unattendedChoices": done.choices,
-        "denied": done.denied,
+        "denied": done.denied.iter().map(|denial| denial.what.as_str()).collect::<Vec<_>>(),
     });
     Ok(CompleteParams {
         outcome,
@@ -759,7 +759,7 @@ fn completion(done: Completion) -> Result<CompleteParams, StopReason> {
 fn ended_with(
     reason: AcpStopReason,
     final_message: &str,
-    denied: &[String],
+    denied: &[Denial],
 ) -> (Outcome, String, Option<&'static str>) {
     let said = |prefix: &str| {
         if final_message.is_empty() {
@@ -832,9 +832,15 @@ fn stop_word(reason: AcpStopReason) -> Option<&'static str> {
     }
 }
 
-/// "stopped after you denied: FIRST [and N more]", then the agent's last message.
-fn after_denial(first: &str, count: usize, final_message: &str) -> String {
-    let mut summary = format!("stopped after you denied: {first}");
+/// "stopped after you denied: FIRST [and N more]" (or "after Tether refused", when a rule
+/// of the run refused it, not the owner), then the agent's last message.
+fn after_denial(first: &Denial, count: usize, final_message: &str) -> String {
+    let who = if first.by_owner {
+        "you denied"
+    } else {
+        "Tether refused"
+    };
+    let mut summary = format!("stopped after {who}: {}", first.what);
     if count > 1 {
         summary.push_str(&format!(" and {} more", count - 1));
     }
@@ -883,6 +889,29 @@ fn exit_words(status: ExitStatus) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn by_owner(what: &str) -> Denial {
+        Denial {
+            what: what.to_owned(),
+            by_owner: true,
+        }
+    }
+
+    #[test]
+    fn a_rule_that_refused_is_not_said_to_be_the_owner() {
+        let mut turn = done(Turn::Ended(AcpStopReason::EndTurn));
+        turn.denied = vec![Denial {
+            what: "cat ~/.claude/x".to_owned(),
+            by_owner: false,
+        }];
+        assert_eq!(
+            check(turn),
+            Ok((
+                Outcome::Blocked,
+                "stopped after Tether refused: cat ~/.claude/x\nI fixed the tests.".to_owned()
+            ))
+        );
+    }
 
     fn done(turn: Turn) -> Completion {
         Completion {
@@ -1044,7 +1073,7 @@ mod tests {
     fn a_turn_ended_after_a_denial_is_blocked_naming_it() {
         let denied = |reason, titles: &[&str]| {
             let mut turn = done(Turn::Ended(reason));
-            turn.denied = titles.iter().map(|title| (*title).to_owned()).collect();
+            turn.denied = titles.iter().map(|title| by_owner(title)).collect();
             check(turn)
         };
         assert_eq!(
@@ -1065,7 +1094,7 @@ mod tests {
             );
         }
         let mut silent = done(Turn::Ended(AcpStopReason::EndTurn));
-        silent.denied = vec!["$ make".to_owned()];
+        silent.denied = vec![by_owner("$ make")];
         silent.final_message.clear();
         assert_eq!(
             check(silent),
@@ -1083,14 +1112,14 @@ mod tests {
             reason: StopReason::Cancel,
             cooperated: true,
         });
-        cancelled.denied = vec!["$ make".to_owned()];
+        cancelled.denied = vec![by_owner("$ make")];
         assert_eq!(check(cancelled).map(|(o, _)| o), Ok(Outcome::Cancelled));
     }
 
     #[test]
     fn the_report_lists_what_was_denied() {
         let mut turn = done(Turn::Ended(AcpStopReason::EndTurn));
-        turn.denied = vec!["Write notes.md".to_owned()];
+        turn.denied = vec![by_owner("Write notes.md")];
         let report = completion(turn).ok().and_then(|params| params.report);
         assert_eq!(
             report.map(|report| report["denied"].clone()),
