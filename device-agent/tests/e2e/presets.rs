@@ -227,7 +227,7 @@ impl Computer {
         let res = self.web.post("/api/jobs", &body).await;
         assert_eq!(res.status(), reqwest::StatusCode::CREATED);
         let job: Job = res.json().await.unwrap();
-        follow_answering(&self.web, &self.daemon, &job.id.to_string(), |_| answer).await
+        follow_answering(&self.web, &self.daemon, job.id.as_ref(), |_| answer).await
     }
 
     /// `tether-agent …` on this computer.
@@ -416,7 +416,7 @@ async fn codex_signs_in_from_its_variable_and_keeps_its_home_but_not_the_key() {
     let (follow_up, _) = follow_answering(
         &computer.web,
         &computer.daemon,
-        &follow_up.id.to_string(),
+        follow_up.id.as_ref(),
         |_| Answer::Deny,
     )
     .await;
