@@ -66,6 +66,25 @@ struct Options {
     /// through the assignment window (through `--server`'s first replica).
     #[arg(long, default_value_t = 0)]
     revoke: usize,
+    /// Only pair the devices, write one line per device to FILE (its token, a tab, its
+    /// heartbeat body) for `wrk -s loadtests/heartbeat.lua`, and exit.
+    #[arg(long, value_name = "FILE")]
+    wrk_out: Option<std::path::PathBuf>,
+}
+
+/// One line per device for wrk: its token, a tab, the body of its heartbeat.
+fn write_wrk_devices(path: &std::path::Path, devices: &[Device]) -> anyhow::Result<()> {
+    let mut text = String::new();
+    for device in devices {
+        let body = serde_json::json!({
+            "capabilities": device::capabilities(device),
+            "running": [],
+        });
+        text.push_str(&format!("{}\t{body}\n", device.token));
+    }
+    std::fs::write(path, text)?;
+    eprintln!("{} devices paired; wrk lines in {}", devices.len(), path.display());
+    Ok(())
 }
 
 #[tokio::main]
@@ -89,6 +108,9 @@ async fn main() -> anyhow::Result<()> {
         options.connect_concurrency,
     )
     .await?;
+    if let Some(path) = &options.wrk_out {
+        return write_wrk_devices(path, &devices);
+    }
     let fleet = device::start_fleet(
         servers,
         devices.clone(),

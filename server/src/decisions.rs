@@ -22,6 +22,10 @@
 //!
 //! **Invariant:** the ledger and the job's timeline name a decision's kind and answer, never
 //! its question or action.
+//!
+//! **Invariant:** a write's `preview` (file text, redacted on the computer) lives only while
+//! its decision is pending: migration 0012's trigger clears it in the statement that settles
+//! the decision, whichever code runs it, and it is never shown for a settled one.
 
 use std::time::Duration;
 
@@ -29,7 +33,7 @@ use serde_json::json;
 use tether_protocol::decisions::{
     Answer, AnswerRequest, AnsweredBy, AskRequest, CloseReason, CloseRequest, Decision,
     DecisionChange, DecisionState, DeviceDecision, Scope, KINDS, MAX_ACTION_BYTES,
-    MAX_EXPIRES_IN_SECS, MAX_QUESTION_CHARS,
+    MAX_EXPIRES_IN_SECS, MAX_PREVIEW_BYTES, MAX_PREVIEW_LINES, MAX_QUESTION_CHARS,
 };
 use tether_protocol::text::{self, TextKind};
 use tether_protocol::{AccountId, Code, DecisionId, DeviceId, JobId, LeaseToken};
@@ -126,6 +130,8 @@ pub struct NewDecision {
     action_json: String,
     action_hash: String,
     expires_in: Millis,
+    /// A write's proposed change, checked by [`check_preview`].
+    preview: Option<String>,
 }
 
 impl TryFrom<AskRequest> for NewDecision {
@@ -166,14 +172,34 @@ impl TryFrom<AskRequest> for NewDecision {
                 &format!("must be 1 to {MAX_EXPIRES_IN_SECS}."),
             ));
         }
+        let preview = request.preview.as_deref().map(check_preview).transpose()?;
         Ok(NewDecision {
             kind: request.kind,
             question,
             action_json,
             action_hash: request.action_hash,
             expires_in: secs(u64::from(request.expires_in_secs)),
+            preview,
         })
     }
+}
+
+/// A preview within its bounds, control characters other than layout made visible (file
+/// text may hold a terminal code; the owner should see something odd, not lose the diff).
+///
+/// # Errors
+/// 422 `preview` past [`MAX_PREVIEW_BYTES`] or [`MAX_PREVIEW_LINES`].
+fn check_preview(preview: &str) -> Result<String, ApiError> {
+    if preview.len() > MAX_PREVIEW_BYTES || preview.lines().count() > MAX_PREVIEW_LINES {
+        return Err(ApiError::invalid_field(
+            "preview",
+            &format!(
+                "must be at most {} KiB and {MAX_PREVIEW_LINES} lines.",
+                MAX_PREVIEW_BYTES / 1024
+            ),
+        ));
+    }
+    Ok(text::sanitize(preview, TextKind::MultiLine).into_owned())
 }
 
 /// A checked [`AnswerRequest`]: deny only ever answers once.
@@ -238,8 +264,8 @@ pub async fn ask(
     }
     let decision_id = DecisionId::generate();
     let sql = "INSERT INTO decisions (id, account_id, job_id, device_id, attempt, kind, \
-               question, action_json, action_hash, state, created_at, expires_at) \
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending', $10, $11)";
+               question, action_json, action_hash, state, created_at, expires_at, preview) \
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending', $10, $11, $12)";
     on_tx!(&mut tx, |conn| sqlx::query(sql)
         .bind(decision_id.as_str())
         .bind(&job.account_id)
@@ -252,6 +278,7 @@ pub async fn ask(
         .bind(&new.action_hash)
         .bind(now)
         .bind(now + new.expires_in)
+        .bind(&new.preview)
         .execute(conn)
         .await
         .map(|done| done.rows_affected()))?;
@@ -708,7 +735,8 @@ fn accepts_web_answers(capabilities_json: Option<&str>) -> bool {
 
 const DECISION_SELECT: &str = "SELECT d.id, d.account_id, d.job_id, d.device_id, d.kind, \
     d.question, d.action_json, d.action_hash, d.state, d.answer, d.scope, d.answered_by, \
-    d.created_at, d.expires_at, d.answered_at, j.title AS job_title, v.name AS device_name, \
+    d.created_at, d.expires_at, d.answered_at, d.preview, j.title AS job_title, \
+    v.name AS device_name, \
     v.capabilities_json FROM decisions d JOIN jobs j ON j.id = d.job_id \
     JOIN devices v ON v.id = d.device_id";
 
@@ -731,6 +759,7 @@ struct DecisionRow {
     created_at: i64,
     expires_at: i64,
     answered_at: Option<i64>,
+    preview: Option<String>,
     job_title: String,
     device_name: String,
     capabilities_json: Option<String>,
@@ -790,6 +819,8 @@ impl DecisionRow {
             answered_at,
             job_title: self.job_title,
             device_name: self.device_name,
+            // Past its expiry the row may still hold it until the sweeper runs: not shown.
+            preview: self.preview.filter(|_| state == DecisionState::Pending),
         })
     }
 }
@@ -805,6 +836,7 @@ mod tests {
             action,
             action_hash: hash.to_owned(),
             expires_in_secs: expires,
+            preview: None,
         }
     }
 

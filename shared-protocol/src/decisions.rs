@@ -122,6 +122,11 @@ pub const MAX_QUESTION_CHARS: usize = 500;
 pub const MAX_ACTION_BYTES: usize = 16 * 1024;
 /// Longest a decision may stay open.
 pub const MAX_EXPIRES_IN_SECS: u32 = 86_400;
+/// Largest preview of a proposed change, in bytes: enough to judge an edit, small enough
+/// that file text never makes a question heavy.
+pub const MAX_PREVIEW_BYTES: usize = 32 * 1024;
+/// Most lines a preview holds (its last line may say how much was left out).
+pub const MAX_PREVIEW_LINES: usize = 400;
 
 /// A decision as the web sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -154,6 +159,10 @@ pub struct Decision {
     /// The name of the computer the job runs on.
     #[serde(default)]
     pub device_name: String,
+    /// A file write's proposed change as a unified diff, redacted on the computer; only
+    /// while the decision is pending (the server drops it once it is settled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<String>,
 }
 
 /// `POST /api/devices/self/jobs/{id}/ask`: a run asks its owner before an action.
@@ -170,6 +179,11 @@ pub struct AskRequest {
     pub action_hash: String,
     /// How long the device waits; past it the decision expires and the action is not taken.
     pub expires_in_secs: u32,
+    /// For a file write: the proposed change as a unified diff of the file's redacted text
+    /// now and the redacted text proposed, at most [`MAX_PREVIEW_BYTES`] and
+    /// [`MAX_PREVIEW_LINES`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<String>,
 }
 
 /// The answer to [`AskRequest`].

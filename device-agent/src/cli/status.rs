@@ -271,6 +271,7 @@ mod tests {
             action_hash: "h".into(),
             created_at: now,
             expires_at: now + chrono::Duration::seconds(expires_in_secs),
+            preview: None,
         }
     }
 

@@ -87,6 +87,7 @@ async fn execute(recipe: &Recipe, ctx: RunContext<'_>) -> Result<CompleteParams,
         client.clone(),
         lease.clone(),
         line_receiver,
+        None,
         stop.clone(),
         secrets.hidden.clone(),
     ));

@@ -29,6 +29,9 @@ pub struct PendingDecision {
     pub action_hash: String,
     pub created_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
+    /// A write's proposed change, as the server was sent it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<String>,
 }
 
 /// An answer given on the computer.
@@ -179,8 +182,31 @@ pub fn render(pending: &[PendingDecision], now: DateTime<Utc>) -> String {
             left % 60,
             decision.question
         ));
+        if let Some(preview) = &decision.preview {
+            text.push_str(&preview_lines(preview));
+        }
     }
     text.push_str("Answer with `tether-agent decisions allow ID [--for-run]` or `tether-agent decisions deny ID`.\n");
+    text
+}
+
+/// Lines of a preview `decisions list` shows; the rest is counted.
+pub const LISTED_PREVIEW_LINES: usize = 40;
+
+/// The first [`LISTED_PREVIEW_LINES`] of a preview, indented under its question.
+fn preview_lines(preview: &str) -> String {
+    let lines: Vec<&str> = preview.lines().collect();
+    let mut text: String = lines
+        .iter()
+        .take(LISTED_PREVIEW_LINES)
+        .map(|line| format!("      {line}\n"))
+        .collect();
+    let left = lines.len().saturating_sub(LISTED_PREVIEW_LINES);
+    if left > 0 {
+        text.push_str(&format!(
+            "      [{left} more lines of the change not shown]\n"
+        ));
+    }
     text
 }
 
@@ -214,6 +240,7 @@ mod tests {
             action_hash: "h1".into(),
             created_at: now,
             expires_at: now,
+            preview: None,
         };
         assert!(local.list()?.is_empty());
         local.publish(&pending)?;
@@ -239,6 +266,38 @@ mod tests {
         assert_eq!(local.answer_of(&id("d1"))?, None);
         // Answering a settled decision is an error, not a stray file.
         assert!(local.answer("d1", allow).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn the_list_shows_a_writes_change_up_to_forty_lines() -> Result<()> {
+        let now = Utc::now();
+        let decision = |preview: Option<String>| PendingDecision {
+            id: id("d1"),
+            job_id: JobId::parse("job1").unwrap_or_else(|err| panic!("{err}")),
+            kind: "write".into(),
+            question: "Change notes.md?".into(),
+            action: serde_json::json!({"kind": "write"}),
+            action_hash: "h1".into(),
+            created_at: now,
+            expires_at: now + chrono::Duration::seconds(60),
+            preview,
+        };
+        let short = "--- a/notes.md\n+++ b/notes.md\n@@ -1 +1 @@\n-old\n+new\n";
+        let text = render(&[decision(Some(short.into()))], now);
+        assert!(
+            text.contains("    Change notes.md?\n      --- a/notes.md\n"),
+            "{text}"
+        );
+        assert!(text.contains("      +new\n"), "{text}");
+        let long: String = (0..50).map(|n| format!("+line {n}\n")).collect();
+        let text = render(&[decision(Some(long))], now);
+        assert!(text.contains("      +line 39\n"), "{text}");
+        assert!(!text.contains("+line 40"), "{text}");
+        assert!(
+            text.contains("[10 more lines of the change not shown]"),
+            "{text}"
+        );
         Ok(())
     }
 }

@@ -21,6 +21,8 @@ pub struct Question {
     pub action: serde_json::Value,
     /// SHA-256 hex of the canonical action: an answer counts only for it.
     pub action_hash: String,
+    /// For a file write: the proposed change as a redacted, bounded unified diff.
+    pub preview: Option<String>,
 }
 
 /// Who answered.

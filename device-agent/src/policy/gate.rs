@@ -5,6 +5,7 @@
 //! computer, so starting it is checked by the hard floor and the guard only (by the recipe
 //! engine). The gate is for what engines ask at run time: tool calls, terminals, file writes.
 
+use std::future::Future;
 use std::sync::{Mutex, PoisonError};
 
 use tether_protocol::decisions::{Answer, Scope};
@@ -51,6 +52,16 @@ impl Gate {
     /// Judges `action` and, when the policy says so, asks the owner and waits. Only an
     /// answer allows what asks: a timeout, a stop or an error refuses.
     pub async fn check(&self, action: Action) -> Passage {
+        self.check_previewed(action, std::future::ready(None)).await
+    }
+
+    /// [`Gate::check`], showing the owner `preview` (a write's proposed change) when asked.
+    /// The future runs only if the verdict is "ask", so an allowed write reads nothing.
+    pub async fn check_previewed(
+        &self,
+        action: Action,
+        preview: impl Future<Output = Option<String>>,
+    ) -> Passage {
         let action = self.policy.normalize(&action);
         let judgement = self.policy.judge(&action);
         match &judgement.verdict {
@@ -67,7 +78,7 @@ impl Gate {
                     reason: format!("{reason} (rule {})", judgement.rule),
                 }
             }
-            Verdict::Ask { .. } => self.ask(&action, judgement).await,
+            Verdict::Ask { .. } => self.ask(&action, judgement, preview.await).await,
         }
     }
 
@@ -94,7 +105,7 @@ impl Gate {
         Passage::Allowed { note }
     }
 
-    async fn ask(&self, action: &Action, judgement: Judgement) -> Passage {
+    async fn ask(&self, action: &Action, judgement: Judgement, preview: Option<String>) -> Passage {
         let Some(asker) = &self.asker else {
             return Passage::Refused {
                 reason: format!("nobody can be asked here: {}", judgement.question),
@@ -105,6 +116,7 @@ impl Gate {
             question: judgement.question.clone(),
             action: action.canonical(),
             action_hash: action.hash(),
+            preview,
         };
         match asker.ask(&question).await {
             Outcome::Answered {

@@ -48,6 +48,7 @@ use crate::policy::{zones, RunPolicy, RunSettings};
 use crate::remote::backoff::Backoff;
 use crate::remote::client::{DeviceClient, RemoteError};
 use crate::run::lease::{Recovery, RunLease};
+use crate::run::progress::Flusher;
 use crate::run::stop::{RunStop, StopReason};
 use crate::sandbox;
 
@@ -176,6 +177,9 @@ pub struct Asker {
     /// `approvals on|off`: whether a web answer counts.
     pub accept_web_approvals: bool,
     pub timings: Timings,
+    /// The run's output reporter, while there is one: the lines before a question are sent
+    /// before it, so the job's timeline shows them first.
+    pub flusher: Option<Flusher>,
 }
 
 impl Asker {
@@ -209,6 +213,7 @@ impl Asker {
                 created_at: now,
                 expires_at: now
                     + chrono::Duration::from_std(self.timings.expires).unwrap_or_default(),
+                preview: question.preview.clone(),
             };
             if let Err(err) = local.publish(&pending) {
                 tracing::warn!(decision = %decision_id, "cannot offer the decision on this computer: {err:#}");
@@ -226,8 +231,12 @@ impl Asker {
         outcome
     }
 
-    /// Creates the decision on the server, retrying while it cannot be reached.
+    /// Creates the decision on the server, after the run's pending output lines, retrying
+    /// while it cannot be reached.
     async fn create(&self, question: &Question, deadline: Instant) -> Result<DecisionId, Outcome> {
+        if let Some(flusher) = &self.flusher {
+            flusher.flush().await;
+        }
         let params = AskRequest {
             kind: question.kind.clone(),
             question: clip(&question.question, MAX_QUESTION_CHARS),
@@ -235,6 +244,7 @@ impl Asker {
             action_hash: question.action_hash.clone(),
             expires_in_secs: u32::try_from(self.timings.expires.as_secs().max(1))
                 .unwrap_or(u32::MAX),
+            preview: question.preview.clone(),
         };
         let mut backoff = Backoff::new();
         loop {
@@ -386,6 +396,7 @@ pub fn gate(
     client: &DeviceClient,
     lease: &Arc<RunLease>,
     stop: &RunStop,
+    flusher: Flusher,
 ) -> Gate {
     let settings = RunSettings {
         mode: job.spec.mode,
@@ -405,6 +416,7 @@ pub fn gate(
         hub: hub(),
         accept_web_approvals: config.accept_web_approvals,
         timings: Timings::from_env(),
+        flusher: Some(flusher),
     };
     Gate::new(RunPolicy::new(settings), Some(Box::new(asker)))
 }
@@ -627,6 +639,7 @@ mod tests {
             action_hash: "h1".into(),
             created_at: now,
             expires_at: now,
+            preview: None,
         })?;
         assert_eq!(read_local(&local, &id("d1")), None);
         let allow = LocalAnswer {
@@ -747,6 +760,7 @@ mod tests {
                 poll: Duration::from_secs(5),
                 local_poll: Duration::from_millis(50),
             },
+            flusher: None,
         })
     }
 
@@ -756,6 +770,7 @@ mod tests {
             question: "Run `make`?".into(),
             action: serde_json::json!({"kind": "command"}),
             action_hash: "h1".into(),
+            preview: None,
         }
     }
 
@@ -845,6 +860,7 @@ mod tests {
             action_hash: "h1".into(),
             created_at: now,
             expires_at: now + chrono::Duration::seconds(60),
+            preview: None,
         })?;
         let allow = LocalAnswer {
             answer: Answer::Allow,

@@ -191,6 +191,8 @@ async fn deliver(
         hub: decisions::hub(),
         accept_web_approvals: run.config.accept_web_approvals,
         timings: decisions::Timings::from_env(),
+        // The engine's reporter is done by now: every line before the question was sent.
+        flusher: None,
     };
     let delivering = delivery::Delivering {
         job: run.job,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tether_protocol::jobs::{ProgressParams, MAX_LINES_PER_PROGRESS, MAX_LINE_BYTES};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::local::vault::redact;
 use crate::remote::backoff::Backoff;
@@ -115,7 +115,50 @@ enum Delivery {
     Abandoned,
 }
 
-/// Sends the run's output until `lines` closes, then flushes what is left.
+/// Longest a flush waits for the reporter: a question is never held up longer by lines
+/// that cannot be delivered.
+pub const FLUSH_WAIT: Duration = Duration::from_secs(5);
+
+/// Asks a run's reporter to send every line queued so far, so that what is posted next
+/// (a question) comes after them on the job's timeline.
+#[derive(Debug, Clone)]
+pub struct Flusher(mpsc::Sender<oneshot::Sender<()>>);
+
+/// The reporter's end of a [`Flusher`].
+#[derive(Debug)]
+pub struct FlushRequests(mpsc::Receiver<oneshot::Sender<()>>);
+
+/// A flusher and the requests it sends, for [`report_output`].
+pub fn flusher() -> (Flusher, FlushRequests) {
+    let (sender, receiver) = mpsc::channel(16);
+    (Flusher(sender), FlushRequests(receiver))
+}
+
+impl Flusher {
+    /// Returns once every line sent to the reporter before this call was delivered (or
+    /// dropped for good), the reporter is gone, or [`FLUSH_WAIT`] passed.
+    pub async fn flush(&self) {
+        let (done, delivered) = oneshot::channel();
+        let asked = async {
+            if self.0.send(done).await.is_ok() {
+                let _ = delivered.await;
+            }
+        };
+        if tokio::time::timeout(FLUSH_WAIT, asked).await.is_err() {
+            tracing::warn!("the run's output lines were not delivered in time; asking anyway");
+        }
+    }
+}
+
+/// What woke the reporter.
+enum Wake {
+    Line(Option<String>),
+    Tick,
+    Flush(Option<oneshot::Sender<()>>),
+}
+
+/// Sends the run's output until `lines` closes, then flushes what is left. A request on
+/// `flushes` is answered once every line queued before it was sent.
 ///
 /// Stops early when the lease is lost for good or the device revoked (raising that on
 /// `stop`), and raises a cancel when an answer says the owner asked to stop. A lease found
@@ -125,35 +168,68 @@ pub async fn report_output(
     client: DeviceClient,
     lease: Arc<RunLease>,
     mut lines: mpsc::Receiver<String>,
+    flushes: Option<FlushRequests>,
     stop: RunStop,
     hidden: Arc<Vec<String>>,
 ) {
     let mut batcher = ProgressBatcher::numbered_by(lease.progress_seq());
+    let mut flushes = flushes.map(|FlushRequests(receiver)| receiver);
     let mut tick = tokio::time::interval(FLUSH_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Saved secret values never leave this computer.
+    let redacted = |line: String| redact(&line, &hidden);
     loop {
-        let (batch, closed) = tokio::select! {
-            line = lines.recv() => match line {
-                // Saved secret values never leave this computer.
-                Some(line) => (batcher.push(redact(&line, &hidden)), false),
-                None => (batcher.take(), true),
-            },
-            _ = tick.tick() => (batcher.take(), false),
+        let wake = tokio::select! {
+            line = lines.recv() => Wake::Line(line),
+            _ = tick.tick() => Wake::Tick,
+            request = next_flush(&mut flushes) => Wake::Flush(request),
         };
-        if let Some(batch) = batch {
+        let mut batches = Vec::new();
+        let mut answer = None;
+        let mut closed = false;
+        match wake {
+            Wake::Line(Some(line)) => batches.extend(batcher.push(redacted(line))),
+            Wake::Line(None) => {
+                batches.extend(batcher.take());
+                closed = true;
+            }
+            Wake::Tick => batches.extend(batcher.take()),
+            Wake::Flush(Some(request)) => {
+                // Every line sent before the request is in the channel by now.
+                while let Ok(line) = lines.try_recv() {
+                    batches.extend(batcher.push(redacted(line)));
+                }
+                batches.extend(batcher.take());
+                answer = Some(request);
+            }
+            Wake::Flush(None) => flushes = None,
+        }
+        for batch in batches {
             let params = ProgressParams {
                 seq: batch.seq,
                 lines: batch.lines,
                 status: None,
             };
-            let delivery = deliver(&client, &lease, params, &stop).await;
-            if delivery == Delivery::Abandoned {
+            if deliver(&client, &lease, params, &stop).await == Delivery::Abandoned {
                 return;
             }
+        }
+        if let Some(answer) = answer {
+            let _ = answer.send(());
         }
         if closed {
             return;
         }
+    }
+}
+
+/// The next flush request; never, once there are none to come.
+async fn next_flush(
+    flushes: &mut Option<mpsc::Receiver<oneshot::Sender<()>>>,
+) -> Option<oneshot::Sender<()>> {
+    match flushes {
+        Some(receiver) => receiver.recv().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -275,6 +351,116 @@ mod tests {
         assert_eq!(batcher.take(), None);
         assert_eq!(batcher.push("b".into()), None);
         assert_eq!(batcher.take().map(|b| b.seq), Some(2));
+    }
+
+    /// A stand-in for the server's progress route: every body is passed on before it is
+    /// answered.
+    async fn progress_server() -> (String, mpsc::UnboundedReceiver<String>) {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|err| panic!("{err}"));
+        let address = listener.local_addr().unwrap_or_else(|err| panic!("{err}"));
+        let base = format!("http://{address}");
+        let (bodies, received) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                let bodies = bodies.clone();
+                tokio::spawn(async move {
+                    let mut reader = BufReader::new(socket);
+                    let mut length = 0;
+                    loop {
+                        let mut header = String::new();
+                        reader.read_line(&mut header).await?;
+                        if header.trim().is_empty() {
+                            break;
+                        }
+                        if let Some((name, value)) = header.split_once(':') {
+                            if name.eq_ignore_ascii_case("content-length") {
+                                length = value.trim().parse().unwrap_or(0);
+                            }
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    reader.read_exact(&mut body).await?;
+                    let _ = bodies.send(String::from_utf8_lossy(&body).into_owned());
+                    let answer =
+                        r#"{"leaseExpiresAt":"2030-01-01T00:00:00Z","cancelRequested":false}"#;
+                    let response = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+                        answer.len()
+                    );
+                    reader.get_mut().write_all(response.as_bytes()).await?;
+                    anyhow::Ok(())
+                });
+            }
+        });
+        (base, received)
+    }
+
+    #[tokio::test]
+    async fn a_flush_returns_once_the_lines_before_it_were_delivered() -> anyhow::Result<()> {
+        use crate::local::journal::Journal;
+        use crate::local::state::DataDir;
+        use crate::remote::client::ServerClient;
+        use crate::run::lease::LeasePeriod;
+        use tether_protocol::jobs::{ClaimedJob, JobSpec, Mode};
+
+        let tmp = tempfile::tempdir()?;
+        let data_dir = DataDir::resolve(Some(tmp.path().join("agent")))?;
+        let (base, mut bodies) = progress_server().await;
+        let client = DeviceClient::new(ServerClient::new(&base)?, "tdt_x".into());
+        let job = ClaimedJob {
+            id: tether_protocol::JobId::parse("job1")?,
+            attempt: 1,
+            lease_token: tether_protocol::LeaseToken::parse("lease")?,
+            lease_expires_at: chrono::Utc::now(),
+            spec: JobSpec {
+                title: "t".into(),
+                prompt: "p".into(),
+                folder: "work".into(),
+                engine: "agent".into(),
+                mode: Mode::Ask,
+                network: false,
+                timeout_minutes: 5,
+                secrets: Vec::new(),
+                git: None,
+            },
+            resumed: None,
+            continues: None,
+        };
+        let lease = RunLease::new(
+            client.clone(),
+            Arc::new(Journal::new(&data_dir)),
+            Arc::new(LeasePeriod::new()),
+            &job,
+        );
+        let (lines, receiver) = mpsc::channel(16);
+        let (flusher, flushes) = flusher();
+        let hidden = Arc::new(vec!["tok-secret-77".to_owned()]);
+        let reporter = tokio::spawn(report_output(
+            client,
+            lease,
+            receiver,
+            Some(flushes),
+            RunStop::new(),
+            hidden,
+        ));
+        for round in 0..3 {
+            lines.send(format!("printed {round} tok-secret-77")).await?;
+            flusher.flush().await;
+            // Delivered before the flush returned: nothing is waited for here.
+            let body: serde_json::Value = serde_json::from_str(&bodies.try_recv()?)?;
+            assert_eq!(
+                body["lines"],
+                serde_json::json!([format!("printed {round} [hidden]")])
+            );
+        }
+        drop(lines);
+        tokio::time::timeout(Duration::from_secs(5), reporter).await??;
+        // The reporter is gone: a flush returns at once.
+        tokio::time::timeout(Duration::from_secs(1), flusher.flush()).await?;
+        Ok(())
     }
 
     #[test]

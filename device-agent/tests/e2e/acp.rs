@@ -14,8 +14,8 @@ use tether_protocol::decisions::{Answer, DecisionState};
 use tether_protocol::jobs::{Job, JobState, Outcome};
 
 use super::{
-    agent_json, agent_ok, backend_works, output_lines, pair, process_alive, spawn_server_with,
-    start_daemon, wait_until, Daemon, Server, Web, AGENT,
+    agent_json, agent_ok, backend_works, output_lines, pair, process_alive, save_secret,
+    spawn_server_with, start_daemon, wait_until, Daemon, Server, Web, AGENT,
 };
 use tether_server::Config;
 
@@ -422,6 +422,91 @@ async fn acp_in_ask_mode_asks_for_edits_and_commands_and_runs_them_once_allowed(
         asked[2]["question"].as_str().unwrap().contains("curl"),
         "{asked:#?}"
     );
+}
+
+/// A write question carries the change it would make, with saved values hidden: from
+/// `fs/write_text_file` and from a permission request whose tool call has a `diff`; and the
+/// output printed before a question is on the timeline before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_a_write_question_shows_the_change_with_saved_values_hidden() {
+    const SECRET: &str = "tok-3c1d-preview-secret";
+    let computer = Computer::start().await;
+    let device = computer
+        .web
+        .wait_for_device(&computer.device_id, |device| device.seal_key.is_some())
+        .await;
+    save_secret(
+        &computer.web,
+        computer.home.path(),
+        &computer.device_id,
+        &device.seal_key.unwrap(),
+        ("NOTES_TOKEN", SECRET),
+        None,
+    )
+    .await;
+    let folder = computer.folder();
+    let notes = format!("hello notes\nsecond line with {SECRET}\nthird\n");
+    let steps = json!([
+        {"terminal": {"command": "echo one-$((1+1))"}},
+        {"write": {"path": "notes.txt", "content": notes}},
+        {"permission": {
+            "toolCall": {"toolCallId": "plan-1", "title": "Write plan.md", "kind": "edit",
+                         "locations": [{"path": folder.join("plan.md")}],
+                         "content": [{"type": "diff", "path": folder.join("plan.md"),
+                                      "oldText": null, "newText": "# Plan\n- ship it\n"}]},
+            "options": [
+                {"optionId": "no", "name": "Reject", "kind": "reject_once"},
+                {"optionId": "yes", "name": "Allow", "kind": "allow_once"}
+            ]
+        }},
+        {"write": {"path": "plan.md", "content": "# Plan\n- ship it\n", "ifAllowed": "plan-1"}},
+        {"say": "Done."}
+    ]);
+    let job_id = computer.create("ask", false, steps).await;
+    let (job, asked) = computer.run(&job_id, |_| Answer::Allow).await;
+    assert_eq!(job.state, JobState::Succeeded, "{job:#?}");
+    let kinds: Vec<&str> = asked.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["command", "write", "write"], "{asked:#?}");
+    // A command shows no preview; its argument vector is in the action.
+    assert_eq!(asked[0].get("preview"), None, "{asked:#?}");
+    assert_eq!(
+        asked[0]["action"]["argv"],
+        json!(["sh", "-c", "echo one-$((1+1))"])
+    );
+    let preview = asked[1]["preview"].as_str().unwrap();
+    assert_eq!(
+        preview,
+        "--- a/notes.txt\n+++ b/notes.txt\n@@ -1,3 +1,3 @@\n hello notes\n-second line\n\
+         +second line with [hidden]\n third\n"
+    );
+    assert!(!preview.contains(SECRET));
+    assert_eq!(
+        asked[2]["preview"].as_str().unwrap(),
+        "--- /dev/null\n+++ b/plan.md\n@@ -0,0 +1,2 @@\n+# Plan\n+- ship it\n"
+    );
+    // The file holds what was proposed; the answered questions keep no file text.
+    assert_eq!(
+        std::fs::read_to_string(folder.join("notes.txt")).unwrap(),
+        notes
+    );
+    assert_eq!(
+        std::fs::read_to_string(folder.join("plan.md")).unwrap(),
+        "# Plan\n- ship it\n"
+    );
+    assert!(
+        job.decisions.iter().all(|d| d.preview.is_none()),
+        "{job:#?}"
+    );
+    // The command's output came before the write's question on the timeline.
+    let at = |found: &dyn Fn(&tether_protocol::jobs::JobEvent) -> bool| {
+        job.events
+            .iter()
+            .position(found)
+            .unwrap_or_else(|| panic!("{job:#?}"))
+    };
+    let printed = at(&|event| event.kind == "output" && event.text == "term-1: exit code 0");
+    let waiting = at(&|event| event.text == "Waiting for an answer (write question).");
+    assert!(printed < waiting, "{:#?}", job.events);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -645,6 +645,7 @@ impl Harness {
             hub: self.hub.clone(),
             accept_web_approvals: true,
             timings,
+            flusher: None,
         };
         Run {
             job_id: claimed.id,

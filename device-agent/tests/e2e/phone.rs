@@ -52,6 +52,17 @@ async fn a_phone_allows_or_denies_a_coding_agents_command() {
         .await;
     let card = browser.text("#needs-me-list [data-decision-id]").await;
     assert!(card.contains("echo approved > approved.txt"), "{card}");
+    let words = browser
+        .eval(
+            "[...document.querySelectorAll('#needs-me-list dl.action code.word')]\
+             .map((word) => word.textContent)",
+        )
+        .await;
+    assert_eq!(words, json!(["sh", "-c", "echo approved > approved.txt"]));
+    assert!(
+        !browser.text("#needs-me-list .question").await.contains('`'),
+        "{card}"
+    );
     assert!(
         card.contains("acp ask"),
         "the job's title is on the card: {card}"
@@ -98,6 +109,73 @@ async fn a_phone_allows_or_denies_a_coding_agents_command() {
         "the agent heard the refusal: {:#?}",
         output_lines(&job)
     );
+
+    // A write shows the change it would make, coloured line by line, in a box that
+    // scrolls on its own (a long line does not widen the page); the program and each
+    // argument of a command are their own code elements.
+    let wide = "w".repeat(300);
+    let steps = json!([
+        {"write": {"path": "notes.txt", "content": format!("hello notes\n{wide}\nthird\n")}},
+        {"say": "Finished."}
+    ]);
+    let job_id = computer.create("ask", false, steps).await;
+    let added = "#needs-me-list details.preview[open] pre.diff-text span.line.add";
+    browser
+        .wait_for(&format!("document.querySelector({})", json!(added)))
+        .await;
+    let lines = browser
+        .eval(
+            "[...document.querySelectorAll('#needs-me-list details.preview span.line')]\
+             .map((line) => line.className + ' ' + line.textContent)",
+        )
+        .await;
+    assert_eq!(
+        lines,
+        json!([
+            "line meta --- a/notes.txt",
+            "line meta +++ b/notes.txt",
+            "line hunk @@ -1,3 +1,3 @@",
+            "line context  hello notes",
+            "line del -second line",
+            format!("line add +{wide}"),
+            "line context  third"
+        ])
+    );
+    let coloured = browser
+        .eval(&format!(
+            "getComputedStyle(document.querySelector({})).backgroundColor",
+            json!(added)
+        ))
+        .await;
+    assert_ne!(
+        coloured,
+        json!("rgba(0, 0, 0, 0)"),
+        "the added line is coloured"
+    );
+    let question = browser.text("#needs-me-list .question").await;
+    assert!(!question.contains('`'), "{question}");
+    let fits = browser
+        .eval(
+            "document.documentElement.scrollWidth <= window.innerWidth && \
+             (() => { const box = document.querySelector('#needs-me-list pre.diff-text'); \
+             return box.scrollWidth > box.clientWidth && \
+             box.getBoundingClientRect().right <= window.innerWidth; })()",
+        )
+        .await;
+    assert_eq!(
+        fits,
+        json!(true),
+        "the diff scrolls inside its box on a phone"
+    );
+    browser.screenshot("needs-me-write-phone").await;
+    browser.click(ALLOW_ONCE).await;
+    assert_eq!(
+        finished(&computer, &job_id).await.state,
+        JobState::Succeeded
+    );
+    browser
+        .wait_for("!document.querySelector('#needs-me-list [data-answer]')")
+        .await;
 
     // On the job page, the question stands on the run's timeline; allowed there, the
     // command appears live, its exit under it, and the page still fits the phone.

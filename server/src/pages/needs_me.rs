@@ -53,13 +53,16 @@ pub(super) fn decision_card(decision: &Decision, with_job: bool, now: DateTime<U
         section.card.decision data-decision-id=(decision.id) data-state=(decision.state.as_str()) {
             div.row {
                 span.badge.kind { (decision.kind) }
-                strong.question { (decision.question) }
+                strong.question { (question_text(&decision.question)) }
             }
             dl.action {
                 @for (key, value) in action_entries(&decision.action) {
                     dt { (key) }
-                    dd { code { (value) } }
+                    dd { (value.markup()) }
                 }
+            }
+            @if let Some(preview) = &decision.preview {
+                (preview_box(preview))
             }
             @if with_job {
                 div.muted {
@@ -97,43 +100,120 @@ pub(super) fn decision_card(decision: &Decision, with_job: bool, now: DateTime<U
     }
 }
 
-/// The action as label and text pairs, by label: strings as they are, a list of
-/// strings (an argument vector) joined with spaces, quoting the ones that need it, anything
-/// else as JSON.
-fn action_entries(action: &Value) -> Vec<(String, String)> {
+/// The question with its `` `x` `` spans as code (the computer words a command that way);
+/// an unpaired backtick stays as it is.
+fn question_text(question: &str) -> Markup {
+    let parts: Vec<&str> = question.split('`').collect();
+    // With an odd number of backticks the last one pairs with nothing: it stays text.
+    let unpaired = parts.len().is_multiple_of(2);
+    html! {
+        @for (index, part) in parts.iter().enumerate() {
+            @if unpaired && index == parts.len() - 1 { "`" (part) }
+            @else if index % 2 == 1 { code { (part) } }
+            @else { (part) }
+        }
+    }
+}
+
+/// One value of an action as shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Shown {
+    Text(String),
+    /// An argument vector: each word its own code element, the program first.
+    Words(Vec<String>),
+}
+
+impl Shown {
+    fn markup(&self) -> Markup {
+        match self {
+            Shown::Text(text) => html! { code { (text) } },
+            Shown::Words(words) => html! {
+                span.words {
+                    @for (index, word) in words.iter().enumerate() {
+                        @let shown = if word.is_empty() { "\"\"" } else { word.as_str() };
+                        @if index == 0 { code.word.program { (shown) } }
+                        @else { " " code.word { (shown) } }
+                    }
+                }
+            },
+        }
+    }
+}
+
+/// The action as label and value pairs, by label: strings as they are, a list of strings
+/// (an argument vector) word by word, anything else as JSON.
+fn action_entries(action: &Value) -> Vec<(String, Shown)> {
     let Some(fields) = action.as_object() else {
-        return vec![("action".to_owned(), action.to_string())];
+        return vec![("action".to_owned(), Shown::Text(action.to_string()))];
     };
     fields
         .iter()
-        .map(|(key, value)| (key.clone(), action_text(value)))
+        .map(|(key, value)| (key.clone(), action_value(value)))
         .collect()
 }
 
-fn action_text(value: &Value) -> String {
+fn action_value(value: &Value) -> Shown {
     match value {
-        Value::String(text) => text.clone(),
-        Value::Array(items) if items.iter().all(Value::is_string) => items
-            .iter()
-            .filter_map(Value::as_str)
-            .map(quote_word)
-            .collect::<Vec<_>>()
-            .join(" "),
-        other => other.to_string(),
+        Value::String(text) => Shown::Text(text.clone()),
+        Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_string) => {
+            Shown::Words(
+                items
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect(),
+            )
+        }
+        other => Shown::Text(other.to_string()),
     }
 }
 
-/// A word of an argument vector as a shell would need it to stay one word.
-fn quote_word(word: &str) -> String {
-    let plain = !word.is_empty()
-        && !word
-            .chars()
-            .any(|c| c.is_whitespace() || matches!(c, '"' | '\'' | '\\' | '$' | '`'));
-    if plain {
-        word.to_owned()
-    } else {
-        Value::String(word.to_owned()).to_string()
+/// Previews up to this many lines are unfolded at first.
+const OPEN_PREVIEW_LINES: usize = 40;
+
+/// A write's proposed change, coloured line by line like the job page's diffs, in a box that
+/// scrolls on its own; folded when long.
+fn preview_box(preview: &str) -> Markup {
+    let lines = diff_lines(preview);
+    let count = lines.len();
+    html! {
+        details.preview open[count <= OPEN_PREVIEW_LINES] {
+            summary { "Proposed change (" (count) (if count == 1 { " line)" } else { " lines)" }) }
+            pre.diff-text tabindex="0" role="region" aria-label="Proposed change" {
+                code {
+                    @for (kind, line) in &lines {
+                        span class={ "line " (kind) } { @if line.is_empty() { " " } @else { (line) } }
+                    }
+                }
+            }
+        }
     }
+}
+
+/// Each line of a unified diff with its class, as `assets/job.js` `diffLines` tells them:
+/// header lines before a file's first hunk, then the first character alone.
+fn diff_lines(text: &str) -> Vec<(&'static str, &str)> {
+    let mut in_hunk = false;
+    text.lines()
+        .map(|line| {
+            if line.starts_with("diff ") {
+                in_hunk = false;
+            }
+            let kind = if line.starts_with("@@") {
+                in_hunk = true;
+                "hunk"
+            } else if !in_hunk || line.starts_with('\\') {
+                "meta"
+            } else if line.starts_with('+') {
+                "add"
+            } else if line.starts_with('-') {
+                "del"
+            } else {
+                "context"
+            };
+            (kind, line)
+        })
+        .collect()
 }
 
 /// "12 min left" style text.
@@ -183,14 +263,54 @@ mod tests {
     fn actions_show_as_asked() {
         let action = json!({ "command": ["git", "commit", "-m", "fix it"], "folder": "work",
                              "network": true });
+        let words = |words: &[&str]| Shown::Words(words.iter().map(|w| (*w).to_owned()).collect());
         assert_eq!(
             action_entries(&action),
             vec![
-                ("command".to_owned(), r#"git commit -m "fix it""#.to_owned()),
-                ("folder".to_owned(), "work".to_owned()),
-                ("network".to_owned(), "true".to_owned()),
+                (
+                    "command".to_owned(),
+                    words(&["git", "commit", "-m", "fix it"])
+                ),
+                ("folder".to_owned(), Shown::Text("work".to_owned())),
+                ("network".to_owned(), Shown::Text("true".to_owned())),
             ]
         );
+        let shown = action_value(&json!(["echo", "", "<b>"]))
+            .markup()
+            .into_string();
+        assert_eq!(
+            shown,
+            r#"<span class="words"><code class="word program">echo</code> <code class="word">&quot;&quot;</code> <code class="word">&lt;b&gt;</code></span>"#
+        );
+    }
+
+    #[test]
+    fn questions_show_backtick_spans_as_code() {
+        let shown = |text: &str| question_text(text).into_string();
+        assert_eq!(
+            shown("Run `make <all>` in /w?"),
+            "Run <code>make &lt;all&gt;</code> in /w?"
+        );
+        assert_eq!(shown("Change /w/notes.md?"), "Change /w/notes.md?");
+        assert_eq!(shown("a `b` c `d"), "a <code>b</code> c `d");
+    }
+
+    #[test]
+    fn diff_lines_are_told_apart_like_the_job_page() {
+        let text =
+            "--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n same\n-old\n+new\n--- kept\n\\ No newline\n";
+        let kinds: Vec<&str> = diff_lines(text).into_iter().map(|(kind, _)| kind).collect();
+        assert_eq!(
+            kinds,
+            ["meta", "meta", "hunk", "context", "del", "add", "del", "meta"]
+        );
+        let short = preview_box("@@ -1 +1 @@\n-a\n+b\n").into_string();
+        assert!(
+            short.contains("<details class=\"preview\" open>"),
+            "{short}"
+        );
+        let long = preview_box(&"+x\n".repeat(41)).into_string();
+        assert!(!long.contains(" open"), "{long}");
     }
 
     #[test]

@@ -14,7 +14,8 @@ use tether_server::{decisions, ledger, sweeper};
 
 use crate::both_backends;
 use crate::helpers::{
-    assert_error, next_frame, spawn_app, spawn_app_with, Backend, DeviceClient, TestApp, WebClient,
+    assert_error, next_frame, query_i64, spawn_app, spawn_app_with, Backend, DeviceClient, TestApp,
+    WebClient,
 };
 use crate::redis;
 
@@ -745,6 +746,90 @@ both_backends! {
         assert!(job_page.contains(&format!(r#"data-decision-id="{decision_id}""#)));
         assert!(job_page.contains("Allowed for this run on the web"), "{job_page}");
         assert!(!job_page.contains(hostile));
+    }
+
+    async fn a_writes_preview_shows_escaped_while_open_and_goes_once_settled(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let eve = app.user("eve@example.com").await;
+        let device = app.device(&ann, "install-1").await;
+        let (job_id, lease) = running(&ann, &device).await;
+        let stored = || query_i64(&app.store, "SELECT COUNT(*) FROM decisions WHERE preview IS NOT NULL");
+        let preview = "--- a/notes.md\n+++ b/notes.md\n@@ -1,2 +1,2 @@\n same\n-<b>old</b>\n+<script>alert(1)</script>\n+bell\u{7}\n";
+        let write = |preview: &str| json!({
+            "kind": "write", "question": "Change `notes.md` in /w?",
+            "action": { "kind": "write", "path": "/w/notes.md" },
+            "actionHash": HASH, "expiresInSecs": 600, "preview": preview,
+        });
+        let decision_id = asked(&device, &job_id, &lease, &write(preview)).await;
+        let shown = list(&ann, "?state=pending").await;
+        let kept = shown[0].preview.clone().unwrap_or_default();
+        assert!(kept.starts_with("--- a/notes.md\n+++ b/notes.md\n@@ -1,2 +1,2 @@\n"), "{kept}");
+        // A control character of the file's text is made visible, not stored.
+        assert!(kept.ends_with("+bell\u{fffd}\n"), "{kept}");
+        let (_, text) = html(&ann, "/needs-me").await;
+        assert!(!text.contains("<script>alert(1)</script>"), "{text}");
+        assert!(text.contains(r#"<details class="preview" open><summary>Proposed change (7 lines)</summary>"#), "{text}");
+        assert!(text.contains(r#"<span class="line meta">--- a/notes.md</span>"#), "{text}");
+        assert!(text.contains(r#"<span class="line hunk">@@ -1,2 +1,2 @@</span>"#), "{text}");
+        assert!(text.contains(r#"<span class="line del">-&lt;b&gt;old&lt;/b&gt;</span>"#), "{text}");
+        assert!(text.contains(r#"<span class="line add">+&lt;script&gt;alert(1)&lt;/script&gt;</span>"#), "{text}");
+        assert!(text.contains("Change <code>notes.md</code> in /w?"), "{text}");
+        let (_, job_page) = html(&ann, &format!("/jobs/{job_id}")).await;
+        assert!(job_page.contains(r#"<span class="line add">+&lt;script&gt;"#), "{job_page}");
+        // Another account sees nothing of it.
+        assert!(list(&eve, "").await.is_empty());
+        assert_error(answer(&eve, &decision_id, "allow", "once").await, 404, "not_found").await;
+        let (_, theirs) = html(&eve, "/needs-me").await;
+        assert!(!theirs.contains("notes.md"));
+
+        // Answered: the file text is gone from the server.
+        assert_eq!(stored().await, Some(1));
+        assert_eq!(answer(&ann, &decision_id, "allow", "once").await.status(), StatusCode::OK);
+        assert_eq!(stored().await, Some(0));
+        assert_eq!(ann.job(&job_id).await.decisions[0].preview, None);
+        let (_, job_page) = html(&ann, &format!("/jobs/{job_id}")).await;
+        assert!(!job_page.contains("class=\"preview\""), "{job_page}");
+
+        // Withdrawn by the device, expired by the sweeper, settled by the run's end: gone too.
+        let withdrawn = asked(&device, &job_id, &lease, &write(preview)).await;
+        let body = json!({ "reason": "withdrawn" });
+        assert_eq!(close(&device, &withdrawn, &body).await.status(), StatusCode::OK);
+        assert_eq!(stored().await, Some(0));
+        let mut short = write(preview);
+        short["expiresInSecs"] = json!(1);
+        asked(&device, &job_id, &lease, &short).await;
+        app.advance(Duration::from_millis(1500));
+        assert!(list(&ann, "?state=expired").await.iter().all(|d| d.preview.is_none()));
+        decisions::expire_overdue(&app.store, app.now().timestamp_millis()).await.unwrap();
+        assert_eq!(stored().await, Some(0));
+        asked(&device, &job_id, &lease, &write(preview)).await;
+        assert_eq!(stored().await, Some(1));
+        let done = json!({ "outcome": "succeeded", "summary": "Done." });
+        assert_eq!(device.complete(&job_id, &lease, &done).await.status(), StatusCode::OK);
+        assert_eq!(stored().await, Some(0));
+    }
+
+    async fn a_preview_past_its_bounds_is_refused(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let device = app.device(&ann, "install-1").await;
+        let (job_id, lease) = running(&ann, &device).await;
+        let write = |preview: String| json!({
+            "kind": "write", "question": "Change notes.md?", "action": { "path": "notes.md" },
+            "actionHash": HASH, "expiresInSecs": 600, "preview": preview,
+        });
+        let too_long = "+x\n".repeat(401);
+        let too_large = format!("+{}\n", "x".repeat(32 * 1024));
+        for preview in [too_long, too_large] {
+            let message = assert_error(ask(&device, &job_id, &lease, &write(preview)).await, 422, "invalid_field").await;
+            assert!(message.starts_with("preview"), "{message}");
+        }
+        // At the bounds, and without one, it is asked.
+        asked(&device, &job_id, &lease, &write("+x\n".repeat(400))).await;
+        asked(&device, &job_id, &lease, &question("command", command(&["ls"]), 600)).await;
+        let pending = list(&ann, "?state=pending").await;
+        assert_eq!(pending.iter().filter(|d| d.preview.is_some()).count(), 1);
     }
 
     async fn needs_me_says_when_only_the_computer_can_answer(backend) {

@@ -18,7 +18,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use agent_client_protocol::v1::schema::{
     CreateTerminalRequest, CreateTerminalResponse, KillTerminalRequest, KillTerminalResponse,
@@ -32,7 +32,8 @@ use agent_client_protocol::{Error, ErrorCode, RequestCancellation};
 use tokio::sync::{mpsc, watch};
 
 use super::files;
-use super::permissions::{self, ToolCalls};
+use super::permissions::{self, CallFacts, ToolCalls};
+use super::preview::{self, Proposal};
 use super::terminals::{self, CommandRequest, Terminals};
 use super::updates::Transcript;
 use crate::policy::gate::{Gate, Passage, OWNER_DENIED};
@@ -55,6 +56,14 @@ pub struct Denial {
     pub by_owner: bool,
 }
 
+/// Where the session's words go: the job's output lines, and the saved secret values hidden
+/// in everything sent (a write's preview too).
+#[derive(Debug, Clone)]
+pub struct Said {
+    pub lines: mpsc::Sender<String>,
+    pub hidden: Arc<Vec<String>>,
+}
+
 /// The state of the run's one session, shared by every handler.
 #[derive(Debug)]
 pub struct Session {
@@ -63,6 +72,7 @@ pub struct Session {
     gate: Gate,
     terminals: Terminals,
     lines: mpsc::Sender<String>,
+    hidden: Arc<Vec<String>>,
     session_id: OnceLock<SessionId>,
     /// Set while `session/load` is in flight: what the agent sends then is the history it
     /// replays, already shown by the run it belongs to.
@@ -85,14 +95,15 @@ impl Session {
         guard: Guard,
         gate: Gate,
         terminals: Terminals,
-        lines: mpsc::Sender<String>,
+        said: Said,
     ) -> Session {
         Session {
             folder,
             guard,
             gate,
             terminals,
-            lines,
+            lines: said.lines,
+            hidden: said.hidden,
             session_id: OnceLock::new(),
             replaying: AtomicBool::new(false),
             transcript: Mutex::new(Transcript::new()),
@@ -197,7 +208,7 @@ impl Session {
         self.check_session(&request.session_id)?;
         let facts = lock(&self.tool_calls).merged(&request.tool_call);
         let actions = permissions::actions_of(&facts, &self.folder);
-        let check = self.pass_all(&actions);
+        let check = self.pass_all(&actions, &facts);
         tokio::pin!(check);
         let passage = tokio::select! {
             passage = &mut check => Some(passage),
@@ -263,7 +274,8 @@ impl Session {
         let shown = self.shown(&real);
         let what = format!("write {shown}");
         self.guarded(&[&request.path, &real], &what).await?;
-        self.pass(Action::WriteFile { path: real.clone() }, &what)
+        let preview = self.preview(&real, &request.content);
+        self.pass_previewed(Action::WriteFile { path: real.clone() }, &what, preview)
             .await?;
         let content = request.content;
         blocking(move || files::write_text(&real, &content)).await?;
@@ -440,10 +452,21 @@ impl Session {
     /// The gate's passage for `action` (`what` names it in the job's output), unless a
     /// permission request just allowed it.
     async fn pass(&self, action: Action, what: &str) -> Result<(), Error> {
+        self.pass_previewed(action, what, std::future::ready(None))
+            .await
+    }
+
+    /// [`Session::pass`], showing `preview` if the owner is asked.
+    async fn pass_previewed(
+        &self,
+        action: Action,
+        what: &str,
+        preview: impl std::future::Future<Output = Option<String>>,
+    ) -> Result<(), Error> {
         if self.take_allowed(&action) {
             return Ok(());
         }
-        match self.gate.check(action).await {
+        match self.gate.check_previewed(action, preview).await {
             Passage::Allowed { note: None } => Ok(()),
             Passage::Allowed { note: Some(note) } => {
                 self.say(format!("allowed: {what} ({note})")).await;
@@ -457,17 +480,49 @@ impl Session {
         }
     }
 
-    /// Every action must pass; the first refusal wins.
-    async fn pass_all(&self, actions: &[Action]) -> Passage {
+    /// Every action must pass; the first refusal wins. A write the tool call carries a
+    /// `diff` for shows its preview when asked.
+    async fn pass_all(&self, actions: &[Action], facts: &CallFacts) -> Passage {
         let mut notes = Vec::new();
         for action in actions {
-            match self.gate.check(action.clone()).await {
+            let proposed = match action {
+                Action::WriteFile { path } => facts.proposed_text(path),
+                _ => None,
+            };
+            let preview = async {
+                let (path, text) = proposed?;
+                self.preview(&files::resolve_for_write(&path).ok()?, &text)
+                    .await
+            };
+            match self.gate.check_previewed(action.clone(), preview).await {
                 Passage::Allowed { note } => notes.extend(note),
                 refused @ Passage::Refused { .. } => return refused,
             }
         }
         let note = (!notes.is_empty()).then(|| notes.join("; "));
         Passage::Allowed { note }
+    }
+
+    /// The preview of writing `text` to `real` (a resolved path), made off the runtime's
+    /// threads when (and only if) it is awaited.
+    fn preview(
+        &self,
+        real: &Path,
+        text: &str,
+    ) -> impl std::future::Future<Output = Option<String>> {
+        let (folder, path, text) = (self.folder.clone(), real.to_path_buf(), text.to_owned());
+        let (guard, hidden) = (self.guard.clone(), self.hidden.clone());
+        async move {
+            let made = tokio::task::spawn_blocking(move || {
+                let proposal = Proposal {
+                    folder: &folder,
+                    path: &path,
+                    new_text: &text,
+                };
+                preview::preview(&proposal, &guard, &hidden)
+            });
+            made.await.ok().flatten()
+        }
     }
 
     fn take_allowed(&self, action: &Action) -> bool {

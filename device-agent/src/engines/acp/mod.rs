@@ -28,6 +28,7 @@ pub mod files;
 pub mod handshake;
 pub mod outfit;
 pub mod permissions;
+pub mod preview;
 pub mod process;
 pub mod sign_in;
 pub mod terminals;
@@ -61,10 +62,10 @@ use crate::run::evidence::RunEvidence;
 use crate::run::grant::{start_broker, Granted};
 use crate::run::model_network;
 use crate::run::process_group::TERMINATE_GRACE;
-use crate::run::progress::report_output;
+use crate::run::progress::{self, report_output};
 use crate::run::stop::{RunStop, StopReason};
 use crate::sandbox;
-use client::{Denial, Session};
+use client::{Denial, Said, Session};
 use continuation::{Load, Opening, Place, Recall};
 use handshake::describe;
 use outfit::{Fitting, Outfit};
@@ -138,10 +139,12 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
     );
     let opening = recall.opening(job);
     let (lines, line_receiver) = mpsc::channel(LINE_BUFFER);
+    let (flusher, flushes) = progress::flusher();
     let reporter = tokio::spawn(report_output(
         client.clone(),
         lease.clone(),
         line_receiver,
+        Some(flushes),
         stop.clone(),
         secrets.hidden.clone(),
     ));
@@ -191,14 +194,17 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         }
     };
     lease.spawned(agent.pgid());
-    let gate = decisions::gate(job, config, &work_folder, client, lease, stop);
+    let gate = decisions::gate(job, config, &work_folder, client, lease, stop, flusher);
     let terminals = Terminals::new(launch, lines.clone());
     let session = Arc::new(Session::new(
         work_folder,
         guard,
         gate,
         terminals,
-        lines.clone(),
+        Said {
+            lines: lines.clone(),
+            hidden: secrets.hidden.clone(),
+        },
     ));
     let deadline = Instant::now() + time_limit(job);
     let conversation = Conversation {

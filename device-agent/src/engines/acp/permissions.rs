@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use agent_client_protocol::v1::schema::{
     PermissionOption, PermissionOptionKind, RequestPermissionOutcome, SelectedPermissionOutcome,
-    ToolCall, ToolCallUpdate, ToolKind,
+    ToolCall, ToolCallContent, ToolCallUpdate, ToolKind,
 };
 use serde_json::Value;
 
@@ -25,6 +25,29 @@ pub struct CallFacts {
     pub title: String,
     pub locations: Vec<PathBuf>,
     pub raw_input: Option<Value>,
+    /// The `diff` contents: each file's path and its proposed text.
+    pub diffs: Vec<(PathBuf, String)>,
+}
+
+impl CallFacts {
+    /// The text the tool call proposes for `path`, when it carries a `diff` for it.
+    pub fn proposed_text(&self, path: &Path) -> Option<(PathBuf, String)> {
+        self.diffs
+            .iter()
+            .find(|(diff_path, _)| diff_path == path)
+            .cloned()
+    }
+}
+
+/// The `diff` contents of a tool call's content.
+fn diffs_of(content: &[ToolCallContent]) -> Vec<(PathBuf, String)> {
+    content
+        .iter()
+        .filter_map(|item| match item {
+            ToolCallContent::Diff(diff) => Some((diff.path.clone(), diff.new_text.clone())),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The facts of the turn's tool calls, by id.
@@ -45,6 +68,7 @@ impl ToolCalls {
             title: call.title.clone(),
             locations: call.locations.iter().map(|at| at.path.clone()).collect(),
             raw_input: call.raw_input.clone(),
+            diffs: diffs_of(&call.content),
         };
         self.calls.insert(call.tool_call_id.0.to_string(), facts);
     }
@@ -74,6 +98,9 @@ impl ToolCalls {
         }
         if let Some(raw_input) = &fields.raw_input {
             facts.raw_input = Some(raw_input.clone());
+        }
+        if let Some(content) = &fields.content {
+            facts.diffs = diffs_of(content);
         }
         facts
     }
@@ -234,6 +261,7 @@ mod tests {
             title: "the title".into(),
             locations: locations.iter().map(PathBuf::from).collect(),
             raw_input,
+            diffs: Vec::new(),
         }
     }
 

@@ -149,6 +149,7 @@ async fn ask_to_merge(
         question: format!("Merge pull request #{number} into {base}?"),
         action,
         action_hash,
+        preview: None,
     };
     match asker.ask(&question).await {
         Outcome::Answered {

@@ -55,24 +55,63 @@
     return node;
   }
 
-  // The same text as action_text in pages/needs_me.rs.
-  function quoteWord(word) {
-    return word !== "" && !/[\s"'\\$`]/.test(word) ? word : JSON.stringify(word);
-  }
-
-  function actionText(value) {
-    if (typeof value === "string") return value;
-    if (Array.isArray(value) && value.every((item) => typeof item === "string")) {
-      return value.map(quoteWord).join(" ");
+  // The same values as action_value in pages/needs_me.rs: an argument vector word by word.
+  function actionValue(value) {
+    if (typeof value === "string") return el("code", {}, value);
+    if (Array.isArray(value) && value.length > 0 && value.every((item) => typeof item === "string")) {
+      const words = el("span", { class: "words" });
+      value.forEach((word, index) => {
+        if (index > 0) words.append(" ");
+        words.append(el("code", { class: index === 0 ? "word program" : "word" }, word === "" ? '""' : word));
+      });
+      return words;
     }
-    return JSON.stringify(value);
+    return el("code", {}, JSON.stringify(value));
   }
 
   function actionEntries(action) {
     if (action === null || typeof action !== "object" || Array.isArray(action)) {
-      return [["action", JSON.stringify(action)]];
+      return [["action", el("code", {}, JSON.stringify(action))]];
     }
-    return Object.keys(action).sort().map((key) => [key, actionText(action[key])]);
+    return Object.keys(action).sort().map((key) => [key, actionValue(action[key])]);
+  }
+
+  // The question with its `x` spans as code, as question_text in pages/needs_me.rs.
+  function questionText(question) {
+    const parts = question.split("`");
+    const unpaired = parts.length % 2 === 0;
+    const node = el("strong", { class: "question" });
+    parts.forEach((part, index) => {
+      if (unpaired && index === parts.length - 1) node.append(`\`${part}`);
+      else if (index % 2 === 1) node.append(el("code", {}, part));
+      else node.append(part);
+    });
+    return node;
+  }
+
+  // A unified diff's lines with their classes, as diff_lines in pages/needs_me.rs (and
+  // diffLines in job.js).
+  function diffLines(text) {
+    const lines = text.split("\n");
+    if (lines.length > 0 && lines[lines.length - 1] === "") lines.pop();
+    let inHunk = false;
+    return lines.map((line) => {
+      if (line.startsWith("diff ")) inHunk = false;
+      if (line.startsWith("@@")) { inHunk = true; return ["hunk", line]; }
+      if (!inHunk || line.startsWith("\\")) return ["meta", line];
+      if (line.startsWith("+")) return ["add", line];
+      if (line.startsWith("-")) return ["del", line];
+      return ["context", line];
+    });
+  }
+
+  function previewBox(preview) {
+    const lines = diffLines(preview);
+    const code = el("code");
+    for (const [kind, line] of lines) code.append(el("span", { class: `line ${kind}` }, line || " "));
+    return el("details", { class: "preview", open: lines.length <= 40 },
+      el("summary", {}, `Proposed change (${lines.length} ${lines.length === 1 ? "line" : "lines"})`),
+      el("pre", { class: "diff-text", tabindex: "0", role: "region", "aria-label": "Proposed change" }, code));
   }
 
   function timeLeft(expiresAt) {
@@ -111,14 +150,15 @@
   function renderCard(decision, withJob) {
     const id = decision.id;
     const action = el("dl", { class: "action" });
-    for (const [key, text] of actionEntries(decision.action)) {
-      action.append(el("dt", {}, key), el("dd", {}, el("code", {}, text)));
+    for (const [key, value] of actionEntries(decision.action)) {
+      action.append(el("dt", {}, key), el("dd", {}, value));
     }
     const card = el("section", { class: "card decision", "data-decision-id": id, "data-state": decision.state },
       el("div", { class: "row" },
         el("span", { class: "badge kind" }, decision.kind),
-        el("strong", { class: "question" }, decision.question)),
-      action);
+        questionText(decision.question)),
+      action,
+      typeof decision.preview === "string" ? previewBox(decision.preview) : null);
     if (withJob) {
       card.append(el("div", { class: "muted" },
         el("a", { href: `/jobs/${encodeURIComponent(decision.jobId)}` }, decision.jobTitle),
