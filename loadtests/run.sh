@@ -4,18 +4,24 @@
 #   loadtests/run.sh [OUT.md]        (default: loadtests/results.md)
 #   QUICK=1 loadtests/run.sh         smaller fleets, for a first look
 #
-# Scenarios: steady heartbeats, assignment bursts (10→200/s), a connect storm and revocation
-# under load on the embedded default (SQLite); the same steady and burst loads on PostgreSQL;
-# two replicas on one PostgreSQL + Redis; one replica killed with SIGKILL under load;
-# revocation under load on two replicas (revoked on A, noticed through Redis on B); a pgbench
-# single-row UPDATE baseline on the same PostgreSQL. PostgreSQL and Redis are started
-# privately from the machine's binaries on loopback and removed afterwards.
+# Scenarios, each figure beside a ceiling measured in the same run:
+# - the ceilings: a bare actix-web JSON endpoint (`tether-ceiling`) under the same wrk load as
+#   the heartbeat route, and pgbench's single-row UPDATE on the same PostgreSQL;
+# - on SQLite and on PostgreSQL: heartbeats under wrk for 100, 1,000 and 10,000 paired
+#   devices; claims at 200 jobs/s and complete lifecycles at 1,000 jobs/s (200 devices over
+#   20 accounts); a growing fleet (100 → 1,000 → 10,000 devices) at 20 jobs/s;
+# - revocation under load (SQLite); two replicas on one PostgreSQL + Redis at 200 and 1,000
+#   jobs/s, one of them killed with SIGKILL under load, and revocation across them.
+# Every row gives the CPU seconds the load generator (tether-loadtest or wrk) and the server
+# used, so a reader can tell which side saturated. PostgreSQL and Redis are started privately
+# from the machine's binaries on loopback and removed afterwards; wrk comes from Debian
+# (apt-get install wrk).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-loadtests/results.md}
 QUICK=${QUICK:-0}
 
-cargo build --release -p tether-server -p tether-loadtest
+cargo build --release -p tether-server -p tether-loadtest --bins
 SERVER=target/release/tether-server
 LOAD=target/release/tether-loadtest
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
@@ -72,67 +78,120 @@ row() {
   grep '^revocation' <<<"$out" | tee -a "$OUT.notes" || true
 }
 
-if [ "$QUICK" = 1 ]; then STEADY=300; STORM="300 1000"; BURSTS="10 50"; SECS=10
-else STEADY=1000; STORM="1000 5000 10000"; BURSTS="10 50 100 200"; SECS=20; fi
-REVOKE_DEVICES=300; REVOKE=30
+# cpu_secs PID: user + system CPU seconds the process has used so far.
+cpu_secs() { awk -v tck="$(getconf CLK_TCK)" '{print ($14 + $15) / tck}' "/proc/$1/stat"; }
 
-: > "$OUT.rows"; : > "$OUT.notes"
-echo "== embedded (SQLite)"
-for n in $STORM; do
-  start_server "storm-$n"
-  row --server "$URL" --devices "$n" --devices-per-account 50 --rate 10 --duration "$SECS" --server-pid "$PID" --label "SQLite storm $n devices"
-  kill -9 "$PID"
-done
-for rate in $BURSTS; do
-  start_server "burst-$rate"
-  row --server "$URL" --devices 200 --devices-per-account 10 --rate "$rate" --duration "$SECS" --server-pid "$PID" --label "SQLite $rate jobs/s"
-  kill -9 "$PID"
-done
-# The owners revoke 30 devices at once halfway through: each must notice, stop, and its
-# token must be refused; its jobs end interrupted/cancelled, none is lost.
-start_server revoke
-row --server "$URL" --devices "$REVOKE_DEVICES" --devices-per-account 10 --rate 20 --duration "$SECS" --job-ms 2000 --revoke "$REVOKE" --server-pid "$PID" --label "SQLite revoke $REVOKE of $REVOKE_DEVICES"
+# wrk_row LABEL URL DEVICES_FILE [SERVER_PID]: heartbeats under wrk (2 threads, 256
+# connections) for $WRK_SECS s; the rate, latency, errors, and the CPU seconds wrk itself and
+# the server used in the window.
+wrk_row() {
+  local label=$1 url=$2 file=$3 pid=${4:-} before=0 after=0 server="-"
+  [ -n "$pid" ] && before=$(cpu_secs "$pid")
+  local out; out=$( { TIMEFORMAT='%U %S'; time wrk -t2 -c256 -d"${WRK_SECS}s" --latency \
+      -s loadtests/heartbeat.lua "$url/api/devices/self/heartbeat" -- "$file"; } 2>&1 )
+  [ -n "$pid" ] && after=$(cpu_secs "$pid") && server=$(awk -v a="$after" -v b="$before" 'BEGIN {printf "%.1f", a - b}')
+  local rate p50 p99 errors load
+  rate=$(awk '/^Requests\/sec/ {printf "%.0f", $2}' <<<"$out")
+  p50=$(awk '/^wrk:/ {print $9}' <<<"$out")
+  p99=$(awk '/^wrk:/ {print $12}' <<<"$out")
+  errors=$(awk '/^wrk:/ {print $4}' <<<"$out")
+  non2xx=$(awk '/Non-2xx/ {print $5}' <<<"$out"); errors=$((errors + ${non2xx:-0}))
+  load=$(tail -1 <<<"$out" | awk '{printf "%.1f", $1 + $2}')
+  echo "| $label | $rate | $p50 | $p99 | $errors | $load / $server of $WRK_SECS |" | tee -a "$OUT.wrk"
+}
+
+# pair_for_wrk URL DEVICES FILE: pairs DEVICES simulated devices (10 per account) and writes
+# their tokens and heartbeat bodies for wrk.
+pair_for_wrk() {
+  "$LOAD" --server "$1" --devices "$2" --devices-per-account 10 --wrk-out "$3" >/dev/null
+}
+
+if [ "$QUICK" = 1 ]; then SECS=10; WRK_SECS=10; GROWTH="100 1000"; LIFECYCLE_SECS=10
+else SECS=20; WRK_SECS=20; GROWTH="100 1000 10000"; LIFECYCLE_SECS=30; fi
+command -v wrk >/dev/null || { echo "wrk is needed: apt-get install wrk"; exit 1; }
+
+: > "$OUT.rows"; : > "$OUT.notes"; : > "$OUT.wrk"
+
+echo "== the ceilings: a bare actix-web JSON endpoint under the same wrk, and pgbench"
+CEILING_PORT=$(free_port)
+target/release/tether-ceiling "127.0.0.1:$CEILING_PORT" >/dev/null 2>&1 &
+CEILING_PID=$!; PIDS+=("$CEILING_PID")
+start_server ceiling-devices
+pair_for_wrk "$URL" 1000 "$WORK/wrk-1000"
 kill -9 "$PID"
-
-echo "== PostgreSQL"
+for _ in $(seq 50); do curl -s -o /dev/null "http://127.0.0.1:$CEILING_PORT/" && break; sleep 0.1; done
+wrk_row "bare actix-web JSON endpoint (ceiling)" "http://127.0.0.1:$CEILING_PORT" "$WORK/wrk-1000" "$CEILING_PID"
+kill -9 "$CEILING_PID"
 start_postgres
-start_server pg-steady TETHER_DATABASE_URL="$PGURL"
-row --server "$URL" --devices "$STEADY" --devices-per-account 10 --rate 20 --duration "$SECS" --server-pid "$PID" --label "PostgreSQL steady $STEADY devices"
-for rate in $BURSTS; do
-  row --server "$URL" --devices 200 --devices-per-account 10 --rate "$rate" --duration "$SECS" --server-pid "$PID" --label "PostgreSQL $rate jobs/s"
+run_pg "$PGBIN/pgbench" -h 127.0.0.1 -p "$PGPORT" -U tether -i -q tether >/dev/null 2>&1
+echo 'UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = 1 + (random() * 99999)::int;' > "$WORK/update.sql"
+chmod a+r "$WORK/update.sql"
+pgbench_tps() {
+  run_pg "$PGBIN/pgbench" -h 127.0.0.1 -p "$PGPORT" -U tether -n -c "$1" -j 2 -T 10 -f "$WORK/update.sql" tether 2>/dev/null \
+    | awk '/^tps/ {print int($3)}' | head -1
+}
+TPS_1=$(pgbench_tps 1); TPS_8=$(pgbench_tps 8)
+run_pg "$PGBIN/dropdb" -h 127.0.0.1 -p "$PGPORT" -U tether tether
+run_pg "$PGBIN/createdb" -h 127.0.0.1 -p "$PGPORT" -U tether tether
+
+for backend in SQLite PostgreSQL; do
+  if [ "$backend" = PostgreSQL ]; then DB=(TETHER_DATABASE_URL="$PGURL"); else DB=(); fi
+  echo "== $backend: heartbeats under wrk, growing fleets"
+  for n in $GROWTH; do
+    start_server "hb-$backend-$n" "${DB[@]}"
+    pair_for_wrk "$URL" "$n" "$WORK/wrk-$backend-$n"
+    wrk_row "$backend heartbeats, $n devices" "$URL" "$WORK/wrk-$backend-$n" "$PID"
+    kill -9 "$PID"
+  done
+  echo "== $backend: claims at 200 jobs/s, lifecycles at 1,000 jobs/s"
+  start_server "jobs-$backend" "${DB[@]}" TETHER_HEARTBEAT_SECS=30
+  row --server "$URL" --devices 200 --devices-per-account 10 --rate 200 --duration "$SECS" --server-pid "$PID" --label "$backend 200 jobs/s"
+  row --server "$URL" --devices 200 --devices-per-account 10 --rate 1000 --duration "$LIFECYCLE_SECS" --server-pid "$PID" --label "$backend 1,000 jobs/s"
+  kill -9 "$PID"
+  echo "== $backend: a growing fleet at 20 jobs/s"
+  for n in $GROWTH; do
+    start_server "fleet-$backend-$n" "${DB[@]}" TETHER_HEARTBEAT_SECS=30
+    row --server "$URL" --devices "$n" --devices-per-account 50 --rate 20 --duration "$SECS" --server-pid "$PID" --label "$backend $n devices"
+    kill -9 "$PID"
+  done
 done
+
+echo "== SQLite: revocation under load"
+start_server revoke
+row --server "$URL" --devices 300 --devices-per-account 10 --rate 20 --duration "$SECS" --job-ms 2000 --revoke 30 --server-pid "$PID" --label "SQLite revoke 30 of 300"
 kill -9 "$PID"
 
 echo "== two replicas, PostgreSQL + Redis"
 start_redis
-start_server replica-a TETHER_DATABASE_URL="$PGURL" TETHER_REDIS_URL="$REDISURL"; URL_A=$URL; PID_A=$PID
-start_server replica-b TETHER_DATABASE_URL="$PGURL" TETHER_REDIS_URL="$REDISURL"; URL_B=$URL; PID_B=$PID
-row --server "$URL_A" --server "$URL_B" --devices "$STEADY" --devices-per-account 10 --rate 100 --duration "$SECS" --label "2 replicas 100 jobs/s"
+start_server replica-a TETHER_DATABASE_URL="$PGURL" TETHER_REDIS_URL="$REDISURL" TETHER_HEARTBEAT_SECS=30; URL_A=$URL; PID_A=$PID
+start_server replica-b TETHER_DATABASE_URL="$PGURL" TETHER_REDIS_URL="$REDISURL" TETHER_HEARTBEAT_SECS=30; URL_B=$URL; PID_B=$PID
+row --server "$URL_A" --server "$URL_B" --devices 200 --devices-per-account 10 --rate 200 --duration "$SECS" --label "2 replicas 200 jobs/s"
+row --server "$URL_A" --server "$URL_B" --devices 200 --devices-per-account 10 --rate 1000 --duration "$LIFECYCLE_SECS" --label "2 replicas 1,000 jobs/s"
 # Kill replica B part-way through: its devices move to A; no job may be lost or run twice.
 ( sleep $((SECS / 2 + 5)); kill -9 "$PID_B" ) &
-row --server "$URL_A" --server "$URL_B" --devices "$STEADY" --devices-per-account 10 --rate 50 --duration "$SECS" --label "2 replicas, B killed mid-run"
+row --server "$URL_A" --server "$URL_B" --devices 300 --devices-per-account 10 --rate 50 --duration "$SECS" --label "2 replicas, B killed mid-run"
 # Revocations go to replica A; the devices streaming from B (a fresh one) learn through Redis.
 start_server replica-b2 TETHER_DATABASE_URL="$PGURL" TETHER_REDIS_URL="$REDISURL"; URL_B=$URL
-row --server "$URL_A" --server "$URL_B" --devices "$REVOKE_DEVICES" --devices-per-account 10 --rate 20 --duration "$SECS" --job-ms 2000 --revoke "$REVOKE" --label "2 replicas revoke $REVOKE of $REVOKE_DEVICES"
-
-echo "== pgbench baseline"
-run_pg "$PGBIN/pgbench" -h 127.0.0.1 -p "$PGPORT" -U tether -i -q tether >/dev/null 2>&1
-echo 'UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = 1 + (random() * 99999)::int;' > "$WORK/update.sql"
-chmod a+r "$WORK/update.sql"
-TPS=$(run_pg "$PGBIN/pgbench" -h 127.0.0.1 -p "$PGPORT" -U tether -n -c 8 -j 2 -T 10 -f "$WORK/update.sql" tether 2>/dev/null \
-  | awk '/^tps/ {print int($3)}' | head -1)
+row --server "$URL_A" --server "$URL_B" --devices 300 --devices-per-account 10 --rate 20 --duration "$SECS" --job-ms 2000 --revoke 30 --label "2 replicas revoke 30 of 300"
 
 {
   echo "# Load test results"
   echo
-  echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -sr); heartbeat every ${HEARTBEAT_SECS:-2} s; run on $(date -u +%Y-%m-%d)."
+  echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -sr); run on $(date -u +%Y-%m-%d)."
   echo
-  echo "| run | devices | connect s | assign→claim ms p50/p95/p99/max | assign→done ms p50/p95/p99/max | heartbeat ms p50/p95/p99/max | heartbeats/s | jobs/s | jobs ok/assigned | lost | rerun | dup claims | errors | RSS MiB | RSS/device KiB |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "Ceilings measured in this run: pgbench single-row UPDATE on the same PostgreSQL: $TPS_1 tps with 1 client, $TPS_8 tps with 8."
+  echo
+  echo "## Heartbeats under wrk (2 threads, 256 connections, ${WRK_SECS} s)"
+  echo
+  echo "| run | requests/s | p50 ms | p99 ms | errors | CPU s wrk / server of window s |"
+  echo "|---|---|---|---|---|---|"
+  cat "$OUT.wrk"
+  echo
+  echo "## Simulated fleets (tether-loadtest)"
+  echo
+  "$LOAD" --print-header
   cat "$OUT.rows"
   if [ -s "$OUT.notes" ]; then echo; cat "$OUT.notes"; fi
-  echo
-  echo "pgbench baseline (single-row UPDATE, 8 clients, same PostgreSQL): $TPS tps"
 } > "$OUT"
-rm -f "$OUT.rows" "$OUT.notes"
+rm -f "$OUT.rows" "$OUT.notes" "$OUT.wrk"
 cat "$OUT"

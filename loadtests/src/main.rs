@@ -70,6 +70,9 @@ struct Options {
     /// heartbeat body) for `wrk -s loadtests/heartbeat.lua`, and exit.
     #[arg(long, value_name = "FILE")]
     wrk_out: Option<std::path::PathBuf>,
+    /// Print the markdown table's header and exit.
+    #[arg(long)]
+    print_header: bool,
 }
 
 /// One line per device for wrk: its token, a tab, the body of its heartbeat.
@@ -90,6 +93,10 @@ fn write_wrk_devices(path: &std::path::Path, devices: &[Device]) -> anyhow::Resu
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let options = Options::parse();
+    if options.print_header {
+        println!("{}", report::Report::table_header());
+        return Ok(());
+    }
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(256)
         .timeout(Duration::from_secs(30))

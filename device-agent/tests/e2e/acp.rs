@@ -597,14 +597,15 @@ async fn acp_in_unattended_mode_never_waits_and_lists_what_it_took() {
         "{writes:?}"
     );
     assert!(!outside.exists());
-    // The rest is as in every mode; the write it denied makes the job blocked, not a
-    // success, and the choices it took are listed in the result.
+    // The rest is as in every mode; the write unattended mode refused makes the job
+    // blocked, not a success (refused by the run's rule, not by the owner), and the choices
+    // it took are listed in the result.
     check_everyday_steps(&computer, &job);
     assert_eq!(job.state, JobState::Blocked, "{job:#?}");
     let outcome = job.outcome.clone().unwrap();
     assert!(
         outcome.summary.starts_with(&format!(
-            "stopped after you denied: write {}\nAll done: result.txt",
+            "stopped after Tether refused: write {}\nAll done: result.txt",
             outside.join("x.txt").display()
         )),
         "{outcome:?}"
