@@ -92,8 +92,8 @@ wrk_row() {
   [ -n "$pid" ] && after=$(cpu_secs "$pid") && server=$(awk -v a="$after" -v b="$before" 'BEGIN {printf "%.1f", a - b}')
   local rate p50 p99 errors load
   rate=$(awk '/^Requests\/sec/ {printf "%.0f", $2}' <<<"$out")
-  p50=$(awk '/^wrk:/ {print $9}' <<<"$out")
-  p99=$(awk '/^wrk:/ {print $12}' <<<"$out")
+  p50=$(awk '/^wrk:/ {print $11}' <<<"$out")
+  p99=$(awk '/^wrk:/ {print $14}' <<<"$out")
   errors=$(awk '/^wrk:/ {print $4}' <<<"$out")
   non2xx=$(awk '/Non-2xx/ {print $5}' <<<"$out"); errors=$((errors + ${non2xx:-0}))
   load=$(tail -1 <<<"$out" | awk '{printf "%.1f", $1 + $2}')

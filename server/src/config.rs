@@ -186,6 +186,11 @@ struct Cli {
         hide = true
     )]
     relay_timeout_secs: u64,
+    /// Database connections: the PostgreSQL pool, or SQLite's read pool (its writer is
+    /// always one). On PostgreSQL each commit waits for its WAL flush, so concurrent
+    /// transactions, flushed together, are what buys throughput (docs/PERFORMANCE.md).
+    #[arg(long, env = "TETHER_DB_CONNECTIONS", default_value_t = 10)]
+    db_connections: u32,
     /// Largest evidence file accepted, in bytes (at most the protocol's 100 MB).
     #[arg(
         long,
@@ -264,6 +269,7 @@ impl Cli {
         config.sweep_secs = self.sweep_secs.max(1);
         config.presence_flush_ms = self.presence_flush_ms.clamp(10, 60_000);
         config.relay_timeout_secs = self.relay_timeout_secs.max(1);
+        config.db_max_connections = self.db_connections.clamp(1, 1_000);
         config.rate_limits = self.rate_limits;
         if let Some(waiting) = self.password_queue {
             config.password_queue = waiting;

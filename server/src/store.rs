@@ -185,11 +185,13 @@ impl Tx {
     }
 
     /// Appended to a SELECT that is followed by an UPDATE of the same row: PostgreSQL locks
-    /// the row; SQLite's `BEGIN IMMEDIATE` already serialises writers.
+    /// the row; SQLite's `BEGIN IMMEDIATE` already serialises writers. `NO KEY UPDATE`, not
+    /// `UPDATE`: no key is ever changed, and the stronger lock would also stop every insert
+    /// whose foreign key names the row (an account's jobs and events behind its claims).
     pub fn lock_clause(&self) -> &'static str {
         match self {
             Tx::Sqlite(_) => "",
-            Tx::Postgres(_) => " FOR UPDATE",
+            Tx::Postgres(_) => " FOR NO KEY UPDATE",
         }
     }
 
@@ -197,7 +199,7 @@ impl Tx {
     pub fn skip_locked_clause(&self) -> &'static str {
         match self {
             Tx::Sqlite(_) => "",
-            Tx::Postgres(_) => " FOR UPDATE SKIP LOCKED",
+            Tx::Postgres(_) => " FOR NO KEY UPDATE SKIP LOCKED",
         }
     }
 }
