@@ -30,6 +30,13 @@ pub struct CodingAgents {
     pub gemini: PathBuf,
 }
 
+/// The real agents are heavy (node, a native Codex binary): one test drives them at a time,
+/// so the rest of the suite keeps its share of the machine.
+pub async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    TURN.lock().await
+}
+
 /// The agents, installed on first use; `None` (after saying why) when npm or the registry
 /// is not available here, which fails under `TETHER_REQUIRE_EXTERNAL=1`.
 pub async fn coding_agents() -> Option<CodingAgents> {
@@ -465,6 +472,7 @@ async fn setup(marker: &str) -> (tempfile::TempDir, tempfile::TempDir, PathBuf, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_writes_a_file_it_was_allowed_to() {
+    let _turn = one_at_a_time().await;
     let Some(agents) = coding_agents().await else {
         return;
     };
@@ -481,6 +489,7 @@ async fn claude_code_writes_a_file_it_was_allowed_to() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_writes_a_file_it_was_allowed_to() {
+    let _turn = one_at_a_time().await;
     let Some(agents) = coding_agents().await else {
         return;
     };
@@ -500,6 +509,7 @@ async fn codex_writes_a_file_it_was_allowed_to() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gemini_writes_a_file_it_was_allowed_to() {
+    let _turn = one_at_a_time().await;
     let Some(agents) = coding_agents().await else {
         return;
     };
@@ -517,6 +527,7 @@ async fn gemini_writes_a_file_it_was_allowed_to() {
 /// is not done; Claude Code and Codex end the turn without asking the model again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_write_is_not_done_by_any_agent() {
+    let _turn = one_at_a_time().await;
     let Some(agents) = coding_agents().await else {
         return;
     };
@@ -556,6 +567,7 @@ async fn a_refused_write_is_not_done_by_any_agent() {
 /// through an ACP terminal, the others by themselves), and the model hears it worked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_agent_runs_a_command_it_was_allowed_to() {
+    let _turn = one_at_a_time().await;
     let Some(agents) = coding_agents().await else {
         return;
     };

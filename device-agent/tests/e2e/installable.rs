@@ -39,9 +39,10 @@ async fn the_app_installs_works_offline_and_takes_notifications() {
     }
 }
 
-/// Evaluates `expression` (a promise is awaited) every 200 ms until it is `true`.
+/// Evaluates `expression` (a promise is awaited) every 200 ms until it is `true`, for at
+/// most a minute (the whole suite shares two cores).
 async fn eventually(browser: &mut Browser, expression: &str) {
-    for _ in 0..100 {
+    for _ in 0..300 {
         if browser.eval(expression).await == json!(true) {
             return;
         }

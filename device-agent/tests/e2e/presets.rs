@@ -13,7 +13,7 @@ use tether_protocol::jobs::{Job, JobState};
 use tokio::process::Command;
 
 use super::acp::follow_answering;
-use super::coding_agents::{coding_agents, CodingAgents};
+use super::coding_agents::{coding_agents, one_at_a_time, CodingAgents};
 use super::model_server::{ModelServer, Provider, Script, API_KEY};
 use super::{
     backend_works, output_lines, pair, save_secret, spawn_server, Daemon, Server, Web, AGENT,
@@ -265,6 +265,7 @@ async fn three_modes(agent: Agent, backend: &str, network: &str) {
     if !backend_works(backend).await {
         return;
     }
+    let _turn = one_at_a_time().await;
     let Some(agents) = coding_agents().await else {
         return;
     };
@@ -375,6 +376,7 @@ async fn codex_signs_in_from_its_variable_and_keeps_its_home_but_not_the_key() {
     if !backend_works("bwrap").await {
         return;
     }
+    let _turn = one_at_a_time().await;
     let Some(agents) = coding_agents().await else {
         return;
     };
@@ -443,6 +445,7 @@ async fn the_owners_sign_in_reaches_the_engine_and_not_its_commands() {
     if !backend_works("bwrap").await {
         return;
     }
+    let _turn = one_at_a_time().await;
     let Some(agents) = coding_agents().await else {
         return;
     };

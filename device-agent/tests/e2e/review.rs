@@ -18,8 +18,9 @@ use crate::{agent_ok, pair, spawn_server, Daemon, Web};
 const LONG: &str = "a line far longer than a phone is wide, so that the diff scrolls sideways inside its own box and never the page itself: 0123456789 0123456789 0123456789";
 
 /// What the recipe does: `package.json` gains a script (runs later), `README.md` has a line
-/// changed, `notes.txt` is new; a prompt saying "slowly" waits first, so a page can watch it.
-const EDIT: &str = r#"case "$TETHER_TASK_PROMPT" in *slowly*) sleep 2;; esac
+/// changed, `notes.txt` is new; a prompt saying "slowly" waits first (long enough for a page
+/// to open on a busy machine), so a page can watch it.
+const EDIT: &str = r#"case "$TETHER_TASK_PROMPT" in *slowly*) sleep 8;; esac
 printf '{\n  "name": "app",\n  "scripts": { "test": "true", "postinstall": "node setup.js" }\n}\n' > package.json
 printf '# App\nnew line\n%s\n' "$LONG" > README.md
 echo "made by the run" > notes.txt
@@ -204,9 +205,13 @@ async fn a_run_is_reviewed_browsed_run_again_and_continued() {
     // without a reload.
     browser.eval("window.__sameDocument = true").await;
     let at_first = browser
-        .eval("document.querySelector('section.changes') === null && document.querySelector('[data-since]') !== null")
+        .eval("document.querySelector('section.changes') === null && !['succeeded', 'failed'].includes(document.querySelector('[data-field=state]').textContent)")
         .await;
-    assert_eq!(at_first, json!(true), "the page opened on the running job");
+    assert_eq!(
+        at_first,
+        json!(true),
+        "the page opened on the job before it ended"
+    );
     browser
         .wait_for("document.querySelector('[data-field=state]').textContent === 'succeeded' && document.querySelector('section.changes') && document.querySelector('#run-again-heading')")
         .await;
