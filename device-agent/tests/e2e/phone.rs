@@ -30,18 +30,60 @@ async fn finished(computer: &Computer, job_id: &str) -> Job {
         .await
 }
 
+/// The screen a test looks through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Screen {
+    /// 390×844, touch.
+    Phone,
+    /// 1280×900.
+    Desktop,
+}
+
+impl Screen {
+    fn width(self) -> u32 {
+        match self {
+            Screen::Phone => 390,
+            Screen::Desktop => 1280,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Screen::Phone => "phone",
+            Screen::Desktop => "desktop",
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_phone_allows_or_denies_a_coding_agents_command() {
-    let Some(chromium) = chromium_or_skip("the phone approval test") else {
+    allows_or_denies_on(Screen::Phone).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_desktop_allows_or_denies_a_coding_agents_command() {
+    allows_or_denies_on(Screen::Desktop).await;
+}
+
+/// Needs me and the job's timeline on `screen`: a command and a write asked, allowed or
+/// denied from their cards, the write's diff coloured, nothing scrolling sideways.
+async fn allows_or_denies_on(screen: Screen) {
+    let Some(chromium) = chromium_or_skip("the approval test") else {
         return;
     };
     let computer = Computer::start().await;
     let mut browser = Browser::launch(&chromium).await;
-    browser.phone_viewport().await;
+    match screen {
+        Screen::Phone => browser.phone_viewport().await,
+        Screen::Desktop => browser.desktop_viewport().await,
+    }
     browser
         .sign_in(&computer.server.base, "owner@example.com", "/needs-me")
         .await;
-    assert_eq!(browser.eval("window.innerWidth").await, json!(390));
+    assert_eq!(
+        browser.eval("window.innerWidth").await,
+        json!(screen.width())
+    );
 
     // The page is open before the run asks: the question must arrive without a reload.
     let job_id = computer
@@ -71,8 +113,14 @@ async fn a_phone_allows_or_denies_a_coding_agents_command() {
     let fits = browser
         .eval("document.documentElement.scrollWidth <= window.innerWidth")
         .await;
-    assert_eq!(fits, json!(true), "the page scrolls sideways on a phone");
-    browser.screenshot("needs-me-phone").await;
+    assert_eq!(
+        fits,
+        json!(true),
+        "the page scrolls sideways on a {screen:?}"
+    );
+    browser
+        .screenshot(&format!("needs-me-{}", screen.name()))
+        .await;
     assert_eq!(
         computer.web.job(&job_id).await.state,
         JobState::Waiting,
@@ -154,20 +202,27 @@ async fn a_phone_allows_or_denies_a_coding_agents_command() {
     );
     let question = browser.text("#needs-me-list .question").await;
     assert!(!question.contains('`'), "{question}");
+    // On a phone the long line scrolls inside the diff's box; on a desktop it may fit.
+    let inside = if screen == Screen::Phone {
+        "box.scrollWidth > box.clientWidth && "
+    } else {
+        ""
+    };
     let fits = browser
-        .eval(
+        .eval(&format!(
             "document.documentElement.scrollWidth <= window.innerWidth && \
-             (() => { const box = document.querySelector('#needs-me-list pre.diff-text'); \
-             return box.scrollWidth > box.clientWidth && \
-             box.getBoundingClientRect().right <= window.innerWidth; })()",
-        )
+             (() => {{ const box = document.querySelector('#needs-me-list pre.diff-text'); \
+             return {inside}box.getBoundingClientRect().right <= window.innerWidth; }})()"
+        ))
         .await;
     assert_eq!(
         fits,
         json!(true),
-        "the diff scrolls inside its box on a phone"
+        "the diff stays inside its box on a {screen:?}"
     );
-    browser.screenshot("needs-me-write-phone").await;
+    browser
+        .screenshot(&format!("needs-me-write-{}", screen.name()))
+        .await;
     browser.click(ALLOW_ONCE).await;
     assert_eq!(
         finished(&computer, &job_id).await.state,
@@ -217,9 +272,11 @@ async fn a_phone_allows_or_denies_a_coding_agents_command() {
     assert_eq!(
         fits,
         json!(true),
-        "the job page scrolls sideways on a phone"
+        "the job page scrolls sideways on a {screen:?}"
     );
-    browser.screenshot("job-timeline-phone").await;
+    browser
+        .screenshot(&format!("job-timeline-{}", screen.name()))
+        .await;
     assert_eq!(
         finished(&computer, &job_id).await.state,
         JobState::Succeeded
