@@ -86,7 +86,11 @@ fn write_wrk_devices(path: &std::path::Path, devices: &[Device]) -> anyhow::Resu
         text.push_str(&format!("{}\t{body}\n", device.token));
     }
     std::fs::write(path, text)?;
-    eprintln!("{} devices paired; wrk lines in {}", devices.len(), path.display());
+    eprintln!(
+        "{} devices paired; wrk lines in {}",
+        devices.len(),
+        path.display()
+    );
     Ok(())
 }
 

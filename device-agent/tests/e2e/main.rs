@@ -23,9 +23,9 @@ mod installable;
 #[path = "../support/model_server.rs"]
 mod model_server;
 mod phone;
-mod presets;
 #[path = "../../../server/tests/support/postgres.rs"]
 mod postgres;
+mod presets;
 mod proxy;
 mod recovery;
 mod redirect;
