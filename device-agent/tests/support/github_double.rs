@@ -15,8 +15,14 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
+
+// Each stand-in reads requests the same way; a test binary holding both has two copies.
+#[allow(clippy::duplicate_mod)]
+#[path = "http_request.rs"]
+mod http_request;
+use http_request::{read_request, HttpRequest};
 
 /// One pull request the double holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,13 +86,6 @@ impl GithubDouble {
     }
 }
 
-struct Request {
-    method: String,
-    target: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
 async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
     let Some(request) = read_request(&mut stream).await else {
         return;
@@ -116,58 +115,9 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
     let _ = stream.shutdown().await;
 }
 
-async fn read_request(stream: &mut TcpStream) -> Option<Request> {
-    let mut bytes = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(at) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
-            break at;
-        }
-        let read = stream.read(&mut chunk).await.ok()?;
-        if read == 0 || bytes.len() > 1 << 20 {
-            return None;
-        }
-        bytes.extend_from_slice(&chunk[..read]);
-    };
-    let head = String::from_utf8_lossy(&bytes[..head_end]).into_owned();
-    let mut lines = head.split("\r\n");
-    let mut first = lines.next()?.split(' ');
-    let (method, target) = (first.next()?.to_owned(), first.next()?.to_owned());
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|line| line.split_once(':'))
-        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
-        .collect();
-    let length: usize = headers
-        .iter()
-        .find(|(name, _)| name == "content-length")
-        .and_then(|(_, value)| value.parse().ok())
-        .unwrap_or(0);
-    let mut body = bytes[head_end + 4..].to_vec();
-    while body.len() < length {
-        let read = stream.read(&mut chunk).await.ok()?;
-        if read == 0 {
-            return None;
-        }
-        body.extend_from_slice(&chunk[..read]);
-    }
-    Some(Request {
-        method,
-        target,
-        headers,
-        body,
-    })
-}
-
-fn header<'a>(request: &'a Request, name: &str) -> Option<&'a str> {
-    request
-        .headers
-        .iter()
-        .find(|(key, _)| key == name)
-        .map(|(_, value)| value.as_str())
-}
-
-fn answer(state: &mut State, request: &Request) -> (u16, Value) {
-    let given = header(request, "authorization")
+fn answer(state: &mut State, request: &HttpRequest) -> (u16, Value) {
+    let given = request
+        .header("authorization")
         .and_then(|value| value.strip_prefix("Bearer "))
         .unwrap_or_default();
     if given != state.token {
@@ -176,9 +126,9 @@ fn answer(state: &mut State, request: &Request) -> (u16, Value) {
             json!({ "message": format!("Bad credentials: {given}") }),
         );
     }
-    if header(request, "accept") != Some("application/vnd.github+json")
-        || header(request, "x-github-api-version") != Some("2022-11-28")
-        || header(request, "user-agent").is_none()
+    if request.header("accept") != Some("application/vnd.github+json")
+        || request.header("x-github-api-version") != Some("2022-11-28")
+        || request.header("user-agent").is_none()
     {
         return (400, json!({ "message": "missing GitHub headers" }));
     }

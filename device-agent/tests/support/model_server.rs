@@ -20,8 +20,14 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
+
+// Each stand-in reads requests the same way; a test binary holding both has two copies.
+#[allow(clippy::duplicate_mod)]
+#[path = "http_request.rs"]
+mod http_request;
+use http_request::{read_request, HttpRequest};
 
 /// The key [`ModelServer::start`] accepts.
 pub const API_KEY: &str = "sk-tether-model-test";
@@ -188,21 +194,13 @@ impl ModelServer {
     }
 }
 
-struct HttpRequest {
-    method: String,
-    target: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
+/// The path and query of a request.
+trait Target {
+    fn path(&self) -> &str;
+    fn query(&self, name: &str) -> Option<&str>;
 }
 
-impl HttpRequest {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(key, _)| key == name)
-            .map(|(_, value)| value.as_str())
-    }
-
+impl Target for HttpRequest {
     fn path(&self) -> &str {
         self.target.split('?').next().unwrap_or_default()
     }
@@ -269,48 +267,6 @@ fn events_text(events: &[(Option<&'static str>, Value)]) -> String {
             None => format!("data: {data}\n\n"),
         })
         .collect()
-}
-
-async fn read_request(stream: &mut TcpStream) -> Option<HttpRequest> {
-    let mut bytes = Vec::new();
-    let mut chunk = [0u8; 16384];
-    let head_end = loop {
-        if let Some(at) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
-            break at;
-        }
-        let read = stream.read(&mut chunk).await.ok()?;
-        if read == 0 || bytes.len() > 1 << 20 {
-            return None;
-        }
-        bytes.extend_from_slice(&chunk[..read]);
-    };
-    let head = String::from_utf8_lossy(&bytes[..head_end]).into_owned();
-    let mut lines = head.split("\r\n");
-    let mut first = lines.next()?.split(' ');
-    let (method, target) = (first.next()?.to_owned(), first.next()?.to_owned());
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|line| line.split_once(':'))
-        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
-        .collect();
-    let length: usize = headers
-        .iter()
-        .find(|(name, _)| name == "content-length")
-        .and_then(|(_, value)| value.parse().ok())
-        .unwrap_or(0);
-    let mut body = bytes[head_end + 4..].to_vec();
-    while body.len() < length {
-        let read = stream.read(&mut chunk).await.ok()?;
-        if read == 0 {
-            return None;
-        }
-        body.extend_from_slice(&chunk[..read]);
-    }
-    Some(HttpRequest {
-        method,
-        target,
-        headers,
-        body,
-    })
 }
 
 fn answer(state: &State, http: &HttpRequest) -> Exchange {
