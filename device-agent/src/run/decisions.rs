@@ -670,10 +670,12 @@ mod tests {
         assert!(hub.lock().is_empty());
     }
 
+    use crate::run::test_http::read_request;
+
     /// A stand-in for the server's decision routes: `ask` creates `d1`, reading it says
     /// it is pending, and every close is passed on with its body.
     async fn fake_server() -> Result<(String, tokio::sync::mpsc::UnboundedReceiver<String>)> {
-        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+        use tokio::io::AsyncWriteExt;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);
         let (closes, closed) = tokio::sync::mpsc::unbounded_channel();
@@ -681,38 +683,24 @@ mod tests {
             while let Ok((socket, _)) = listener.accept().await {
                 let closes = closes.clone();
                 tokio::spawn(async move {
-                    let mut reader = BufReader::new(socket);
-                    let mut request_line = String::new();
-                    reader.read_line(&mut request_line).await?;
-                    let mut length = 0;
-                    loop {
-                        let mut header = String::new();
-                        reader.read_line(&mut header).await?;
-                        if header.trim().is_empty() {
-                            break;
-                        }
-                        if let Some((name, value)) = header.split_once(':') {
-                            if name.eq_ignore_ascii_case("content-length") {
-                                length = value.trim().parse().unwrap_or(0);
-                            }
-                        }
-                    }
-                    let mut body = vec![0; length];
-                    reader.read_exact(&mut body).await?;
-                    let (status, answer) = if request_line.contains("/ask ") {
+                    let mut socket = socket;
+                    let Some(request) = read_request(&mut socket).await else {
+                        return anyhow::Ok(());
+                    };
+                    let (status, answer) = if request.target.ends_with("/ask") {
                         ("201 Created", r#"{"decisionId":"d1"}"#)
-                    } else if request_line.starts_with("GET ") {
+                    } else if request.method == "GET" {
                         let pending = r#"{"id":"d1","state":"pending","answer":null,"scope":null,"actionHash":"h1"}"#;
                         ("200 OK", pending)
                     } else {
-                        let _ = closes.send(String::from_utf8_lossy(&body).into_owned());
+                        let _ = closes.send(String::from_utf8_lossy(&request.body).into_owned());
                         ("200 OK", "{}")
                     };
                     let response = format!(
                         "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
                         answer.len()
                     );
-                    reader.get_mut().write_all(response.as_bytes()).await?;
+                    socket.write_all(response.as_bytes()).await?;
                     anyhow::Ok(())
                 });
             }

@@ -38,6 +38,11 @@ pub mod process_group;
 pub mod progress;
 pub mod secret_http;
 pub mod stop;
+/// The tests' reader of one HTTP request, for stand-ins of the server's routes.
+#[cfg(test)]
+#[allow(clippy::duplicate_mod, dead_code)]
+#[path = "../../tests/support/http_request.rs"]
+mod test_http;
 pub mod workplace;
 
 pub use engine::{Engine, RunContext};

@@ -353,10 +353,12 @@ mod tests {
         assert_eq!(batcher.take().map(|b| b.seq), Some(2));
     }
 
+    use crate::run::test_http::read_request;
+
     /// A stand-in for the server's progress route: every body is passed on before it is
     /// answered.
     async fn progress_server() -> (String, mpsc::UnboundedReceiver<String>) {
-        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+        use tokio::io::AsyncWriteExt;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .unwrap_or_else(|err| panic!("{err}"));
@@ -367,30 +369,18 @@ mod tests {
             while let Ok((socket, _)) = listener.accept().await {
                 let bodies = bodies.clone();
                 tokio::spawn(async move {
-                    let mut reader = BufReader::new(socket);
-                    let mut length = 0;
-                    loop {
-                        let mut header = String::new();
-                        reader.read_line(&mut header).await?;
-                        if header.trim().is_empty() {
-                            break;
-                        }
-                        if let Some((name, value)) = header.split_once(':') {
-                            if name.eq_ignore_ascii_case("content-length") {
-                                length = value.trim().parse().unwrap_or(0);
-                            }
-                        }
-                    }
-                    let mut body = vec![0; length];
-                    reader.read_exact(&mut body).await?;
-                    let _ = bodies.send(String::from_utf8_lossy(&body).into_owned());
+                    let mut socket = socket;
+                    let Some(request) = read_request(&mut socket).await else {
+                        return anyhow::Ok(());
+                    };
+                    let _ = bodies.send(String::from_utf8_lossy(&request.body).into_owned());
                     let answer =
                         r#"{"leaseExpiresAt":"2030-01-01T00:00:00Z","cancelRequested":false}"#;
                     let response = format!(
                         "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
                         answer.len()
                     );
-                    reader.get_mut().write_all(response.as_bytes()).await?;
+                    socket.write_all(response.as_bytes()).await?;
                     anyhow::Ok(())
                 });
             }
