@@ -211,5 +211,5 @@ async fn device_from_request(req: &HttpRequest) -> Result<DeviceIdentity, ApiErr
     if !token.starts_with(DEVICE_TOKEN_PREFIX) {
         return Err(unauthorized());
     }
-    devices::authenticate(&state.store, &token).await
+    devices::authenticate(&state.store, state.hub.device_tokens(), &token).await
 }

@@ -58,7 +58,14 @@ pub const DECOY_PASSWORD_HASH: &str =
     "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$Fr1EF0Tw5dYUNkQx2hT3I9mBq1Kz+1Q4NZS6XUnk7Zs";
 
 pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    // Every request with a token hashes it: no formatting machinery per byte.
+    let mut text = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    text
 }
 
 /// A fresh lease token (43 base64url characters, always a well-formed [`LeaseToken`]).
@@ -87,6 +94,15 @@ mod tests {
         assert_eq!(hash_token(&first), hash_token(&first));
         assert!(hashes_match(&hash_token(&first), &hash_token(&first)));
         assert!(!hashes_match(&hash_token(&first), &hash_token(&second)));
+    }
+
+    #[test]
+    fn hex_is_lowercase_two_digits_a_byte() {
+        assert_eq!(hex(&[0x00, 0x0f, 0xa5, 0xff]), "000fa5ff");
+        assert_eq!(
+            hash_token("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 
     #[test]

@@ -191,9 +191,17 @@ pub async fn heartbeat(
     let report = presence::digest(&report_json);
     let write_report = presence.needs_report(device_id, &report, now);
     if beat.running.is_empty() && !write_report {
-        // "Still here" only: no write now (see `presence`).
+        // "Still here" only: no write now, and no read when its queue is known empty (see
+        // `presence`).
         presence.saw(device_id, now);
-        let queued = job_rows::count_queued_now(store, &device.device_id).await?;
+        let queued = if presence.queue_known_empty(device_id, now) {
+            0
+        } else {
+            let generation = presence.queue_generation();
+            let queued = job_rows::count_queued_now(store, &device.device_id).await?;
+            presence.counted_queue(device_id, queued, generation, now);
+            queued
+        };
         return Ok(heartbeat_answer(
             now,
             Vec::new(),

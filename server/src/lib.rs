@@ -28,6 +28,7 @@ pub mod config;
 pub mod credentials;
 pub mod decisions;
 pub mod delivery;
+pub mod device_tokens;
 pub mod devices;
 pub mod error;
 pub mod evidence;
@@ -116,6 +117,7 @@ impl Application {
         let store = Store::connect(&config, clock).await?;
         blobs::Blobs::new(&config.data_dir).remove_stale_temporaries();
         let hub = Hub::connect(config.redis_url.as_deref()).await?;
+        let presence = Presence::new(config.redis_url.is_none());
         let limits = RateLimits::new(config.rate_limits.clone());
         let passwords = passwords::PasswordQueue::new(config.password_slots, config.password_queue);
         let metrics = Metrics::new();
@@ -157,7 +159,7 @@ impl Application {
                 limits,
                 passwords,
                 metrics,
-                presence: Presence::new(),
+                presence,
                 push,
             }),
         })

@@ -8,6 +8,11 @@
 //! replica's memory, and `flush` writes every device's latest contact time in one statement
 //! per few hundred devices, every `presence_flush_ms`.
 //!
+//! A single server also remembers which devices it last counted with an empty queue, so an
+//! idle fleet's heartbeats read nothing at all: jobs are queued only by creation, and the
+//! routes that create one call `queue_changed` before they answer. With several replicas a
+//! job may be created on another one, so there the count is always read.
+//!
 //! **Invariant:** a contact time reaches the database at most one flush interval late, which
 //! is far inside the online window; losing a replica loses at most that interval of contact
 //! times, never a lease.
@@ -27,6 +32,9 @@ use crate::store::{on_tx, Store};
 const REPORT_TRUSTED_FOR_MS: Millis = 60_000;
 /// Devices per flush statement (well under both backends' bind-parameter limits).
 const FLUSH_CHUNK: usize = 500;
+/// An empty queue is believed for this long without counting again (a last bound: every
+/// creation forgets it at once).
+const EMPTY_QUEUE_TRUSTED_FOR_MS: Millis = 30_000;
 
 /// This replica's view of device presence. Cheap to clone.
 #[derive(Clone, Default)]
@@ -40,6 +48,12 @@ struct Inner {
     unwritten: HashMap<String, Millis>,
     /// The digest of the report this replica last wrote per device, and when.
     written: HashMap<String, (ReportDigest, Millis)>,
+    /// Whether empty queues are remembered at all (only when this is the only replica).
+    remembers_queues: bool,
+    /// Devices counted with no queued job, and when.
+    empty_queues: HashMap<String, Millis>,
+    /// Counts queue changes: a count read before one must not be remembered after it.
+    queue_generation: u64,
 }
 
 /// SHA-256 of a capability report's JSON.
@@ -51,8 +65,43 @@ pub fn digest(report_json: &str) -> ReportDigest {
 }
 
 impl Presence {
-    pub fn new() -> Presence {
-        Presence::default()
+    /// `only_replica`: no other replica creates jobs, so empty queues may be remembered.
+    pub fn new(only_replica: bool) -> Presence {
+        let presence = Presence::default();
+        presence.lock().remembers_queues = only_replica;
+        presence
+    }
+
+    /// Whether the device was counted with an empty queue recently, with nothing queued for
+    /// it since.
+    pub fn queue_known_empty(&self, device_id: &str, now: Millis) -> bool {
+        self.lock()
+            .empty_queues
+            .get(device_id)
+            .is_some_and(|at| now - at < EMPTY_QUEUE_TRUSTED_FOR_MS)
+    }
+
+    /// Taken before counting a device's queue, for [`Presence::counted_queue`].
+    pub fn queue_generation(&self) -> u64 {
+        self.lock().queue_generation
+    }
+
+    /// Remembers a count read since `generation`: an empty queue is kept, unless a job was
+    /// queued meanwhile.
+    pub fn counted_queue(&self, device_id: &str, queued: i64, generation: u64, now: Millis) {
+        let mut inner = self.lock();
+        if queued == 0 && inner.remembers_queues && inner.queue_generation == generation {
+            inner.empty_queues.insert(device_id.to_owned(), now);
+        } else {
+            inner.empty_queues.remove(device_id);
+        }
+    }
+
+    /// A job was queued for the device: its queue must be counted again.
+    pub fn queue_changed(&self, device_id: &str) {
+        let mut inner = self.lock();
+        inner.queue_generation += 1;
+        inner.empty_queues.remove(device_id);
     }
 
     /// Whether the device's report must be written now: it is not the one this replica
@@ -87,6 +136,7 @@ impl Presence {
         let mut inner = self.lock();
         inner.written.remove(device_id);
         inner.unwritten.remove(device_id);
+        inner.empty_queues.remove(device_id);
     }
 
     /// Contact times queued and not yet written (for metrics and tests).
@@ -170,7 +220,7 @@ mod tests {
 
     #[test]
     fn a_report_is_written_when_new_changed_or_stale() {
-        let presence = Presence::new();
+        let presence = Presence::new(true);
         let report = digest(r#"{"engines":[]}"#);
         assert!(presence.needs_report("d1", &report, 1_000));
         presence.wrote_report("d1", report, 1_000);
@@ -183,7 +233,7 @@ mod tests {
 
     #[test]
     fn contact_times_keep_the_newest_and_a_written_report_supersedes_older_ones() {
-        let presence = Presence::new();
+        let presence = Presence::new(true);
         presence.saw("d1", 5_000);
         presence.saw("d1", 3_000);
         assert_eq!(presence.lock().unwritten.get("d1"), Some(&5_000));

@@ -13,7 +13,9 @@
 //!   device has an open stream anywhere. An account event is a `PUBLISH` to the account's
 //!   channel. A relayed request is a `SET tether:relay:{id} … NX EX` naming the device and
 //!   the waiting replica; the answer, posted to any replica, takes the key with `GETDEL` and
-//!   is published to the waiting replica's channel.
+//!   is published to the waiting replica's channel. Every replica also subscribes to
+//!   `tether:tokens`, where a replica that ended a device's token names the device, so all
+//!   of them forget it (see `device_tokens`).
 //!
 //! **Invariant:** frames and relays are hints with short lives. Nothing here is the truth
 //! about a job: a lost frame costs the device latency (it claims on every (re)connect and
@@ -35,6 +37,7 @@ use tether_protocol::{AccountId, Code, DecisionId, DeviceId, JobId};
 use tokio::sync::{broadcast, mpsc, oneshot, Notify};
 
 use crate::credentials;
+use crate::device_tokens::DeviceTokens;
 use crate::error::ApiError;
 use crate::job_rows;
 use crate::store::Store;
@@ -62,6 +65,8 @@ struct Inner {
     /// across an await.
     local: Mutex<Local>,
     bus: Bus,
+    /// The device tokens this replica checked recently.
+    tokens: DeviceTokens,
 }
 
 #[derive(Default)]
@@ -265,13 +270,45 @@ impl Hub {
     }
 
     fn with_bus(bus: Bus) -> Hub {
+        // With Redis the memory is trusted once the subscriber hears the other replicas.
+        let tokens = DeviceTokens::new(matches!(bus, Bus::InProcess));
         Hub {
             inner: Arc::new(Inner {
                 replica: credentials::random_token(""),
                 local: Mutex::new(Local::default()),
                 bus,
+                tokens,
             }),
         }
+    }
+
+    /// The device tokens this replica checked recently.
+    pub fn device_tokens(&self) -> &DeviceTokens {
+        &self.inner.tokens
+    }
+
+    /// Forgets `device_id`'s token on every replica (it was revoked, removed or paired
+    /// again); on this one before it returns.
+    pub async fn forget_device_token(&self, device_id: &DeviceId) {
+        self.inner.tokens.forget(device_id.as_str());
+        if let Bus::Redis(bus) = &self.inner.bus {
+            let published = bus
+                .query::<i64>(
+                    redis::cmd("PUBLISH")
+                        .arg(tokens_channel())
+                        .arg(device_id.as_str()),
+                )
+                .await;
+            if let Err(error) = published {
+                tracing::warn!(device_id = %device_id, %error, "token change not published");
+            }
+        }
+    }
+
+    /// A device's token ended: every replica forgets it, and its open streams are told.
+    pub async fn device_revoked(&self, device_id: &DeviceId) {
+        self.forget_device_token(device_id).await;
+        self.notify(device_id, ServerFrame::DeviceRevoked).await;
     }
 
     /// `"in-process"` or `"redis"`, for logs.
@@ -710,6 +747,8 @@ impl Hub {
             if let Err(error) = self.listen_once(bus, &mut commands).await {
                 tracing::warn!(%error, "Redis subscriber lost; reconnecting");
             }
+            // Token changes published meanwhile would be missed.
+            self.inner.tokens.set_trusted(false);
             tokio::time::sleep(RECONNECT_PAUSE).await;
         }
     }
@@ -720,13 +759,14 @@ impl Hub {
         commands: &mut mpsc::UnboundedReceiver<Command>,
     ) -> anyhow::Result<()> {
         let (mut sink, mut messages) = bus.client.get_async_pubsub().await?.split();
-        let mut channels = vec![replica_channel(&self.inner.replica)];
+        let mut channels = vec![replica_channel(&self.inner.replica), tokens_channel()];
         {
             let local = self.local();
             channels.extend(local.streams.keys().map(|id| device_channel(id)));
             channels.extend(local.accounts.keys().map(|id| account_channel(id)));
         }
         sink.subscribe(&channels).await?;
+        self.inner.tokens.set_trusted(true);
         tracing::info!(n_channels = channels.len(), "Redis subscriber ready");
         loop {
             tokio::select! {
@@ -764,6 +804,12 @@ impl Hub {
             match serde_json::from_slice::<AccountEvent>(payload) {
                 Ok(event) => self.deliver_to_account(account_id, event),
                 Err(error) => tracing::warn!(%error, "undecodable account event on Redis"),
+            }
+        } else if name == "tokens" {
+            match std::str::from_utf8(payload) {
+                Ok(device_id) => self.inner.tokens.forget(device_id),
+                // Cannot tell whose token ended: forget them all.
+                Err(_) => self.inner.tokens.set_trusted(true),
             }
         } else if name.starts_with("replica:") {
             match serde_json::from_slice::<RelayEnvelope>(payload) {
@@ -832,6 +878,10 @@ fn device_channel(device_id: &str) -> String {
 
 fn account_channel(account_id: &str) -> String {
     format!("{KEY_PREFIX}acct:{account_id}")
+}
+
+fn tokens_channel() -> String {
+    format!("{KEY_PREFIX}tokens")
 }
 
 fn replica_channel(replica: &str) -> String {

@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::Context;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{PgPool, Postgres, Sqlite, SqlitePool, Transaction};
+use sqlx::{Connection, PgPool, Postgres, Sqlite, SqlitePool, Transaction};
 
 use crate::clock::{Clock, Millis};
 use crate::config::Config;
@@ -212,8 +212,11 @@ async fn connect_sqlite(url: &str, read_connections: u32) -> anyhow::Result<Back
         .synchronous(SqliteSynchronous::Normal)
         .busy_timeout(Duration::from_secs(5))
         .foreign_keys(true);
+    // A local file does not go stale: no ping before each use (each is a round trip to the
+    // connection's thread).
     let write = SqlitePoolOptions::new()
         .max_connections(1)
+        .test_before_acquire(false)
         .connect_with(options.clone())
         .await
         .context("opening the SQLite database")?;
@@ -223,16 +226,31 @@ async fn connect_sqlite(url: &str, read_connections: u32) -> anyhow::Result<Back
         .context("applying SQLite migrations")?;
     let read = SqlitePoolOptions::new()
         .max_connections(read_connections.max(1))
+        .test_before_acquire(false)
         .connect_with(options.read_only(true))
         .await
         .context("opening the SQLite read pool")?;
     Ok(Backend::Sqlite { write, read })
 }
 
+/// How long a PostgreSQL connection may sit idle before it is pinged on its next use.
+const IDLE_BEFORE_PING: Duration = Duration::from_secs(30);
+
 async fn connect_postgres(url: &str, max_connections: u32) -> anyhow::Result<Backend> {
+    // A ping before every use is a round trip per statement batch; only a connection idle
+    // long enough to have been cut (a restart, a proxy's timeout) is checked first.
     let pool = PgPoolOptions::new()
         .max_connections(max_connections.max(2))
         .acquire_timeout(Duration::from_secs(10))
+        .test_before_acquire(false)
+        .before_acquire(|connection, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= IDLE_BEFORE_PING {
+                    connection.ping().await?;
+                }
+                Ok(true)
+            })
+        })
         .connect(url)
         .await
         .context("connecting to PostgreSQL")?;

@@ -1,7 +1,6 @@
 //! `GET /api/admin/devices`, `DELETE /api/admin/devices/{id}`: platform admin only.
 
 use actix_web::{web, HttpResponse};
-use tether_protocol::frames::ServerFrame;
 use tether_protocol::DeviceId;
 
 use crate::auth::Caller;
@@ -26,10 +25,7 @@ async fn revoke(
 ) -> Result<HttpResponse, ApiError> {
     caller.require_admin()?;
     let account_id = devices::admin_revoke(&state.store, &device_id).await?;
-    state
-        .hub
-        .notify(&device_id, ServerFrame::DeviceRevoked)
-        .await;
+    state.hub.device_revoked(&device_id).await;
     state.hub.wake_queued(&state.store, &account_id).await;
     // Its runs ended, withdrawing what they had asked.
     notices::decisions_withdrawn(&state.hub, &account_id).await;

@@ -2,7 +2,6 @@
 
 use actix_web::{web, HttpResponse};
 use tether_protocol::devices::HeartbeatParams;
-use tether_protocol::frames::ServerFrame;
 use tether_protocol::jobs::{
     ClaimResponse, CompleteParams, JobResponse, ProgressParams, ReattachParams, ResumeParams,
 };
@@ -38,10 +37,7 @@ async fn remove(
     device: DeviceIdentity,
 ) -> Result<HttpResponse, ApiError> {
     devices::remove_self(&state.store, &device).await?;
-    state
-        .hub
-        .notify(&device.device_id, ServerFrame::DeviceRevoked)
-        .await;
+    state.hub.device_revoked(&device.device_id).await;
     // Its runs ended, withdrawing what they had asked.
     notices::decisions_withdrawn(&state.hub, &device.account_id).await;
     state

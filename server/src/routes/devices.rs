@@ -2,7 +2,6 @@
 
 use actix_web::{web, HttpResponse};
 use tether_protocol::devices::RenameParams;
-use tether_protocol::frames::ServerFrame;
 use tether_protocol::DeviceId;
 
 use crate::auth::Caller;
@@ -42,10 +41,7 @@ async fn revoke(
     device_id: web::Path<DeviceId>,
 ) -> Result<HttpResponse, ApiError> {
     devices::revoke(&state.store, &caller.account.id, &device_id).await?;
-    state
-        .hub
-        .notify(&device_id, ServerFrame::DeviceRevoked)
-        .await;
+    state.hub.device_revoked(&device_id).await;
     // Its runs ended, withdrawing what they had asked.
     notices::decisions_withdrawn(&state.hub, &caller.account.id).await;
     // Its runs ended, freeing slots of the account's concurrent-run limit.

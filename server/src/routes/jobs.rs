@@ -58,8 +58,15 @@ async fn create(
 ) -> Result<HttpResponse, ApiError> {
     let new = NewJob::try_from(params.into_inner())?;
     let job = jobs::create(&state.store, &caller.account.id, new).await?;
-    state.hub.notify(&job.device_id, ServerFrame::Wake).await;
+    queued_for(&state, &job.device_id).await;
     Ok(HttpResponse::Created().json(job))
+}
+
+/// A job was queued for `device_id`: its next heartbeat counts the queue again, and its
+/// stream is woken to claim.
+async fn queued_for(state: &AppState, device_id: &DeviceId) {
+    state.presence.queue_changed(device_id.as_str());
+    state.hub.notify(device_id, ServerFrame::Wake).await;
 }
 
 async fn list(
@@ -98,7 +105,7 @@ async fn rerun(
     };
     let prompt = params.prompt;
     let job = jobs::rerun(&state.store, &caller.account.id, &job_id, prompt).await?;
-    state.hub.notify(&job.device_id, ServerFrame::Wake).await;
+    queued_for(&state, &job.device_id).await;
     Ok(HttpResponse::Created().json(job))
 }
 

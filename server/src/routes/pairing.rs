@@ -58,5 +58,7 @@ async fn link(
         .limits
         .check(Bucket::Link, caller.account.id.as_str())?;
     let linked = pairing::link(&state.store, &caller.account.id, &params.user_code).await?;
+    // Pairing a computer again ends its old token.
+    state.hub.forget_device_token(&linked.device_id).await;
     Ok(HttpResponse::Ok().json(linked))
 }
