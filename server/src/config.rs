@@ -191,6 +191,9 @@ struct Cli {
     /// transactions, flushed together, are what buys throughput (docs/PERFORMANCE.md).
     #[arg(long, env = "TETHER_DB_CONNECTIONS", default_value_t = 10)]
     db_connections: u32,
+    /// HTTP worker threads (default: one per core).
+    #[arg(long, env = "TETHER_HTTP_WORKERS")]
+    http_workers: Option<usize>,
     /// Largest evidence file accepted, in bytes (at most the protocol's 100 MB).
     #[arg(
         long,
@@ -270,6 +273,9 @@ impl Cli {
         config.presence_flush_ms = self.presence_flush_ms.clamp(10, 60_000);
         config.relay_timeout_secs = self.relay_timeout_secs.max(1);
         config.db_max_connections = self.db_connections.clamp(1, 1_000);
+        if let Some(workers) = self.http_workers {
+            config.http_workers = workers.clamp(1, 256);
+        }
         config.rate_limits = self.rate_limits;
         if let Some(waiting) = self.password_queue {
             config.password_queue = waiting;

@@ -44,7 +44,7 @@ use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
 use crate::job_rows::{self, append_events, JobRow};
 use crate::ledger::{self, LedgerKind};
-use crate::store::{on_read, on_tx, stored_id, Store, Tx};
+use crate::store::{on_read, on_reads, on_tx, stored_id, ReadSource, Store, Tx};
 
 /// Most decisions one list answer holds (newest first).
 pub const LIST_LIMIT: i64 = 200;
@@ -457,8 +457,8 @@ pub async fn get(
 ///
 /// # Errors
 /// A database error.
-pub async fn for_job(
-    store: &Store,
+pub(crate) async fn for_job(
+    mut source: impl ReadSource,
     account_id: &AccountId,
     job_id: &JobId,
 ) -> Result<Vec<Decision>, ApiError> {
@@ -466,12 +466,12 @@ pub async fn for_job(
         "{DECISION_SELECT} WHERE d.account_id = $1 AND d.job_id = $2 \
          ORDER BY d.created_at, d.id"
     );
-    let rows = on_read!(store, |pool| sqlx::query_as::<_, DecisionRow>(&sql)
+    let rows = on_reads!(source, |pool| sqlx::query_as::<_, DecisionRow>(&sql)
         .bind(account_id.as_str())
         .bind(job_id.as_str())
         .fetch_all(pool)
         .await)?;
-    let now = store.now();
+    let now = source.now();
     rows.into_iter().map(|row| row.into_decision(now)).collect()
 }
 

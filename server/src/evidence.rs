@@ -27,7 +27,7 @@ use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
 use crate::job_rows;
 use crate::ledger::{self, LedgerKind};
-use crate::store::{on_read, on_tx, Store, Tx};
+use crate::store::{on_read, on_reads, on_tx, ReadSource, Store, Tx};
 
 /// Longest `x-tether-evidence` header, in bytes (before decoding).
 pub const MAX_META_BYTES: usize = 8 * 1024;
@@ -479,8 +479,8 @@ pub async fn record(
 ///
 /// # Errors
 /// A database error.
-pub async fn list(
-    store: &Store,
+pub(crate) async fn list(
+    mut source: impl ReadSource,
     account_id: &AccountId,
     job_id: &JobId,
 ) -> Result<Vec<Evidence>, ApiError> {
@@ -488,7 +488,7 @@ pub async fn list(
         "SELECT {EVIDENCE_COLUMNS} FROM evidence WHERE job_id = $1 AND account_id = $2 \
          ORDER BY created_at, id"
     );
-    let rows = on_read!(store, |pool| sqlx::query_as::<_, EvidenceRow>(&sql)
+    let rows = on_reads!(source, |pool| sqlx::query_as::<_, EvidenceRow>(&sql)
         .bind(job_id.as_str())
         .bind(account_id.as_str())
         .fetch_all(pool)

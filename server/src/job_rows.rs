@@ -28,7 +28,7 @@ use crate::clock::{to_time, Millis};
 use crate::credentials;
 use crate::error::ApiError;
 use crate::ledger::{self, LedgerKind};
-use crate::store::{on_read, on_tx, stored_id, Store, Tx};
+use crate::store::{on_read, on_reads, on_tx, stored_id, ReadSource, Store, Tx};
 
 const JOB_COLUMNS: &str = "id, account_id, device_id, title, spec_json, state, attempt, \
     cancel_requested, outcome_json, lease_token_hash, lease_expires_at, progress_seq, \
@@ -202,12 +202,12 @@ pub fn truncate(text: &str, max_bytes: usize) -> String {
 /// # Errors
 /// A database error.
 pub(crate) async fn read_for_account(
-    store: &Store,
+    mut source: impl ReadSource,
     account_id: &AccountId,
     job_id: &JobId,
 ) -> Result<Option<JobRow>, ApiError> {
     let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND account_id = $2");
-    let row = on_read!(store, |pool| sqlx::query_as::<_, JobRow>(&sql)
+    let row = on_reads!(source, |pool| sqlx::query_as::<_, JobRow>(&sql)
         .bind(job_id.as_str())
         .bind(account_id.as_str())
         .fetch_optional(pool)
@@ -245,8 +245,11 @@ pub(crate) async fn list_for_account(
 ///
 /// # Errors
 /// A database error.
-pub(crate) async fn events(store: &Store, job_id: &JobId) -> Result<Vec<JobEvent>, ApiError> {
-    let rows = on_read!(store, |pool| sqlx::query_as::<_, EventRow>(
+pub(crate) async fn events(
+    mut source: impl ReadSource,
+    job_id: &JobId,
+) -> Result<Vec<JobEvent>, ApiError> {
+    let rows = on_reads!(source, |pool| sqlx::query_as::<_, EventRow>(
         "SELECT seq, at, kind, text FROM job_events WHERE job_id = $1 ORDER BY seq"
     )
     .bind(job_id.as_str())
@@ -296,11 +299,11 @@ pub async fn device_of(
 /// # Errors
 /// A database error.
 pub(crate) async fn follow_up_of(
-    store: &Store,
+    mut source: impl ReadSource,
     account_id: &AccountId,
     job_id: &JobId,
 ) -> Result<Option<JobId>, ApiError> {
-    let row = on_read!(store, |pool| sqlx::query_scalar::<_, String>(
+    let row = on_reads!(source, |pool| sqlx::query_scalar::<_, String>(
         "SELECT id FROM jobs WHERE continues = $1 AND account_id = $2"
     )
     .bind(job_id.as_str())
@@ -642,15 +645,23 @@ pub(crate) async fn store_delivery(
     Ok(())
 }
 
-/// Notes the last progress batch applied, so a retried one changes nothing.
+/// Notes the last progress batch applied (`seq`, when this one applied), so a retried one
+/// changes nothing, and moves the lease expiry to `lease_until`, in one statement.
 ///
 /// # Errors
 /// A database error.
-pub(crate) async fn record_progress(tx: &mut Tx, job: &JobRow, seq: i64) -> Result<(), ApiError> {
+pub(crate) async fn record_progress(
+    tx: &mut Tx,
+    job: &JobRow,
+    seq: Option<i64>,
+    lease_until: Millis,
+) -> Result<(), ApiError> {
     on_tx!(tx, |conn| sqlx::query(
-        "UPDATE jobs SET progress_seq = $1 WHERE id = $2"
+        "UPDATE jobs SET progress_seq = COALESCE($1, progress_seq), lease_expires_at = $2 \
+         WHERE id = $3"
     )
     .bind(seq)
+    .bind(lease_until)
     .bind(&job.id)
     .execute(conn)
     .await
@@ -916,6 +927,9 @@ pub(crate) async fn append_events(
         return Ok(());
     }
     let count = i64::try_from(texts.len()).unwrap_or(i64::MAX);
+    if let Tx::Postgres(tx) = tx {
+        return append_events_in_one(tx, job, now, kind, texts, count).await;
+    }
     // The UPDATE also locks the job row, so concurrent appends cannot reuse a seq.
     let last = on_tx!(tx, |conn| sqlx::query_scalar::<_, i64>(
         "UPDATE jobs SET event_seq = event_seq + $1 WHERE id = $2 RETURNING event_seq"
@@ -945,6 +959,40 @@ pub(crate) async fn append_events(
         }
         query.execute(conn).await.map(|done| done.rows_affected())
     })?;
+    Ok(())
+}
+
+/// [`append_events`] on PostgreSQL: the numbering and the lines in one statement (the
+/// UPDATE in the CTE locks the job row just the same).
+async fn append_events_in_one(
+    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    job: &JobRow,
+    now: Millis,
+    kind: &str,
+    texts: &[String],
+    count: i64,
+) -> Result<(), ApiError> {
+    let lines: Vec<String> = (0..texts.len())
+        .map(|index| format!("({}, ${})", index + 1, index + 6))
+        .collect();
+    let sql = format!(
+        "WITH numbered AS (UPDATE jobs SET event_seq = event_seq + $5 WHERE id = $1 \
+         RETURNING event_seq - $5 AS base) \
+         INSERT INTO job_events (job_id, account_id, at, kind, seq, text) \
+         SELECT $1, $2, $3, $4, numbered.base + lines.n, lines.text \
+         FROM numbered, (VALUES {}) AS lines (n, text)",
+        lines.join(", ")
+    );
+    let mut query = sqlx::query(&sql)
+        .bind(&job.id)
+        .bind(&job.account_id)
+        .bind(now)
+        .bind(kind)
+        .bind(count);
+    for text in texts {
+        query = query.bind(text);
+    }
+    query.execute(&mut **tx).await?;
     Ok(())
 }
 

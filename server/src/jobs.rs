@@ -342,15 +342,17 @@ pub async fn list(
 /// # Errors
 /// 404 `not_found` for an unknown job or another account's.
 pub async fn get(store: &Store, account_id: &AccountId, job_id: &JobId) -> Result<Job, ApiError> {
-    let row = job_rows::read_for_account(store, account_id, job_id)
+    // Five reads on one connection: under load each pooled use is a wait and a round trip.
+    let mut reads = store.hold_reader().await?;
+    let row = job_rows::read_for_account(&mut reads, account_id, job_id)
         .await?
         .ok_or_else(|| ApiError::not_found("job"))?;
-    let mut events = job_rows::events(store, job_id).await?;
+    let mut events = job_rows::events(&mut reads, job_id).await?;
     crate::timeline::read_all(&mut events);
     let mut job = row.into_job(events)?;
-    job.evidence = evidence::list(store, account_id, job_id).await?;
-    job.decisions = decisions::for_job(store, account_id, job_id).await?;
-    job.continued_by = job_rows::follow_up_of(store, account_id, job_id).await?;
+    job.evidence = evidence::list(&mut reads, account_id, job_id).await?;
+    job.decisions = decisions::for_job(&mut reads, account_id, job_id).await?;
+    job.continued_by = job_rows::follow_up_of(&mut reads, account_id, job_id).await?;
     Ok(job)
 }
 

@@ -358,19 +358,27 @@ pub async fn progress(
     let lease_until = now + secs(config.lease_secs);
     let mut tx = store.begin().await?;
     let job = job_rows::fenced(&mut tx, &device.device_id, job_id, lease, now).await?;
-    if report.seq > job.progress_seq {
+    let applies = report.seq > job.progress_seq;
+    if applies {
         job_rows::append_events(&mut tx, &job, now, "output", &report.lines).await?;
         if let Some(status) = report.status {
             job_rows::append_events(&mut tx, &job, now, "status", &[status]).await?;
         }
-        job_rows::record_progress(&mut tx, &job, report.seq).await?;
     }
-    job_rows::extend_lease(&mut tx, &job, lease_until).await?;
+    let seq = applies.then_some(report.seq);
+    job_rows::record_progress(&mut tx, &job, seq, lease_until).await?;
     tx.commit().await?;
     Ok(ProgressResponse {
         lease_expires_at: to_time(lease_until),
         cancel_requested: job.cancel_requested != 0,
     })
+}
+
+/// A completed job, and whether its end freed a slot of a full account (its devices with
+/// queued work may have been held back by the run limit, and are to be woken).
+pub struct Completed {
+    pub job: Job,
+    pub freed_full_account: bool,
 }
 
 /// Records how the run ended and releases the lease, then queues its owner's push
@@ -385,7 +393,8 @@ pub async fn complete(
     job_id: &JobId,
     lease: &LeaseToken,
     completion: Completion,
-) -> Result<Job, ApiError> {
+    config: &Config,
+) -> Result<Completed, ApiError> {
     let Completion {
         outcome,
         changes,
@@ -400,7 +409,11 @@ pub async fn complete(
         let same_lease = job_rows::is_hash_of(job.lease_token_hash.as_deref(), lease);
         drop(tx);
         return if same_lease {
-            jobs::get(store, &device.account_id, job_id).await
+            let job = jobs::get(store, &device.account_id, job_id).await?;
+            Ok(Completed {
+                job,
+                freed_full_account: false,
+            })
         } else {
             Err(job_rows::stale_lease())
         };
@@ -435,10 +448,18 @@ pub async fn complete(
         }
     }
     job_rows::finish(&mut tx, &job, &outcome, EndCause::Device, now).await?;
+    // Read after this run ended: with one fewer than the limit going, the account was full
+    // before, so a claim may have been held back. Of two ends at once, at least one sees it
+    // (each counts the other's run as still going until it commits).
+    let still_running = job_rows::running_in_account(&mut tx, &device.account_id).await?;
     tx.commit().await?;
     push.job_ended(job_id, outcome.outcome.state());
     tracing::info!(job_id = %job_id, outcome = outcome.outcome.state().as_str(), "job completed");
-    jobs::get(store, &device.account_id, job_id).await
+    let job = jobs::get(store, &device.account_id, job_id).await?;
+    Ok(Completed {
+        job,
+        freed_full_account: still_running + 1 >= i64::from(config.max_running_per_account),
+    })
 }
 
 /// Gives a run that kept going through an outage a new lease for the same attempt. Allowed

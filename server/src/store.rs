@@ -15,9 +15,12 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::Context;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Connection, PgPool, Postgres, Sqlite, SqlitePool, Transaction};
+use sqlx::{
+    Connection, PgConnection, PgPool, Postgres, Sqlite, SqliteConnection, SqlitePool, Transaction,
+};
 
 use crate::clock::{Clock, Millis};
 use crate::config::Config;
@@ -41,6 +44,72 @@ enum Backend {
 pub(crate) enum Reader<'a> {
     Sqlite(&'a SqlitePool),
     Postgres(&'a PgPool),
+}
+
+/// Where a read of a [`ReadSource`] goes: a read pool (one connection per statement), or
+/// one connection held for several reads in a row.
+pub(crate) enum Reads<'a> {
+    Sqlite(&'a SqlitePool),
+    Postgres(&'a PgPool),
+    SqliteConn(&'a mut SqliteConnection),
+    PostgresConn(&'a mut PgConnection),
+}
+
+/// What read functions take: the store itself, or a [`HeldReader`] for a response that
+/// needs several reads (each pooled use costs a round trip to return the connection).
+pub(crate) trait ReadSource {
+    fn reads(&mut self) -> Reads<'_>;
+    fn now(&self) -> Millis;
+}
+
+impl ReadSource for &Store {
+    fn reads(&mut self) -> Reads<'_> {
+        match &self.backend {
+            Backend::Sqlite { read, .. } => Reads::Sqlite(read),
+            Backend::Postgres(pool) => Reads::Postgres(pool),
+        }
+    }
+
+    fn now(&self) -> Millis {
+        Store::now(self)
+    }
+}
+
+/// One read connection held for several reads in a row.
+pub(crate) struct HeldReader<'a> {
+    store: &'a Store,
+    connection: HeldConnection,
+}
+
+enum HeldConnection {
+    Sqlite(PoolConnection<Sqlite>),
+    Postgres(PoolConnection<Postgres>),
+}
+
+impl ReadSource for &mut HeldReader<'_> {
+    fn reads(&mut self) -> Reads<'_> {
+        match &mut self.connection {
+            HeldConnection::Sqlite(connection) => Reads::SqliteConn(&mut **connection),
+            HeldConnection::Postgres(connection) => Reads::PostgresConn(&mut **connection),
+        }
+    }
+
+    fn now(&self) -> Millis {
+        self.store.now()
+    }
+}
+
+/// Runs `$body` with `$exec` bound to the executor of a [`ReadSource`] (a pool or a held
+/// connection of either backend).
+macro_rules! on_reads {
+    ($source:expr, |$exec:ident| $body:expr) => {
+        match $crate::store::ReadSource::reads(&mut $source) {
+            $crate::store::Reads::Sqlite($exec) => $body,
+            $crate::store::Reads::Postgres($exec) => $body,
+            $crate::store::Reads::SqliteConn($exec) => $body,
+            $crate::store::Reads::PostgresConn($exec) => $body,
+        }
+    };
 }
 
 /// A write transaction on either backend.
@@ -75,7 +144,7 @@ macro_rules! on_read {
     };
 }
 
-pub(crate) use {on_read, on_tx};
+pub(crate) use {on_read, on_reads, on_tx};
 
 impl Store {
     /// Connects to the configured database (creating the SQLite file and data dir when
@@ -148,6 +217,21 @@ impl Store {
                 Tx::Sqlite(begun.await.map_err(|error| ApiError::internal(&error))??)
             }
             Backend::Postgres(pool) => Tx::Postgres(pool.begin().await?),
+        })
+    }
+
+    /// One read connection for several reads in a row.
+    ///
+    /// # Errors
+    /// A database error (`unavailable` when the pool is exhausted).
+    pub(crate) async fn hold_reader(&self) -> Result<HeldReader<'_>, ApiError> {
+        let connection = match &self.backend {
+            Backend::Sqlite { read, .. } => HeldConnection::Sqlite(read.acquire().await?),
+            Backend::Postgres(pool) => HeldConnection::Postgres(pool.acquire().await?),
+        };
+        Ok(HeldReader {
+            store: self,
+            connection,
         })
     }
 

@@ -2,6 +2,7 @@
 
 use actix_web::{web, HttpResponse};
 use tether_protocol::devices::HeartbeatParams;
+use tether_protocol::frames::ServerFrame;
 use tether_protocol::jobs::{
     ClaimResponse, CompleteParams, JobResponse, ProgressParams, ReattachParams, ResumeParams,
 };
@@ -105,24 +106,31 @@ async fn complete(
     Lease(lease): Lease,
 ) -> Result<HttpResponse, ApiError> {
     let completion = Completion::try_from(params.into_inner())?;
-    let job = leases::complete(
+    let completed = leases::complete(
         &state.store,
         &state.push,
         &device,
         &job_id,
         &lease,
         completion,
+        &state.config,
     )
     .await?;
+    let job = completed.job;
     // Whatever the run still had pending was withdrawn with its end.
     if !job.decisions.is_empty() {
         notices::decisions_withdrawn(&state.hub, &device.account_id).await;
     }
-    // The run's slot of the account's concurrent-run limit is free again.
-    state
-        .hub
-        .wake_queued(&state.store, &device.account_id)
-        .await;
+    // The run's slot of the full account's concurrent-run limit is free again.
+    if completed.freed_full_account {
+        state
+            .hub
+            .wake_queued(&state.store, &device.account_id)
+            .await;
+    } else if job.continued_by.is_some() {
+        // Its follow-up waited for this end.
+        state.hub.notify(&device.device_id, ServerFrame::Wake).await;
+    }
     Ok(HttpResponse::Ok().json(JobResponse { job }))
 }
 
