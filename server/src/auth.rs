@@ -16,7 +16,7 @@ use tether_protocol::{Code, PROTOCOL_VERSION};
 
 use crate::devices::{self, DeviceIdentity};
 use crate::error::ApiError;
-use crate::{accounts, api_tokens, AppState};
+use crate::{accounts, api_tokens, credentials, AppState};
 
 /// The session cookie's name.
 pub const SESSION_COOKIE: &str = "tether_session";
@@ -211,5 +211,13 @@ async fn device_from_request(req: &HttpRequest) -> Result<DeviceIdentity, ApiErr
     if !token.starts_with(DEVICE_TOKEN_PREFIX) {
         return Err(unauthorized());
     }
-    devices::authenticate(&state.store, state.hub.device_tokens(), &token).await
+    let token_hash = credentials::hash_token(&token);
+    let tokens = state.hub.device_tokens();
+    if let Some(identity) = tokens.get(&token_hash) {
+        return Ok(identity);
+    }
+    let generation = tokens.generation();
+    let identity = devices::authenticate(&state.store, &token_hash).await?;
+    tokens.remember(token_hash, identity.clone(), generation);
+    Ok(identity)
 }

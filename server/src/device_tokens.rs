@@ -125,9 +125,9 @@ mod tests {
     use super::*;
     use tether_protocol::{AccountId, DeviceId};
 
-    fn identity(device: &str) -> DeviceIdentity {
+    fn identity(device_id: &DeviceId) -> DeviceIdentity {
         DeviceIdentity {
-            device_id: DeviceId::try_from(device.to_owned()).unwrap(),
+            device_id: device_id.clone(),
             account_id: AccountId::generate(),
             name: "laptop".into(),
         }
@@ -138,13 +138,12 @@ mod tests {
         let tokens = DeviceTokens::new(true);
         let device = DeviceId::generate();
         let generation = tokens.generation();
-        tokens.remember("hash-a".into(), identity(device.as_str()), generation);
-        tokens.remember(
-            "hash-b".into(),
-            identity(DeviceId::generate().as_str()),
-            generation,
+        tokens.remember("hash-a".into(), identity(&device), generation);
+        tokens.remember("hash-b".into(), identity(&DeviceId::generate()), generation);
+        assert_eq!(
+            tokens.get("hash-a").map(|known| known.device_id),
+            Some(device.clone())
         );
-        assert_eq!(tokens.get("hash-a").unwrap().device_id, device);
         tokens.forget(device.as_str());
         assert!(tokens.get("hash-a").is_none());
         assert!(tokens.get("hash-b").is_some());
@@ -154,20 +153,12 @@ mod tests {
     fn an_untrusted_memory_answers_nothing_and_starts_over_when_trusted() {
         let tokens = DeviceTokens::new(false);
         let generation = tokens.generation();
-        tokens.remember(
-            "hash-a".into(),
-            identity(DeviceId::generate().as_str()),
-            generation,
-        );
+        tokens.remember("hash-a".into(), identity(&DeviceId::generate()), generation);
         assert!(tokens.get("hash-a").is_none());
         tokens.set_trusted(true);
         assert!(tokens.get("hash-a").is_none(), "cleared when trusted again");
         let generation = tokens.generation();
-        tokens.remember(
-            "hash-a".into(),
-            identity(DeviceId::generate().as_str()),
-            generation,
-        );
+        tokens.remember("hash-a".into(), identity(&DeviceId::generate()), generation);
         assert!(tokens.get("hash-a").is_some());
     }
 
@@ -177,7 +168,7 @@ mod tests {
         let device = DeviceId::generate();
         let generation = tokens.generation();
         tokens.forget(device.as_str());
-        tokens.remember("hash-a".into(), identity(device.as_str()), generation);
+        tokens.remember("hash-a".into(), identity(&device), generation);
         assert!(tokens.get("hash-a").is_none());
     }
 }

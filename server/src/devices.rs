@@ -15,7 +15,6 @@ use tether_protocol::{AccountId, Code, DeviceId};
 use crate::accounts::parse_name;
 use crate::clock::{secs, to_time, Millis};
 use crate::config::Config;
-use crate::device_tokens::DeviceTokens;
 use crate::error::ApiError;
 use crate::ledger::{self, LedgerKind};
 use crate::store::{on_read, on_tx, stored_id, Store, Tx};
@@ -223,30 +222,21 @@ pub async fn remove_self(store: &Store, device: &DeviceIdentity) -> Result<(), A
     .map(drop)
 }
 
-/// Resolves a device token.
+/// Resolves a device token, by its hash ([`credentials::hash_token`]).
 ///
 /// # Errors
 /// 401 `unauthorized` for an unknown token, 401 `revoked` for a revoked device's.
-pub async fn authenticate(
-    store: &Store,
-    tokens: &DeviceTokens,
-    token: &str,
-) -> Result<DeviceIdentity, ApiError> {
-    let token_hash = credentials::hash_token(token);
-    if let Some(identity) = tokens.get(&token_hash) {
-        return Ok(identity);
-    }
-    let generation = tokens.generation();
+pub async fn authenticate(store: &Store, token_hash: &str) -> Result<DeviceIdentity, ApiError> {
     let row = on_read!(store, |pool| {
         sqlx::query_as::<_, TokenRow>(
         "SELECT id, account_id, name, token_hash, revoked_at FROM devices WHERE token_hash = $1"
     )
-    .bind(&token_hash)
+    .bind(token_hash)
     .fetch_optional(pool)
     .await
     })?;
     let row = row
-        .filter(|row| credentials::hashes_match(&row.token_hash, &token_hash))
+        .filter(|row| credentials::hashes_match(&row.token_hash, token_hash))
         .ok_or_else(|| ApiError::new(Code::Unauthorized, "Unknown device token; pair again."))?;
     if row.revoked_at.is_some() {
         return Err(ApiError::new(
@@ -254,13 +244,11 @@ pub async fn authenticate(
             "This device was revoked; forget its token and pair again.",
         ));
     }
-    let identity = DeviceIdentity {
+    Ok(DeviceIdentity {
         device_id: stored_id(row.id)?,
         account_id: stored_id(row.account_id)?,
         name: row.name,
-    };
-    tokens.remember(token_hash, identity.clone(), generation);
-    Ok(identity)
+    })
 }
 
 /// Stores a heartbeat's capability report (`capabilities_json` is it, serialized) and contact

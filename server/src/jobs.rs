@@ -18,7 +18,7 @@ use crate::config::Config;
 use crate::error::ApiError;
 use crate::job_rows::{self, EndCause, OpenDecisions};
 use crate::ledger::{self, LedgerKind};
-use crate::store::{stored_id, Store, Tx};
+use crate::store::{stored_id, ReadSource, Store, Tx};
 use crate::{decisions, delivery, devices, evidence};
 
 /// Longest prompt, in characters.
@@ -343,7 +343,18 @@ pub async fn list(
 /// 404 `not_found` for an unknown job or another account's.
 pub async fn get(store: &Store, account_id: &AccountId, job_id: &JobId) -> Result<Job, ApiError> {
     // Five reads on one connection: under load each pooled use is a wait and a round trip.
-    let mut reads = store.hold_reader().await?;
+    read(store.hold_reader().await?, account_id, job_id).await
+}
+
+/// [`get`] from `reads` (a held connection, or a transaction that just changed the job).
+///
+/// # Errors
+/// 404 `not_found` for a job not of this account.
+pub(crate) async fn read(
+    mut reads: impl ReadSource,
+    account_id: &AccountId,
+    job_id: &JobId,
+) -> Result<Job, ApiError> {
     let row = job_rows::read_for_account(&mut reads, account_id, job_id)
         .await?
         .ok_or_else(|| ApiError::not_found("job"))?;

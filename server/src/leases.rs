@@ -34,7 +34,7 @@ use crate::jobs;
 use crate::ledger::{self, LedgerKind};
 use crate::presence::{self, Presence};
 use crate::push::Push;
-use crate::store::{on_tx, stored_id, Store, Tx};
+use crate::store::{on_tx, stored_id, InTx, Store, Tx};
 
 /// Most held runs one heartbeat may report.
 pub const MAX_RUNNING_PER_HEARTBEAT: usize = 100;
@@ -452,10 +452,21 @@ pub async fn complete(
     // before, so a claim may have been held back. Of two ends at once, at least one sees it
     // (each counts the other's run as still going until it commits).
     let still_running = job_rows::running_in_account(&mut tx, &device.account_id).await?;
+    // On PostgreSQL the answer is read on the transaction's connection, before it commits
+    // (one pooled use fewer); SQLite's one writer is not held for it.
+    let answer = if matches!(tx, Tx::Postgres(_)) {
+        let reads = InTx { tx: &mut tx, now };
+        Some(jobs::read(reads, &device.account_id, job_id).await?)
+    } else {
+        None
+    };
     tx.commit().await?;
     push.job_ended(job_id, outcome.outcome.state());
     tracing::info!(job_id = %job_id, outcome = outcome.outcome.state().as_str(), "job completed");
-    let job = jobs::get(store, &device.account_id, job_id).await?;
+    let job = match answer {
+        Some(job) => job,
+        None => jobs::get(store, &device.account_id, job_id).await?,
+    };
     Ok(Completed {
         job,
         freed_full_account: still_running + 1 >= i64::from(config.max_running_per_account),

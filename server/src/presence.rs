@@ -232,6 +232,28 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_queue_is_remembered_until_a_job_is_queued_and_only_on_a_single_server() {
+        let presence = Presence::new(true);
+        let generation = presence.queue_generation();
+        presence.counted_queue("d1", 0, generation, 1_000);
+        assert!(presence.queue_known_empty("d1", 2_000));
+        assert!(!presence.queue_known_empty("d1", 1_000 + EMPTY_QUEUE_TRUSTED_FOR_MS));
+        presence.queue_changed("d1");
+        assert!(!presence.queue_known_empty("d1", 2_000));
+        // A count read before a job was queued is not remembered after it.
+        let before = presence.queue_generation();
+        presence.queue_changed("d2");
+        presence.counted_queue("d1", 0, before, 3_000);
+        assert!(!presence.queue_known_empty("d1", 3_000));
+        presence.counted_queue("d1", 2, presence.queue_generation(), 3_000);
+        assert!(!presence.queue_known_empty("d1", 3_000));
+
+        let replica = Presence::new(false);
+        replica.counted_queue("d1", 0, replica.queue_generation(), 1_000);
+        assert!(!replica.queue_known_empty("d1", 1_000));
+    }
+
+    #[test]
     fn contact_times_keep_the_newest_and_a_written_report_supersedes_older_ones() {
         let presence = Presence::new(true);
         presence.saw("d1", 5_000);

@@ -86,11 +86,40 @@ enum HeldConnection {
     Postgres(PoolConnection<Postgres>),
 }
 
-impl ReadSource for &mut HeldReader<'_> {
+impl<S: ReadSource + ?Sized> ReadSource for &mut S {
+    fn reads(&mut self) -> Reads<'_> {
+        (**self).reads()
+    }
+
+    fn now(&self) -> Millis {
+        (**self).now()
+    }
+}
+
+/// Reads inside a transaction, seeing its own writes; `now` as the transaction took it.
+pub(crate) struct InTx<'a> {
+    pub tx: &'a mut Tx,
+    pub now: Millis,
+}
+
+impl ReadSource for InTx<'_> {
+    fn reads(&mut self) -> Reads<'_> {
+        match &mut *self.tx {
+            Tx::Sqlite(tx) => Reads::SqliteConn(tx),
+            Tx::Postgres(tx) => Reads::PostgresConn(tx),
+        }
+    }
+
+    fn now(&self) -> Millis {
+        self.now
+    }
+}
+
+impl ReadSource for HeldReader<'_> {
     fn reads(&mut self) -> Reads<'_> {
         match &mut self.connection {
-            HeldConnection::Sqlite(connection) => Reads::SqliteConn(&mut **connection),
-            HeldConnection::Postgres(connection) => Reads::PostgresConn(&mut **connection),
+            HeldConnection::Sqlite(connection) => Reads::SqliteConn(connection),
+            HeldConnection::Postgres(connection) => Reads::PostgresConn(connection),
         }
     }
 

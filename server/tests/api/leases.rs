@@ -11,6 +11,30 @@ use crate::both_backends;
 use crate::helpers::{assert_error, spawn_app, spawn_app_with};
 
 both_backends! {
+    async fn an_idle_heartbeat_sees_each_job_queued_after_it(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let device = app.device(&ann, "install-1").await;
+        let queued = |beat: Value| beat["queued"].as_u64();
+        // The first beat writes the report; the next ones are "still here", the last of them
+        // answered from the server's memory of an empty queue.
+        for _ in 0..3 {
+            assert_eq!(queued(device.heartbeat(&[]).await.json().await.unwrap()), Some(0));
+        }
+        let job = ann.create_job(&device.device_id).await;
+        assert_eq!(queued(device.heartbeat(&[]).await.json().await.unwrap()), Some(1));
+        let claimed = device.claim_job().await;
+        let done = json!({ "outcome": "succeeded", "summary": "ok" });
+        let res = device.complete(job.id.as_str(), claimed.lease_token.expose(), &done).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(queued(device.heartbeat(&[]).await.json().await.unwrap()), Some(0));
+        assert_eq!(queued(device.heartbeat(&[]).await.json().await.unwrap()), Some(0));
+        // A re-run is queued as well.
+        let res = ann.post_empty(&format!("/api/jobs/{}/rerun", job.id)).await;
+        assert_eq!(res.status(), StatusCode::CREATED);
+        assert_eq!(queued(device.heartbeat(&[]).await.json().await.unwrap()), Some(1));
+    }
+
     async fn heartbeat_claim_progress_complete(backend) {
         let app = spawn_app(backend).await;
         let ann = app.user("ann@example.com").await;

@@ -141,6 +141,19 @@ both_backends! {
         assert_ne!(other.device_id, first.device_id);
     }
 
+    async fn pairing_again_ends_the_old_token_at_once(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let first = app.device(&ann, "install-1").await;
+        // Checked once, so the server remembers it.
+        assert_eq!(first.heartbeat(&[]).await.status(), StatusCode::OK);
+        assert_eq!(first.get_self().await.status(), StatusCode::OK);
+        let second = app.device(&ann, "install-1").await;
+        assert_eq!(second.device_id, first.device_id);
+        assert_error(first.heartbeat(&[]).await, 401, "unauthorized").await;
+        assert_eq!(second.heartbeat(&[]).await.status(), StatusCode::OK);
+    }
+
     async fn first_seal_key_is_pinned_and_a_new_one_raises_a_mismatch(backend) {
         let app = spawn_app(backend).await;
         let ann = app.user("ann@example.com").await;
