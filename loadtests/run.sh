@@ -72,8 +72,14 @@ start_server() {
 }
 
 # row ARGS…: one table row; a revocation run's "revocation (…): …" line goes under the table.
+# A run that fails (say, a fleet that cannot connect) gets a row saying why, and the rest go on.
 row() {
-  local out; out=$("$LOAD" "$@")
+  local out label=run previous=""
+  for arg in "$@"; do [ "$previous" = --label ] && label=$arg; previous=$arg; done
+  if ! out=$("$LOAD" "$@" 2>&1); then
+    echo "| $label | failed: $(grep -m1 '^Error' <<<"$out" | tr '|' '/') |" | tee -a "$OUT.rows"
+    return 0
+  fi
   grep '^| ' <<<"$out" | tail -1 | tee -a "$OUT.rows"
   grep '^revocation' <<<"$out" | tee -a "$OUT.notes" || true
 }
