@@ -43,6 +43,8 @@ pub mod policy;
 pub mod remote;
 pub mod run;
 pub mod sandbox;
+#[cfg(test)]
+mod test_job;
 
 /// The version this agent reports to the server.
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");

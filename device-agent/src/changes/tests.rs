@@ -11,8 +11,8 @@ use tether_protocol::changes::{
     ChangeBaseKind, ChangeStatus, ChangedFile, Changes, FLAG_CREDENTIAL, FLAG_RUNS_LATER,
     MAX_CHANGED_FILES,
 };
-use tether_protocol::jobs::{ClaimedJob, JobSpec, Mode};
-use tether_protocol::{JobId, LeaseToken};
+use tether_protocol::jobs::{ClaimedJob, Mode};
+use tether_protocol::JobId;
 
 use super::diff::{plan, unified, Plan, Side};
 use super::*;
@@ -30,25 +30,7 @@ fn rig() -> Result<Rig> {
     let data = tmp.path().join("agent");
     let work = tmp.path().join("work");
     fs::create_dir_all(&work)?;
-    let job = ClaimedJob {
-        id: JobId::parse("job1")?,
-        attempt: 1,
-        lease_token: LeaseToken::parse("lease")?,
-        lease_expires_at: chrono::Utc::now(),
-        spec: JobSpec {
-            title: "t".into(),
-            prompt: "p".into(),
-            folder: "work".into(),
-            engine: "tests".into(),
-            mode: Mode::Unattended,
-            network: false,
-            timeout_minutes: 5,
-            secrets: Vec::new(),
-            git: None,
-        },
-        resumed: None,
-        continues: None,
-    };
+    let job = crate::test_job::claimed_job("tests", Mode::Unattended);
     Ok(Rig {
         _tmp: tmp,
         data,

@@ -533,7 +533,6 @@ fn clip(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use anyhow::{bail, Result};
-    use tether_protocol::LeaseToken;
 
     use super::*;
     use crate::local::decisions::{LocalAnswer, ANSWERS_DIR};
@@ -711,25 +710,7 @@ mod tests {
     /// An asker for job `job1` on the fake server, offering its decisions in `data_dir`.
     fn asker(base: &str, data_dir: &DataDir, stop: &RunStop) -> Result<Asker> {
         let client = DeviceClient::new(ServerClient::new(base)?, "tdt_x".into());
-        let job = tether_protocol::jobs::ClaimedJob {
-            id: JobId::parse("job1")?,
-            attempt: 1,
-            lease_token: LeaseToken::parse("lease")?,
-            lease_expires_at: Utc::now(),
-            spec: tether_protocol::jobs::JobSpec {
-                title: "t".into(),
-                prompt: "p".into(),
-                folder: "work".into(),
-                engine: "agent".into(),
-                mode: tether_protocol::jobs::Mode::Ask,
-                network: false,
-                timeout_minutes: 5,
-                secrets: Vec::new(),
-                git: None,
-            },
-            resumed: None,
-            continues: None,
-        };
+        let job = crate::test_job::claimed_job("agent", tether_protocol::jobs::Mode::Ask);
         let lease = RunLease::new(
             client.clone(),
             Arc::new(Journal::new(data_dir)),

@@ -394,31 +394,13 @@ mod tests {
         use crate::local::state::DataDir;
         use crate::remote::client::ServerClient;
         use crate::run::lease::LeasePeriod;
-        use tether_protocol::jobs::{ClaimedJob, JobSpec, Mode};
+        use tether_protocol::jobs::Mode;
 
         let tmp = tempfile::tempdir()?;
         let data_dir = DataDir::resolve(Some(tmp.path().join("agent")))?;
         let (base, mut bodies) = progress_server().await;
         let client = DeviceClient::new(ServerClient::new(&base)?, "tdt_x".into());
-        let job = ClaimedJob {
-            id: tether_protocol::JobId::parse("job1")?,
-            attempt: 1,
-            lease_token: tether_protocol::LeaseToken::parse("lease")?,
-            lease_expires_at: chrono::Utc::now(),
-            spec: JobSpec {
-                title: "t".into(),
-                prompt: "p".into(),
-                folder: "work".into(),
-                engine: "agent".into(),
-                mode: Mode::Ask,
-                network: false,
-                timeout_minutes: 5,
-                secrets: Vec::new(),
-                git: None,
-            },
-            resumed: None,
-            continues: None,
-        };
+        let job = crate::test_job::claimed_job("agent", Mode::Ask);
         let lease = RunLease::new(
             client.clone(),
             Arc::new(Journal::new(&data_dir)),

@@ -1201,26 +1201,7 @@ mod tests {
         git(&root, &["init", "-q"]);
         git(&root, &["add", "-A"]);
         git(&root, &["commit", "-q", "-m", "first"]);
-        let job = tether_protocol::jobs::ClaimedJob {
-            id: JobId::parse("job1").unwrap_or_else(|_| JobId::generate()),
-            attempt: 1,
-            lease_token: tether_protocol::LeaseToken::parse("lease")
-                .unwrap_or_else(|err| panic!("{err}")),
-            lease_expires_at: chrono::Utc::now(),
-            spec: tether_protocol::jobs::JobSpec {
-                title: "t".into(),
-                prompt: "p".into(),
-                folder: "work".into(),
-                engine: "tests".into(),
-                mode: tether_protocol::jobs::Mode::Unattended,
-                network: false,
-                timeout_minutes: 5,
-                secrets: Vec::new(),
-                git: None,
-            },
-            resumed: None,
-            continues: None,
-        };
+        let job = crate::test_job::claimed_job("tests", tether_protocol::jobs::Mode::Unattended);
         let data = tmp.path().join("agent");
         changes::record_start(&data, &job, &root).unwrap_or_else(|err| panic!("{err:#}"));
         let start = Recorded::load(&data, &job.id)
