@@ -30,6 +30,10 @@ use crate::error::ApiError;
 use crate::ledger::{self, LedgerKind};
 use crate::store::{on_read, on_reads, on_tx, stored_id, ReadSource, Store, Tx};
 
+mod in_one;
+pub(crate) use in_one::Line;
+use in_one::{update_with_lines, Clause};
+
 const JOB_COLUMNS: &str = "id, account_id, device_id, title, spec_json, state, attempt, \
     cancel_requested, outcome_json, lease_token_hash, lease_expires_at, progress_seq, \
     created_at, started_at, ended_at, last_lease_hash, end_cause, resumes, continues, changes_json, delivery_json";
@@ -455,18 +459,31 @@ const CLAIMABLE: &str = "device_id = $1 AND state = 'queued' \
     AND (continues IS NULL OR NOT EXISTS (SELECT 1 FROM jobs AS earlier \
     WHERE earlier.id = jobs.continues AND earlier.state IN ('queued', 'running', 'waiting')))";
 
-/// Whether the device has a job a claim may take, read without a transaction (on SQLite
-/// from the read pool): most claims find nothing, and then take no lock at all.
+/// Whether a claim of the device may find something: it has a job a claim may take and its
+/// account runs fewer than `limit`. Read without a transaction (on SQLite from the read
+/// pool), because most claims find nothing and then must take no lock. A stale "full" is
+/// safe: the end that frees the slot wakes the account's devices.
 ///
 /// # Errors
 /// A database error.
-pub(crate) async fn has_claimable(store: &Store, device_id: &DeviceId) -> Result<bool, ApiError> {
-    let sql = format!("SELECT 1 FROM jobs WHERE {CLAIMABLE} LIMIT 1");
-    let found = on_read!(store, |pool| sqlx::query_scalar::<_, i32>(&sql)
+pub(crate) async fn may_claim(
+    store: &Store,
+    device_id: &DeviceId,
+    account_id: &AccountId,
+    limit: u32,
+) -> Result<bool, ApiError> {
+    let sql = format!(
+        "SELECT CASE WHEN EXISTS (SELECT 1 FROM jobs WHERE {CLAIMABLE}) AND \
+         (SELECT COUNT(*) FROM jobs WHERE account_id = $2 AND state IN ('running', 'waiting')) \
+         < $3 THEN 1 ELSE 0 END"
+    );
+    let may = on_read!(store, |pool| sqlx::query_scalar::<_, i32>(&sql)
         .bind(device_id.as_str())
-        .fetch_optional(pool)
+        .bind(account_id.as_str())
+        .bind(i64::from(limit))
+        .fetch_one(pool)
         .await)?;
-    Ok(found.is_some())
+    Ok(may == 1)
 }
 
 /// The device's oldest queued job, skipping one another claim holds.
@@ -587,18 +604,38 @@ pub(crate) async fn claim(
     now: Millis,
 ) -> Result<i64, ApiError> {
     let attempt = job.attempt + 1;
+    let hash = credentials::hash_token(lease.expose());
+    let text = format!("Claimed by the device (attempt {attempt}).");
+    if let Tx::Postgres(tx) = tx {
+        let set: Clause = Box::new(move |query| {
+            query
+                .push(", state = 'running', attempt = ")
+                .push_bind(attempt);
+            query.push(", lease_token_hash = ").push_bind(hash.clone());
+            query.push(", last_lease_hash = ").push_bind(hash);
+            query.push(", lease_expires_at = ").push_bind(lease_until);
+            query
+                .push(", started_at = COALESCE(started_at, ")
+                .push_bind(now);
+            query.push("), progress_seq = 0");
+        });
+        let lines = [("system", text.as_str())];
+        update_with_lines(&mut **tx, &job.id, now, &lines, Some(set), None).await?;
+        return Ok(attempt);
+    }
     let sql = "UPDATE jobs SET state = 'running', attempt = $1, lease_token_hash = $2, \
                last_lease_hash = $2, lease_expires_at = $3, \
                started_at = COALESCE(started_at, $4), progress_seq = 0 WHERE id = $5";
     on_tx!(tx, |conn| sqlx::query(sql)
         .bind(attempt)
-        .bind(credentials::hash_token(lease.expose()))
+        .bind(&hash)
         .bind(lease_until)
         .bind(now)
         .bind(&job.id)
         .execute(conn)
         .await
         .map(|done| done.rows_affected()))?;
+    append_events(tx, job, now, "system", &[text]).await?;
     Ok(attempt)
 }
 
@@ -667,6 +704,46 @@ pub(crate) async fn record_progress(
     .await
     .map(|done| done.rows_affected()))?;
     Ok(())
+}
+
+/// A progress batch on PostgreSQL as one statement without a transaction: its lines, its
+/// `seq` and the lease extension, fenced in the `WHERE` (this device's job, running or
+/// waiting, under the unexpired `lease`, `seq` not applied yet). Answers the job's
+/// `cancel_requested` when the batch applied; `None` on SQLite or when it did not, and then
+/// nothing was written (the caller's transaction tells a retry from a stale lease).
+///
+/// # Errors
+/// A database error.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn progress_in_one(
+    store: &Store,
+    device_id: &DeviceId,
+    job_id: &JobId,
+    lease: &LeaseToken,
+    seq: i64,
+    lines: &[Line<'_>],
+    lease_until: Millis,
+    now: Millis,
+) -> Result<Option<bool>, ApiError> {
+    let Some(pool) = store.postgres_pool() else {
+        return Ok(None);
+    };
+    let hash = credentials::hash_token(lease.expose());
+    let device = device_id.as_str().to_owned();
+    let set: Clause = Box::new(move |query| {
+        query.push(", progress_seq = ").push_bind(seq);
+        query.push(", lease_expires_at = ").push_bind(lease_until);
+    });
+    let filter: Clause = Box::new(move |query| {
+        query.push(" AND device_id = ").push_bind(device);
+        query.push(" AND state IN ('running', 'waiting') AND lease_expires_at > ");
+        query.push_bind(now);
+        query.push(" AND lease_token_hash = ").push_bind(hash);
+        query.push(" AND progress_seq < ").push_bind(seq);
+    });
+    let matched =
+        update_with_lines(pool, job_id.as_str(), now, lines, Some(set), Some(filter)).await?;
+    Ok(matched.map(|cancel_requested| cancel_requested != 0))
 }
 
 /// Moves the job's lease expiry to `until`.
@@ -809,22 +886,41 @@ pub(crate) async fn finish(
     // Only the device completes with something other than `interrupted`; a queued job has
     // no lease hash to keep.
     let keep_lease = outcome.outcome != Outcome::Interrupted;
-    let sql = "UPDATE jobs SET state = $1, outcome_json = $2, ended_at = $3, \
-               lease_expires_at = NULL, \
-               lease_token_hash = CASE WHEN $4 = 1 THEN lease_token_hash ELSE NULL END, \
-               end_cause = $5 WHERE id = $6";
-    on_tx!(tx, |conn| sqlx::query(sql)
-        .bind(state.as_str())
-        .bind(serde_json::to_string(outcome)?)
-        .bind(now)
-        .bind(i64::from(keep_lease))
-        .bind(cause.as_str())
-        .bind(&job.id)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
-    let text = format!("Ended {}: {}", state.as_str(), outcome.summary);
-    append_events(tx, job, now, "system", &[truncate(&text, 4096)]).await?;
+    let outcome_json = serde_json::to_string(outcome)?;
+    let text = truncate(
+        &format!("Ended {}: {}", state.as_str(), outcome.summary),
+        4096,
+    );
+    if let Tx::Postgres(tx) = tx {
+        let set: Clause = Box::new(move |query| {
+            query.push(", state = ").push_bind(state.as_str());
+            query.push(", outcome_json = ").push_bind(outcome_json);
+            query.push(", ended_at = ").push_bind(now);
+            query.push(", lease_expires_at = NULL");
+            if !keep_lease {
+                query.push(", lease_token_hash = NULL");
+            }
+            query.push(", end_cause = ").push_bind(cause.as_str());
+        });
+        let lines = [("system", text.as_str())];
+        update_with_lines(&mut **tx, &job.id, now, &lines, Some(set), None).await?;
+    } else {
+        let sql = "UPDATE jobs SET state = $1, outcome_json = $2, ended_at = $3, \
+                   lease_expires_at = NULL, \
+                   lease_token_hash = CASE WHEN $4 = 1 THEN lease_token_hash ELSE NULL END, \
+                   end_cause = $5 WHERE id = $6";
+        on_tx!(tx, |conn| sqlx::query(sql)
+            .bind(state.as_str())
+            .bind(&outcome_json)
+            .bind(now)
+            .bind(i64::from(keep_lease))
+            .bind(cause.as_str())
+            .bind(&job.id)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected()))?;
+        append_events(tx, job, now, "system", &[text]).await?;
+    }
     let open_decisions = if cause == EndCause::LeaseExpired {
         OpenDecisions::Expire
     } else {
@@ -926,10 +1022,12 @@ pub(crate) async fn append_events(
     if texts.is_empty() {
         return Ok(());
     }
-    let count = i64::try_from(texts.len()).unwrap_or(i64::MAX);
     if let Tx::Postgres(tx) = tx {
-        return append_events_in_one(tx, job, now, kind, texts, count).await;
+        let lines: Vec<Line> = texts.iter().map(|text| (kind, text.as_str())).collect();
+        update_with_lines(&mut **tx, &job.id, now, &lines, None, None).await?;
+        return Ok(());
     }
+    let count = i64::try_from(texts.len()).unwrap_or(i64::MAX);
     // The UPDATE also locks the job row, so concurrent appends cannot reuse a seq.
     let last = on_tx!(tx, |conn| sqlx::query_scalar::<_, i64>(
         "UPDATE jobs SET event_seq = event_seq + $1 WHERE id = $2 RETURNING event_seq"
@@ -959,40 +1057,6 @@ pub(crate) async fn append_events(
         }
         query.execute(conn).await.map(|done| done.rows_affected())
     })?;
-    Ok(())
-}
-
-/// [`append_events`] on PostgreSQL: the numbering and the lines in one statement (the
-/// UPDATE in the CTE locks the job row just the same).
-async fn append_events_in_one(
-    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
-    job: &JobRow,
-    now: Millis,
-    kind: &str,
-    texts: &[String],
-    count: i64,
-) -> Result<(), ApiError> {
-    let lines: Vec<String> = (0..texts.len())
-        .map(|index| format!("({}, ${})", index + 1, index + 6))
-        .collect();
-    let sql = format!(
-        "WITH numbered AS (UPDATE jobs SET event_seq = event_seq + $5 WHERE id = $1 \
-         RETURNING event_seq - $5 AS base) \
-         INSERT INTO job_events (job_id, account_id, at, kind, seq, text) \
-         SELECT $1, $2, $3, $4, numbered.base + lines.n, lines.text \
-         FROM numbered, (VALUES {}) AS lines (n, text)",
-        lines.join(", ")
-    );
-    let mut query = sqlx::query(&sql)
-        .bind(&job.id)
-        .bind(&job.account_id)
-        .bind(now)
-        .bind(kind)
-        .bind(count);
-    for text in texts {
-        query = query.bind(text);
-    }
-    query.execute(&mut **tx).await?;
     Ok(())
 }
 

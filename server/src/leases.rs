@@ -268,27 +268,29 @@ pub async fn claim(
     device: &DeviceIdentity,
     config: &Config,
 ) -> Result<Option<ClaimedJob>, ApiError> {
+    let limit = config.max_running_per_account;
     // Claims come with every heartbeat, wake-up and stream connect; most find nothing, and
     // then they must not serialise on the account's lock.
-    if !job_rows::has_claimable(store, &device.device_id).await? {
+    if !job_rows::may_claim(store, &device.device_id, &device.account_id, limit).await? {
         return Ok(None);
     }
     let now = store.now();
     let mut tx = store.begin().await?;
-    lock_account_claims(&mut tx, device).await?;
-    let running = job_rows::running_in_account(&mut tx, &device.account_id).await?;
-    if running >= i64::from(config.max_running_per_account) {
-        return Ok(None);
-    }
     let Some(job) = job_rows::oldest_queued(&mut tx, &device.device_id).await? else {
         return Ok(None);
     };
     let lease_token = credentials::new_lease_token()?;
     let lease_until = now + secs(config.lease_secs);
     let attempt = job_rows::claim(&mut tx, &job, &lease_token, lease_until, now).await?;
-    let text = format!("Claimed by the device (attempt {attempt}).");
-    job_rows::append_events(&mut tx, &job, now, "system", &[text]).await?;
     let continues = earlier_run(&mut tx, &job).await?;
+    // The run limit is checked last, under the account's lock, so that lock is held for one
+    // count and the commit only: every claim of the account passes through it. The count
+    // includes this claim; over the limit, the whole claim rolls back.
+    lock_account_claims(&mut tx, device).await?;
+    let running = job_rows::running_in_account(&mut tx, &device.account_id).await?;
+    if running > i64::from(limit) {
+        return Ok(None);
+    }
     tx.commit().await?;
     tracing::info!(job_id = %job.id, attempt, "job claimed");
     Ok(Some(ClaimedJob {
@@ -329,8 +331,9 @@ async fn earlier_run(tx: &mut Tx, job: &JobRow) -> Result<Option<EarlierRun>, Ap
     }))
 }
 
-/// Serialises claims of one account on PostgreSQL (its `accounts` row), so the
-/// concurrent-run limit holds across devices.
+/// Serialises the run-limit check of one account's claims on PostgreSQL (its `accounts`
+/// row), so the concurrent-run limit holds across devices: each count then sees every
+/// claim that passed it before.
 async fn lock_account_claims(tx: &mut Tx, device: &DeviceIdentity) -> Result<(), ApiError> {
     let lock = format!("SELECT id FROM accounts WHERE id = $1{}", tx.lock_clause());
     on_tx!(tx, |conn| sqlx::query(&lock)
@@ -356,6 +359,29 @@ pub async fn progress(
 ) -> Result<ProgressResponse, ApiError> {
     let now = store.now();
     let lease_until = now + secs(config.lease_secs);
+    let mut lines: Vec<job_rows::Line> = report
+        .lines
+        .iter()
+        .map(|line| ("output", line.as_str()))
+        .collect();
+    lines.extend(report.status.as_deref().map(|status| ("status", status)));
+    let applied = job_rows::progress_in_one(
+        store,
+        &device.device_id,
+        job_id,
+        lease,
+        report.seq,
+        &lines,
+        lease_until,
+        now,
+    )
+    .await?;
+    if let Some(cancel_requested) = applied {
+        return Ok(ProgressResponse {
+            lease_expires_at: to_time(lease_until),
+            cancel_requested,
+        });
+    }
     let mut tx = store.begin().await?;
     let job = job_rows::fenced(&mut tx, &device.device_id, job_id, lease, now).await?;
     let applies = report.seq > job.progress_seq;

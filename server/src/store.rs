@@ -264,6 +264,15 @@ impl Store {
         })
     }
 
+    /// The PostgreSQL pool, for a write that is one statement (no transaction to begin
+    /// and commit); `None` on SQLite.
+    pub(crate) fn postgres_pool(&self) -> Option<&PgPool> {
+        match &self.backend {
+            Backend::Sqlite { .. } => None,
+            Backend::Postgres(pool) => Some(pool),
+        }
+    }
+
     pub(crate) fn reader(&self) -> Reader<'_> {
         match &self.backend {
             Backend::Sqlite { read, .. } => Reader::Sqlite(read),

@@ -1,0 +1,77 @@
+//! PostgreSQL writes of a job's row and its timeline lines in one statement: the `UPDATE`
+//! numbers the lines (it moves `event_seq`, locking the row) and an `INSERT` in the same
+//! statement stores them.
+//!
+//! Under load each statement is a round trip that wakes both the server and a PostgreSQL
+//! backend, and on a small machine those wake-ups cost more than the work. So a claim and
+//! an end write their row and their line in one statement, and a progress batch is one
+//! statement with no transaction at all: its lease fence is in the `WHERE`.
+
+use sqlx::{PgExecutor, Postgres, QueryBuilder};
+
+use crate::clock::Millis;
+use crate::error::ApiError;
+
+/// A timeline line to append: its kind and its text.
+pub(crate) type Line<'a> = (&'a str, &'a str);
+
+/// Pushes the rest of a clause onto the statement (binding its values).
+pub(crate) type Clause<'a> = Box<dyn FnOnce(&mut QueryBuilder<'a, Postgres>) + Send + 'a>;
+
+/// `UPDATE jobs SET event_seq = event_seq + n<set> WHERE id = $job<filter>`, appending
+/// `lines` numbered after the job's last event. `set` starts with `, `; `filter` with
+/// ` AND `. Answers the row's `cancel_requested` when it matched, `None` when it did not
+/// (and then nothing was written).
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn update_with_lines<'a>(
+    executor: impl PgExecutor<'_>,
+    job_id: &'a str,
+    now: Millis,
+    lines: &'a [Line<'a>],
+    set: Option<Clause<'a>>,
+    filter: Option<Clause<'a>>,
+) -> Result<Option<i64>, ApiError> {
+    let count = lines.len();
+    let mut query = QueryBuilder::<Postgres>::new(format!(
+        "WITH changed AS (UPDATE jobs SET event_seq = event_seq + {count}"
+    ));
+    if let Some(set) = set {
+        set(&mut query);
+    }
+    query.push(" WHERE id = ").push_bind(job_id);
+    if let Some(filter) = filter {
+        filter(&mut query);
+    }
+    query.push(format!(
+        " RETURNING id, account_id, cancel_requested, event_seq - {count} AS base)"
+    ));
+    if count > 0 {
+        query
+            .push(
+                ", appended AS (INSERT INTO job_events (job_id, account_id, at, kind, seq, text) \
+                 SELECT changed.id, changed.account_id, ",
+            )
+            .push_bind(now)
+            .push(", lines.kind, changed.base + lines.n, lines.text FROM changed, (VALUES ");
+        for (index, (kind, text)) in lines.iter().enumerate() {
+            if index > 0 {
+                query.push(", ");
+            }
+            query
+                .push(format!("({}, ", index + 1))
+                .push_bind(*kind)
+                .push(", ")
+                .push_bind(*text)
+                .push(")");
+        }
+        query.push(") AS lines (n, kind, text))");
+    }
+    query.push(" SELECT cancel_requested FROM changed");
+    let matched = query
+        .build_query_scalar::<i64>()
+        .fetch_optional(executor)
+        .await?;
+    Ok(matched)
+}
