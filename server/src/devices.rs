@@ -17,7 +17,7 @@ use crate::clock::{secs, to_time, Millis};
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::ledger::{self, LedgerKind};
-use crate::store::{on_read, on_tx, stored_id, Store, Tx};
+use crate::store::{on_read, on_reads, on_tx, stored_id, ReadSource, Store, Tx};
 use crate::{credentials, job_rows};
 
 /// A paired device that proved who it is (its token resolved, not revoked). Every domain
@@ -301,11 +301,11 @@ pub(crate) async fn record_report(
 /// # Errors
 /// 404 when the device is unknown, another account's or revoked.
 pub(crate) async fn usable_capabilities(
-    tx: &mut Tx,
+    mut source: impl ReadSource,
     account_id: &AccountId,
     device_id: &DeviceId,
 ) -> Result<Option<Capabilities>, ApiError> {
-    let row = on_tx!(tx, |conn| {
+    let row = on_reads!(source, |conn| {
         sqlx::query_as::<_, (Option<String>, Option<i64>)>(
             "SELECT capabilities_json, revoked_at FROM devices WHERE id = $1 AND account_id = $2",
         )

@@ -591,6 +591,47 @@ pub(crate) async fn insert_queued(
     Ok(())
 }
 
+/// Stores a new `queued` job and its ledger `entry` on PostgreSQL in one statement, without
+/// a transaction, if its device is this account's and not revoked. Answers whether it was
+/// stored.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn queue_alone(
+    pool: &sqlx::PgPool,
+    job_id: &JobId,
+    account_id: &AccountId,
+    device_id: &DeviceId,
+    spec: &JobSpec,
+    now: Millis,
+    entry: ledger::Entry,
+) -> Result<bool, ApiError> {
+    let sql = format!(
+        "WITH device AS (SELECT id FROM devices WHERE id = $3 AND account_id = $2 \
+         AND revoked_at IS NULL), \
+         job AS (INSERT INTO jobs (id, account_id, device_id, title, spec_json, state, created_at) \
+         SELECT $1, $2, device.id, $4, $5, 'queued', $6 FROM device RETURNING id), \
+         entry AS (INSERT INTO ledger ({}) SELECT $7, $2, $6, $8, $9, $10 FROM job) \
+         SELECT COUNT(*) FROM job",
+        ledger::Entry::COLUMNS
+    );
+    let spec_json = serde_json::to_string(spec)?;
+    let stored = sqlx::query_scalar::<_, i64>(&sql)
+        .bind(job_id.as_str())
+        .bind(account_id.as_str())
+        .bind(device_id.as_str())
+        .bind(&spec.title)
+        .bind(&spec_json)
+        .bind(now)
+        .bind(&entry.id)
+        .bind(entry.kind.as_str())
+        .bind(&entry.subject)
+        .bind(&entry.detail_json)
+        .fetch_one(pool)
+        .await?;
+    Ok(stored == 1)
+}
+
 /// A queued job becomes `running` as its next attempt under `lease` until `lease_until`.
 /// Returns that attempt.
 ///

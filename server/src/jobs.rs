@@ -7,6 +7,7 @@
 //! `not_found`.
 
 use serde_json::json;
+use tether_protocol::capabilities::Capabilities;
 use tether_protocol::git::{BranchChoice, GitOptions};
 use tether_protocol::jobs::{Job, JobSpec, JobState, NewJobParams, Outcome};
 use tether_protocol::text::TextKind;
@@ -18,7 +19,7 @@ use crate::config::Config;
 use crate::error::ApiError;
 use crate::job_rows::{self, EndCause, OpenDecisions};
 use crate::ledger::{self, LedgerKind};
-use crate::store::{stored_id, ReadSource, Store, Tx};
+use crate::store::{stored_id, InTx, ReadSource, Store, Tx};
 use crate::{decisions, delivery, devices, evidence};
 
 /// Longest prompt, in characters.
@@ -100,59 +101,38 @@ pub async fn create(store: &Store, account_id: &AccountId, new: NewJob) -> Resul
         continues,
     } = new;
     let now = store.now();
-    let mut tx = store.begin().await?;
-    if let Some(earlier) = &continues {
-        check_follow_up(&mut tx, account_id, earlier, &device_id, &spec).await?;
-    }
-    let capabilities = devices::usable_capabilities(&mut tx, account_id, &device_id).await?;
-    let engine_known = capabilities
-        .as_ref()
-        .is_some_and(|caps| caps.engines.iter().any(|engine| engine.name == spec.engine));
-    if !engine_known {
-        return Err(ApiError::new(
-            Code::UnknownEngine,
-            format!(
-                "engine: the device does not publish an engine named {:?}.",
-                spec.engine
-            ),
-        ));
-    }
-    let folder_known = capabilities
-        .as_ref()
-        .is_some_and(|caps| caps.folders.contains(&spec.folder));
-    if !folder_known {
-        return Err(ApiError::new(
-            Code::UnknownFolder,
-            format!(
-                "folder: the device does not share a folder labelled {:?}.",
-                spec.folder
-            ),
-        ));
-    }
-    if spec.git.is_some() {
-        delivery::check_capable(capabilities.as_ref())?;
-    }
     let job_id = JobId::generate();
-    spec.git = spec
-        .git
-        .map(|git| delivery::with_default_branch(git, &job_id, &spec.title));
-    let earlier = continues.as_ref();
-    job_rows::insert_queued(
-        &mut tx, &job_id, account_id, &device_id, &spec, earlier, now,
-    )
-    .await?;
-    let detail = json!({ "jobId": job_id, "deviceId": device_id, "engine": spec.engine,
-                         "folder": spec.folder, "mode": spec.mode, "continues": continues });
-    ledger::record(
-        &mut tx,
-        account_id,
-        now,
-        LedgerKind::JobCreated,
-        job_id.as_str(),
-        detail,
-    )
-    .await?;
-    tx.commit().await?;
+    match (&continues, store.postgres_pool()) {
+        // On PostgreSQL a job that continues none is one statement: its device is checked
+        // again in it, so a device revoked since the read below gets nothing.
+        (None, Some(pool)) => {
+            let capabilities = devices::usable_capabilities(store, account_id, &device_id).await?;
+            check_runnable(&mut spec, capabilities.as_ref(), &job_id)?;
+            let entry = created_entry(&job_id, &device_id, &spec, None);
+            let queued =
+                job_rows::queue_alone(pool, &job_id, account_id, &device_id, &spec, now, entry);
+            if !queued.await? {
+                return Err(ApiError::not_found("device"));
+            }
+        }
+        _ => {
+            let mut tx = store.begin().await?;
+            if let Some(earlier) = &continues {
+                check_follow_up(&mut tx, account_id, earlier, &device_id, &spec).await?;
+            }
+            let reads = InTx { tx: &mut tx, now };
+            let capabilities = devices::usable_capabilities(reads, account_id, &device_id).await?;
+            check_runnable(&mut spec, capabilities.as_ref(), &job_id)?;
+            let earlier = continues.as_ref();
+            job_rows::insert_queued(
+                &mut tx, &job_id, account_id, &device_id, &spec, earlier, now,
+            )
+            .await?;
+            let entry = created_entry(&job_id, &device_id, &spec, earlier);
+            ledger::record_entry(&mut tx, account_id, now, entry).await?;
+            tx.commit().await?;
+        }
+    }
     tracing::info!(job_id = %job_id, device_id = %device_id, "job queued");
     // A new job has no events, decisions or evidence yet: the answer is what was written.
     Ok(Job {
@@ -176,6 +156,60 @@ pub async fn create(store: &Store, account_id: &AccountId, new: NewJob) -> Resul
         queued_because: None,
         delivery: None,
     })
+}
+
+/// The device can run `spec`: it publishes the engine and shares the folder (and can deliver
+/// with git when asked). Fills in the job's default branch.
+///
+/// # Errors
+/// 422 `unknown_engine` / `unknown_folder` (also before the device reported anything), or
+/// the git delivery's refusal.
+fn check_runnable(
+    spec: &mut JobSpec,
+    capabilities: Option<&Capabilities>,
+    job_id: &JobId,
+) -> Result<(), ApiError> {
+    let engine_known = capabilities
+        .is_some_and(|caps| caps.engines.iter().any(|engine| engine.name == spec.engine));
+    if !engine_known {
+        return Err(ApiError::new(
+            Code::UnknownEngine,
+            format!(
+                "engine: the device does not publish an engine named {:?}.",
+                spec.engine
+            ),
+        ));
+    }
+    let folder_known = capabilities.is_some_and(|caps| caps.folders.contains(&spec.folder));
+    if !folder_known {
+        return Err(ApiError::new(
+            Code::UnknownFolder,
+            format!(
+                "folder: the device does not share a folder labelled {:?}.",
+                spec.folder
+            ),
+        ));
+    }
+    if spec.git.is_some() {
+        delivery::check_capable(capabilities)?;
+    }
+    spec.git = spec
+        .git
+        .take()
+        .map(|git| delivery::with_default_branch(git, job_id, &spec.title));
+    Ok(())
+}
+
+/// The ledger's `job.created` entry of a job.
+fn created_entry(
+    job_id: &JobId,
+    device_id: &DeviceId,
+    spec: &JobSpec,
+    continues: Option<&JobId>,
+) -> ledger::Entry {
+    let detail = json!({ "jobId": job_id, "deviceId": device_id, "engine": spec.engine,
+                         "folder": spec.folder, "mode": spec.mode, "continues": continues });
+    ledger::Entry::new(LedgerKind::JobCreated, job_id.as_str(), detail)
 }
 
 /// A follow-up names an earlier job of the account, on the same computer and folder, that

@@ -51,6 +51,30 @@ impl LedgerKind {
     }
 }
 
+/// An entry about to be written: by [`record_entry`], or by a statement that stores it
+/// with the change it records (its columns in [`Entry::COLUMNS`] order).
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub(crate) id: String,
+    pub(crate) kind: LedgerKind,
+    pub(crate) subject: String,
+    pub(crate) detail_json: String,
+}
+
+impl Entry {
+    /// The columns an entry is inserted with.
+    pub(crate) const COLUMNS: &'static str = "id, account_id, at, kind, subject, detail_json";
+
+    pub fn new(kind: LedgerKind, subject: &str, detail: Value) -> Entry {
+        Entry {
+            id: uuid_like(),
+            kind,
+            subject: subject.to_owned(),
+            detail_json: detail.to_string(),
+        }
+    }
+}
+
 /// Appends one entry inside `tx`.
 ///
 /// # Errors
@@ -63,17 +87,30 @@ pub async fn record(
     subject: &str,
     detail: Value,
 ) -> Result<(), ApiError> {
-    let id = uuid_like();
-    let detail_json = detail.to_string();
-    let sql = "INSERT INTO ledger (id, account_id, at, kind, subject, detail_json) \
-               VALUES ($1, $2, $3, $4, $5, $6)";
-    on_tx!(tx, |conn| sqlx::query(sql)
-        .bind(&id)
+    record_entry(tx, account_id, at, Entry::new(kind, subject, detail)).await
+}
+
+/// Appends `entry` inside `tx`.
+///
+/// # Errors
+/// A database error.
+pub async fn record_entry(
+    tx: &mut Tx,
+    account_id: &AccountId,
+    at: Millis,
+    entry: Entry,
+) -> Result<(), ApiError> {
+    let sql = format!(
+        "INSERT INTO ledger ({}) VALUES ($1, $2, $3, $4, $5, $6)",
+        Entry::COLUMNS
+    );
+    on_tx!(tx, |conn| sqlx::query(&sql)
+        .bind(&entry.id)
         .bind(account_id.as_str())
         .bind(at)
-        .bind(kind.as_str())
-        .bind(subject)
-        .bind(&detail_json)
+        .bind(entry.kind.as_str())
+        .bind(&entry.subject)
+        .bind(&entry.detail_json)
         .execute(conn)
         .await
         .map(|done| done.rows_affected()))?;
