@@ -208,6 +208,42 @@ both_backends! {
         assert_eq!(ann.job(job_id).await.state, JobState::Running);
     }
 
+    async fn claims_at_once_from_many_devices_stay_within_the_account_limit(backend) {
+        let app = spawn_app_with(backend, |config| config.max_running_per_account = 2).await;
+        let ann = app.user("ann@example.com").await;
+        let mut devices = Vec::new();
+        for n in 0..6 {
+            let device = app.device(&ann, &format!("install-{n}")).await;
+            ann.create_job(&device.device_id).await;
+            devices.push(device);
+        }
+        // Every device claims at the same moment: the run-limit count under the account's lock
+        // lets exactly two through and the rest roll back whole; then the full account refuses
+        // them all.
+        for expected in [2, 0] {
+            let claims = devices.iter().map(|device| device.claim());
+            let statuses: Vec<StatusCode> = futures_util::future::join_all(claims)
+                .await
+                .iter()
+                .map(|res| res.status())
+                .collect();
+            let granted = statuses.iter().filter(|status| **status == StatusCode::OK).count();
+            let refused = statuses.iter().filter(|status| **status == StatusCode::NO_CONTENT).count();
+            assert_eq!((granted, refused), (expected, 6 - expected), "{statuses:?}");
+        }
+        let jobs: Vec<Value> = ann.get("/api/jobs").await.json().await.unwrap();
+        let states: Vec<&str> = jobs.iter().map(|job| job["state"].as_str().unwrap()).collect();
+        assert_eq!(states.iter().filter(|state| **state == "running").count(), 2, "{states:?}");
+        assert_eq!(states.iter().filter(|state| **state == "queued").count(), 4, "{states:?}");
+        // A rolled-back claim left nothing behind: the queued jobs have no attempt and no
+        // "Claimed" line.
+        for job in jobs.iter().filter(|job| job["state"] == "queued") {
+            let job = ann.job(job["id"].as_str().unwrap()).await;
+            assert_eq!(job.attempt, 0);
+            assert!(job.events.iter().all(|event| !event.text.starts_with("Claimed")), "{:?}", job.events);
+        }
+    }
+
     async fn claims_respect_the_account_limit_and_order(backend) {
         let app = spawn_app_with(backend, |config| config.max_running_per_account = 1).await;
         let ann = app.user("ann@example.com").await;
