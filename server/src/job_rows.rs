@@ -460,7 +460,8 @@ const CLAIMABLE: &str = "device_id = $1 AND state = 'queued' \
     WHERE earlier.id = jobs.continues AND earlier.state IN ('queued', 'running', 'waiting')))";
 
 /// Whether a claim of the device may find something: it has a job a claim may take and its
-/// account runs fewer than `limit`. Read without a transaction (on SQLite from the read
+/// account runs fewer than `limit`. Answers how many the account runs then, `None` when
+/// the claim would find nothing. Read without a transaction (on SQLite from the read
 /// pool), because most claims find nothing and then must take no lock. A stale "full" is
 /// safe: the end that frees the slot wakes the account's devices.
 ///
@@ -471,19 +472,19 @@ pub(crate) async fn may_claim(
     device_id: &DeviceId,
     account_id: &AccountId,
     limit: u32,
-) -> Result<bool, ApiError> {
+) -> Result<Option<i64>, ApiError> {
     let sql = format!(
-        "SELECT CASE WHEN EXISTS (SELECT 1 FROM jobs WHERE {CLAIMABLE}) AND \
+        "SELECT CASE WHEN EXISTS (SELECT 1 FROM jobs WHERE {CLAIMABLE}) THEN \
          (SELECT COUNT(*) FROM jobs WHERE account_id = $2 AND state IN ('running', 'waiting')) \
-         < $3 THEN 1 ELSE 0 END"
+         ELSE $3 END"
     );
-    let may = on_read!(store, |pool| sqlx::query_scalar::<_, i32>(&sql)
+    let running = on_read!(store, |pool| sqlx::query_scalar::<_, i64>(&sql)
         .bind(device_id.as_str())
         .bind(account_id.as_str())
         .bind(i64::from(limit))
         .fetch_one(pool)
         .await)?;
-    Ok(may == 1)
+    Ok((running < i64::from(limit)).then_some(running))
 }
 
 /// The device's oldest queued job, skipping one another claim holds.

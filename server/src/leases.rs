@@ -23,6 +23,7 @@ use tether_protocol::jobs::{
 use tether_protocol::text::{self, TextKind};
 use tether_protocol::{Code, JobId, LeaseToken};
 
+use crate::claim_gates::ClaimGates;
 use crate::clock::{secs, to_time, Millis};
 use crate::config::Config;
 use crate::credentials;
@@ -265,15 +266,31 @@ fn heartbeat_answer(
 /// A database error.
 pub async fn claim(
     store: &Store,
+    gates: &ClaimGates,
     device: &DeviceIdentity,
     config: &Config,
 ) -> Result<Option<ClaimedJob>, ApiError> {
     let limit = config.max_running_per_account;
+    let may_claim = || job_rows::may_claim(store, &device.device_id, &device.account_id, limit);
     // Claims come with every heartbeat, wake-up and stream connect; most find nothing, and
-    // then they must not serialise on the account's lock.
-    if !job_rows::may_claim(store, &device.device_id, &device.account_id, limit).await? {
+    // then they must not wait for a turn or a lock.
+    let Some(running) = may_claim().await? else {
         return Ok(None);
-    }
+    };
+    // For an account's last free slot on PostgreSQL, this replica's claims take turns, and
+    // each looks again once the one before it committed: a burst of claims for one freed
+    // slot stops at that read (see `claim_gates`). With more slots free they go on side by
+    // side; SQLite's one writer takes them in turn anyway.
+    let last_slot = running + 1 >= i64::from(limit);
+    let _turn = if last_slot && store.postgres_pool().is_some() {
+        let (turn, waited) = gates.enter(&device.account_id).await;
+        if waited && may_claim().await?.is_none() {
+            return Ok(None);
+        }
+        Some(turn)
+    } else {
+        None
+    };
     let now = store.now();
     let mut tx = store.begin().await?;
     let Some(job) = job_rows::oldest_queued(&mut tx, &device.device_id).await? else {
@@ -333,8 +350,11 @@ async fn earlier_run(tx: &mut Tx, job: &JobRow) -> Result<Option<EarlierRun>, Ap
 
 /// Serialises the run-limit check of one account's claims on PostgreSQL (its `accounts`
 /// row), so the concurrent-run limit holds across devices: each count then sees every
-/// claim that passed it before.
+/// claim that passed it before. SQLite's one writer serialises them already.
 async fn lock_account_claims(tx: &mut Tx, device: &DeviceIdentity) -> Result<(), ApiError> {
+    if matches!(tx, Tx::Sqlite(_)) {
+        return Ok(());
+    }
     let lock = format!("SELECT id FROM accounts WHERE id = $1{}", tx.lock_clause());
     on_tx!(tx, |conn| sqlx::query(&lock)
         .bind(device.account_id.as_str())

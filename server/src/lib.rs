@@ -23,6 +23,7 @@ pub mod accounts;
 pub mod api_tokens;
 pub mod auth;
 pub mod blobs;
+pub mod claim_gates;
 pub mod clock;
 pub mod config;
 pub mod credentials;
@@ -79,6 +80,8 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Device contact times not yet written (heartbeats are written in batches).
     pub presence: Presence,
+    /// This replica's turn-taking for the claims of one account.
+    pub claim_gates: claim_gates::ClaimGates,
     /// This replica's Web Push notifications (queue, VAPID key, sender).
     pub push: push::Push,
 }
@@ -160,6 +163,7 @@ impl Application {
                 passwords,
                 metrics,
                 presence,
+                claim_gates: claim_gates::ClaimGates::default(),
                 push,
             }),
         })

@@ -67,7 +67,7 @@ async fn claim(
     state: web::Data<AppState>,
     device: DeviceIdentity,
 ) -> Result<HttpResponse, ApiError> {
-    match leases::claim(&state.store, &device, &state.config).await? {
+    match leases::claim(&state.store, &state.claim_gates, &device, &state.config).await? {
         Some(job) => Ok(HttpResponse::Ok()
             .insert_header(("cache-control", "no-store"))
             .json(ClaimResponse { job })),
