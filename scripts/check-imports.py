@@ -12,14 +12,39 @@ must be free of circles:
 
 The crate root is left out as a source (it declares and assembles every module) but not as a
 target: a module using an item of `lib.rs` depends on it. Test modules (`tests.rs`, or a `mod tests` block) are left out: they exist to look inside.
-Prints every circle found and exits non-zero. Usage: scripts/check-imports.py [CRATE_DIR...]
+Where a crate's wings have an order (`WING_ORDER`, lowest first), a wing may import only
+wings below it, and every wing must be placed in the order: a new wing is put on its floor
+on purpose, not left wherever it first fits.
+
+Prints every circle and every upward import found and exits non-zero.
+Usage: scripts/check-imports.py [CRATE_DIR...]
 """
 import os
 import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CRATES = ["shared-protocol", "server", "device-agent", "loadtests"]
+CRATES = ["shared-protocol", "seal", "server", "device-agent", "loadtests"]
+
+# Each crate's wings from the ground up (ARCHITECTURE.md draws the same floors).
+WING_ORDER = {
+    "server": [
+        # the ground: time, the error body, tokens, logs, the operator's settings
+        "clock", "error", "credentials", "telemetry", "proxies", "rate_limits", "config",
+        # tables
+        "store",
+        # the domain
+        "accounts", "devices", "relay", "jobs",
+        # this replica's outward parts, and who is told after a commit
+        "metrics", "push", "notices", "sweeper",
+        # the web
+        "state", "auth", "routes", "pages",
+    ],
+    "device-agent": [
+        "test_job", "local", "policy", "sandbox", "changes", "remote", "run", "engines",
+        "daemon", "cli",
+    ],
+}
 
 PATH = re.compile(r"\b((?:crate|super|self)(?:::[A-Za-z_][A-Za-z0-9_]*)+|[a-z_][a-z0-9_]*::[A-Za-z_][A-Za-z0-9_:]*)")
 BRACED = re.compile(r"\b(crate|super|self|[a-z_][a-z0-9_]*)((?:::[a-z_][a-z0-9_]*)*)::\{([^;]*?)\};", re.S)
@@ -176,12 +201,31 @@ def check(crate):
     for wing in list(wings):
         for target in wings[wing]:
             wings.setdefault(target, set())
+    problems += upward_imports(crate, wings)
     for component in circles(wings):
         chain = []
         for wing in sorted(component):
             into = sorted(t for t in wings[wing] if t in component)
             chain.append(f"{wing} -> {', '.join(into)}")
         problems.append(f"{crate}: wings in a circle: " + "; ".join(chain))
+    return problems
+
+
+def upward_imports(crate, wings):
+    """Every import of a wing from a lower floor, and every wing without a floor."""
+    order = WING_ORDER.get(crate)
+    if order is None:
+        return []
+    floor = {wing: index for index, wing in enumerate(order)}
+    problems = [
+        f"{crate}: wing `{wing}` has no place in WING_ORDER (scripts/check-imports.py)"
+        for wing in sorted(wings)
+        if wing not in floor
+    ]
+    for wing in sorted(w for w in wings if w in floor):
+        for target in sorted(t for t in wings[wing] if t in floor):
+            if floor[target] > floor[wing]:
+                problems.append(f"{crate}: `{wing}` imports `{target}`, a wing above it")
     return problems
 
 

@@ -14,9 +14,11 @@ use tether_protocol::routes::{
 };
 use tether_protocol::{Code, PROTOCOL_VERSION};
 
+use crate::accounts::{self, api_tokens};
+use crate::credentials;
 use crate::devices::{self, DeviceIdentity};
 use crate::error::ApiError;
-use crate::{accounts, api_tokens, credentials, AppState};
+use crate::state::AppState;
 
 /// The session cookie's name.
 pub const SESSION_COOKIE: &str = "tether_session";

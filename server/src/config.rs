@@ -78,7 +78,8 @@ pub struct Config {
     /// uses the public URL when it is https, else sends none.
     pub push_subject: Option<String>,
     /// Admits push endpoints on loopback addresses, `http://127.0.0.1:PORT/…` and
-    /// `http://[::1]:PORT/…` (`TETHER_PUSH_ALLOW_LOOPBACK=1`): tests and self-hosting.
+    /// `http://[::1]:PORT/…` (`TETHER_PUSH_ALLOW_LOOPBACK=1`), for tests only: with it, any
+    /// account can make the server POST to this host's loopback services.
     pub push_allow_loopback: bool,
 }
 
@@ -99,15 +100,15 @@ impl Config {
             pairing_expires_secs: tether_protocol::pairing::PAIRING_EXPIRES_SECS,
             pairing_interval_secs: tether_protocol::pairing::PAIRING_INTERVAL_SECS,
             max_running_per_account: 4,
-            http_workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            http_workers: cores(),
             db_max_connections: 10,
             relay_timeout_secs: 10,
             events_ping_secs: 20,
             events_idle_secs: 60,
             rate_limits: RateLimitConfig::defaults(),
             evidence_max_bytes: tether_protocol::jobs::MAX_EVIDENCE_BYTES,
-            password_slots: crate::passwords::default_slots(),
-            password_queue: crate::passwords::QUEUE_PER_SLOT * crate::passwords::default_slots(),
+            password_slots: cores(),
+            password_queue: PASSWORD_QUEUE_PER_SLOT * cores(),
             trusted_proxies: TrustedProxies::default(),
             body_timeout_ms: 20_000,
             max_connections: 20_000,
@@ -231,14 +232,28 @@ struct Cli {
     /// The VAPID contact, `mailto:…` or `https://…`; default the public URL when https.
     #[arg(long, env = "TETHER_PUSH_SUBJECT", value_parser = parse_push_subject)]
     push_subject: Option<String>,
-    /// Admit push endpoints on loopback addresses (tests, self-hosting).
+    /// Admit push endpoints on loopback addresses, for tests only: `1` or `true`.
     #[arg(
         long,
         env = "TETHER_PUSH_ALLOW_LOOPBACK",
-        value_parser = clap::builder::FalseyValueParser::new(),
+        value_parser = parse_switch,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        default_value = "false",
         hide = true
     )]
     push_allow_loopback: bool,
+}
+
+/// A switch that only `1` or `true` turns on; `0`, `false` or nothing leaves it off, and
+/// anything else is refused rather than guessed at (`yes` is not read as on).
+fn parse_switch(raw: &str) -> Result<bool, String> {
+    match raw.trim() {
+        "1" | "true" => Ok(true),
+        "" | "0" | "false" => Ok(false),
+        _ => Err("must be 1 or true (on), or 0 or false (off)".to_owned()),
+    }
 }
 
 /// RFC 8292 asks for a contact the push service can reach: a mailto: or an https: URI.
@@ -291,5 +306,46 @@ impl Cli {
             .evidence_max_bytes
             .min(tether_protocol::jobs::MAX_EVIDENCE_BYTES);
         config
+    }
+}
+
+/// Waiting places of the password-hashing queue per hashing slot (one slot per core).
+pub const PASSWORD_QUEUE_PER_SLOT: usize = 16;
+
+/// The cores this process may use: the default of HTTP workers and hashing slots.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{parse_switch, Cli};
+
+    fn loopback_switch(args: &[&str]) -> Result<bool, clap::Error> {
+        let argv = ["tether-server"].iter().chain(args);
+        Cli::try_parse_from(argv).map(|cli| cli.into_config().push_allow_loopback)
+    }
+
+    #[test]
+    fn the_loopback_switch_is_off_unless_named() {
+        assert!(!loopback_switch(&[]).unwrap_or(true));
+        assert!(loopback_switch(&["--push-allow-loopback"]).unwrap_or(false));
+        assert!(loopback_switch(&["--push-allow-loopback", "1"]).unwrap_or(false));
+        assert!(!loopback_switch(&["--push-allow-loopback", "0"]).unwrap_or(true));
+        assert!(loopback_switch(&["--push-allow-loopback", "yes"]).is_err());
+    }
+
+    #[test]
+    fn only_one_or_true_turn_a_switch_on() {
+        assert_eq!(parse_switch("1"), Ok(true));
+        assert_eq!(parse_switch("true"), Ok(true));
+        assert_eq!(parse_switch("0"), Ok(false));
+        assert_eq!(parse_switch("false"), Ok(false));
+        assert_eq!(parse_switch(""), Ok(false));
+        for refused in ["yes", "on", "TRUE", "2", "enable"] {
+            assert!(parse_switch(refused).is_err(), "{refused} was accepted");
+        }
     }
 }

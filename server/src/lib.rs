@@ -20,71 +20,34 @@ use anyhow::Context;
 use tracing::Instrument;
 
 pub mod accounts;
-pub mod api_tokens;
 pub mod auth;
-pub mod blobs;
-pub mod claim_gates;
 pub mod clock;
 pub mod config;
 pub mod credentials;
-pub mod decisions;
-pub mod delivery;
-pub mod device_tokens;
 pub mod devices;
 pub mod error;
-pub mod evidence;
-pub mod files;
-pub mod job_rows;
 pub mod jobs;
-pub mod leases;
-pub mod ledger;
-pub mod login_failures;
 pub mod metrics;
 pub mod notices;
 pub mod pages;
-pub mod pairing;
-pub mod passwords;
-pub mod presence;
 pub mod proxies;
 pub mod push;
 pub mod rate_limits;
 pub mod relay;
 pub mod routes;
-pub mod secrets;
+pub mod state;
 pub mod store;
 pub mod sweeper;
 pub mod telemetry;
-pub mod timeline;
 
 pub use clock::Clock;
 pub use config::Config;
 pub use error::ApiError;
 pub use store::Store;
 
-use metrics::Metrics;
-use presence::Presence;
-use rate_limits::RateLimits;
-use relay::Hub;
+pub use state::AppState;
 
-/// What every handler reaches through `web::Data<AppState>`.
-pub struct AppState {
-    pub store: Store,
-    pub config: Config,
-    /// Event streams and relays (in process, or across replicas through Redis).
-    pub hub: Hub,
-    /// This replica's rate limits.
-    pub limits: RateLimits,
-    /// The bounded queue password hashing runs in (sign-in, sign-up).
-    pub passwords: passwords::PasswordQueue,
-    /// This replica's metrics (`/metrics`).
-    pub metrics: Metrics,
-    /// Device contact times not yet written (heartbeats are written in batches).
-    pub presence: Presence,
-    /// This replica's turn-taking for the claims of one account.
-    pub claim_gates: claim_gates::ClaimGates,
-    /// This replica's Web Push notifications (queue, VAPID key, sender).
-    pub push: push::Push,
-}
+use relay::Hub;
 
 /// A bound, migrated server that has not started serving yet.
 pub struct Application {
@@ -117,14 +80,14 @@ impl Application {
     /// # Errors
     /// As [`Application::build`].
     pub async fn build_with_clock(config: Config, clock: Clock) -> anyhow::Result<Application> {
-        let store = Store::connect(&config, clock).await?;
-        blobs::Blobs::new(&config.data_dir).remove_stale_temporaries();
-        let hub = Hub::connect(config.redis_url.as_deref()).await?;
-        let presence = Presence::new(config.redis_url.is_none());
-        let limits = RateLimits::new(config.rate_limits.clone());
-        let passwords = passwords::PasswordQueue::new(config.password_slots, config.password_queue);
-        let metrics = Metrics::new();
-        let push = push::Push::new(&config, metrics.clone())?;
+        let state = AppState::connect(config, clock).await?;
+        let config = &state.config;
+        if config.push_allow_loopback {
+            tracing::warn!(
+                "TETHER_PUSH_ALLOW_LOOPBACK is on: any account can make this server POST to \
+                 its own loopback services. It is for tests only."
+            );
+        }
         let listener = TcpListener::bind(&config.listen)
             .with_context(|| format!("binding {}", config.listen))?;
         listener.set_nonblocking(true)?;
@@ -145,8 +108,8 @@ impl Application {
         );
         tracing::info!(
             port,
-            backend = store.backend_name(),
-            bus = hub.bus_name(),
+            backend = state.store.backend_name(),
+            bus = state.hub.bus_name(),
             "tether-server ready"
         );
         Ok(Application {
@@ -155,17 +118,7 @@ impl Application {
             metrics_listener,
             connections: routes::edge::Connections::new(cap),
             worker_connections,
-            state: web::Data::new(AppState {
-                store,
-                config,
-                hub,
-                limits,
-                passwords,
-                metrics,
-                presence,
-                claim_gates: claim_gates::ClaimGates::default(),
-                push,
-            }),
+            state: web::Data::new(state),
         })
     }
 
@@ -301,9 +254,7 @@ impl Application {
         let sweeper = sweeper::run(
             self.state.store.clone(),
             self.state.config.clone(),
-            self.state.hub.clone(),
-            self.state.metrics.clone(),
-            self.state.push.clone(),
+            self.state.notices.clone(),
         );
         let pushes = self.state.push.clone().run(self.state.store.clone());
         let listener = self.state.hub.clone().listen();

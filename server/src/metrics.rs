@@ -197,7 +197,7 @@ impl Metrics {
         self.inner.push_dropped.inc();
     }
 
-    /// Records how long a decision waited; `how` is a [`crate::decisions::Settlement`] label.
+    /// Records how long a decision waited; `how` is a `Settlement` label of the decisions.
     pub fn record_decision_wait(&self, how: &str, waited: std::time::Duration) {
         self.inner
             .decision_waits
@@ -232,9 +232,13 @@ impl Metrics {
                 })
                 .set(count);
         }
-        self.inner
-            .pending_decisions
-            .set(crate::decisions::pending_count(store).await?);
+        let pending = on_read!(store, |pool| sqlx::query_scalar::<_, i64>(
+            "SELECT COUNT(*) FROM decisions WHERE state = 'pending' AND expires_at > $1"
+        )
+        .bind(store.now())
+        .fetch_one(pool)
+        .await)?;
+        self.inner.pending_decisions.set(pending);
         let mut text = String::new();
         encode(&mut text, &self.inner.registry).map_err(|error| ApiError::internal(&error))?;
         Ok(text)

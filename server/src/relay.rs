@@ -37,9 +37,9 @@ use tether_protocol::{AccountId, Code, DecisionId, DeviceId, JobId};
 use tokio::sync::{broadcast, mpsc, oneshot, Notify};
 
 use crate::credentials;
-use crate::device_tokens::DeviceTokens;
+use crate::devices::device_tokens::DeviceTokens;
 use crate::error::ApiError;
-use crate::job_rows;
+use crate::store::job_rows;
 use crate::store::Store;
 
 /// Frames one stream may have queued before further ones are dropped (they are hints).

@@ -1,7 +1,7 @@
 //! The sweeper: ends runs whose lease expired, expires overdue decisions, and keeps house.
 //!
 //! [`try_expire_leases`] is one step, callable from tests (as is
-//! [`crate::decisions::expire_overdue`]); [`run`] repeats both every `sweep_secs`, at the
+//! [`crate::jobs::decisions::expire_overdue`]); [`run`] repeats both every `sweep_secs`, at the
 //! store's clock's time. After an outage of the server itself (no sweep for longer than a
 //! lease), [`grant_outage_grace`] first gives every running lease one more lease period,
 //! because the devices could not reach us to extend them. Each sweep is also the moment a
@@ -11,21 +11,17 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tether_protocol::decisions::DecisionChange;
 use tether_protocol::jobs::Outcome;
 use tether_protocol::{AccountId, JobId};
 
+use crate::accounts::login_failures;
 use crate::clock::{secs, to_time, Millis};
 use crate::config::Config;
-use crate::decisions::{self, Settled};
+use crate::devices::pairing;
 use crate::error::ApiError;
-use crate::job_rows::{self, EndCause};
-use crate::login_failures;
-use crate::metrics::Metrics;
-use crate::notices;
-use crate::pairing;
-use crate::push::Push;
-use crate::relay::Hub;
+use crate::jobs::decisions::{self, Settled};
+use crate::notices::Notices;
+use crate::store::job_rows::{self, EndCause};
 use crate::store::{on_read, on_tx, stored_id, Store, Tx};
 
 /// Most runs one sweep ends; the next sweep takes the rest.
@@ -132,13 +128,7 @@ pub async fn record_server_heartbeat(store: &Store, now: DateTime<Utc>) -> Resul
 ///
 /// # Errors
 /// Never returns on its own; the result type lets `run_until_stopped` select over it.
-pub async fn run(
-    store: Store,
-    config: Config,
-    hub: Hub,
-    metrics: Metrics,
-    push: Push,
-) -> anyhow::Result<()> {
+pub async fn run(store: Store, config: Config, notices: Notices) -> anyhow::Result<()> {
     if let Err(error) = grant_outage_grace(&store, store.clock().now(), &config).await {
         tracing::error!(%error, "outage grace failed");
     }
@@ -150,38 +140,18 @@ pub async fn run(
         ticker.tick().await;
         match sweep_once(&store, store.clock().now()).await {
             Ok((swept, expired_decisions)) => {
-                push.runs_interrupted(&swept.interrupted);
-                announce(&store, &hub, &metrics, swept, expired_decisions).await;
+                notices
+                    .runs_swept(&swept.interrupted, &swept.accounts, expired_decisions)
+                    .await;
             }
             Err(error) => tracing::error!(%error, "sweep failed"),
         }
         let now = store.now();
         if now - started_at >= secs(config.online_secs) {
-            if let Err(error) = push.tell_outages(&store, now, config.online_secs).await {
+            if let Err(error) = notices.computers_gone_quiet(now, config.online_secs).await {
                 tracing::error!(%error, "looking for computers gone offline failed");
             }
         }
-    }
-}
-
-/// After a sweep commits: wakes the devices its ended runs made room for, and tells the
-/// accounts what it expired.
-async fn announce(
-    store: &Store,
-    hub: &Hub,
-    metrics: &Metrics,
-    swept: SweepOutcome,
-    expired_decisions: Vec<Settled>,
-) {
-    metrics.record_lease_expiries(swept.interrupted.len());
-    // Each interrupted run freed a slot of its account's concurrent-run limit, and expired
-    // what it had asked.
-    for account_id in &swept.accounts {
-        hub.wake_queued(store, account_id).await;
-        notices::decisions_changed(hub, account_id, DecisionChange::Expired, None).await;
-    }
-    for settled in expired_decisions {
-        notices::decision_settled(hub, metrics, settled).await;
     }
 }
 

@@ -8,9 +8,9 @@ use tether_protocol::auth::ApiToken;
 
 use super::layout::{ago, error_page, page};
 use super::redirects::{escape_query_value, safe_next, signin_redirect};
-use crate::api_tokens;
+use crate::accounts::api_tokens;
 use crate::auth::Caller;
-use crate::AppState;
+use crate::state::AppState;
 
 #[derive(Deserialize)]
 pub struct NextQuery {

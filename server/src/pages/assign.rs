@@ -14,7 +14,7 @@ use super::layout::{ago, error_page, page};
 use super::redirects::signin_redirect;
 use crate::auth::Caller;
 use crate::jobs::JobFilter;
-use crate::AppState;
+use crate::state::AppState;
 
 #[derive(Deserialize)]
 pub struct AssignQuery {
@@ -55,7 +55,8 @@ pub async fn show(
         .or_else(|| devices.first());
     let held = match chosen {
         Some(device) => {
-            match crate::secrets::list(&state.store, &caller.account.id, &device.id).await {
+            match crate::devices::secrets::list(&state.store, &caller.account.id, &device.id).await
+            {
                 Ok(listing) => listing.names,
                 Err(error) => return error_page(&caller, &error),
             }

@@ -13,7 +13,7 @@ use super::redirects::signin_redirect;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::jobs::JobFilter;
-use crate::AppState;
+use crate::state::AppState;
 
 pub async fn show(
     state: web::Data<AppState>,
@@ -38,10 +38,12 @@ pub async fn show(
     let active: Vec<&Device> = devices.iter().filter(|d| d.revoked_at.is_none()).collect();
     let mut cards = Vec::with_capacity(active.len());
     for device in &active {
-        let names = match crate::secrets::list(&state.store, &caller.account.id, &device.id).await {
-            Ok(listing) => listing.names,
-            Err(error) => return error_page(&caller, &error),
-        };
+        let names =
+            match crate::devices::secrets::list(&state.store, &caller.account.id, &device.id).await
+            {
+                Ok(listing) => listing.names,
+                Err(error) => return error_page(&caller, &error),
+            };
         let running: Vec<&Job> = current
             .iter()
             .filter(|job| job.device_id == device.id)

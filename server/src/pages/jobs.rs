@@ -21,7 +21,7 @@ use super::timeline::timeline;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::jobs::JobFilter;
-use crate::AppState;
+use crate::state::AppState;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]

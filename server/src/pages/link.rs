@@ -8,7 +8,7 @@ use tether_protocol::pairing::{format_user_code, normalize_user_code};
 use super::layout::page;
 use super::redirects::signin_redirect;
 use crate::auth::Caller;
-use crate::AppState;
+use crate::state::AppState;
 
 #[derive(Deserialize)]
 pub struct LinkQuery {
@@ -29,7 +29,7 @@ pub async fn show(
         return signin_redirect(&back);
     };
     let pending = match &code {
-        Some(code) => crate::pairing::pending_by_user_code(&state.store, code).await,
+        Some(code) => crate::devices::pairing::pending_by_user_code(&state.store, code).await,
         None => None,
     };
     let typed = query.code.clone().unwrap_or_default();

@@ -15,13 +15,13 @@ use tether_protocol::decisions::{Answer, AnsweredBy, Decision, DecisionState, Sc
 use super::layout::{ago, error_page, page_with_badge};
 use super::redirects::signin_redirect;
 use crate::auth::Caller;
-use crate::AppState;
+use crate::state::AppState;
 
 pub async fn show(state: web::Data<AppState>, caller: Option<Caller>) -> HttpResponse {
     let Some(caller) = caller else {
         return signin_redirect("/needs-me");
     };
-    let pending = crate::decisions::list(
+    let pending = crate::jobs::decisions::list(
         &state.store,
         &caller.account.id,
         Some(DecisionState::Pending),

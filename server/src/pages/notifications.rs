@@ -14,7 +14,7 @@ use super::layout::{ago, error_page, page};
 use super::redirects::signin_redirect;
 use crate::auth::Caller;
 use crate::push::subscriptions;
-use crate::AppState;
+use crate::state::AppState;
 
 pub async fn show(state: web::Data<AppState>, caller: Option<Caller>) -> HttpResponse {
     let Some(caller) = caller else {

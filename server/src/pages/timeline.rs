@@ -1,4 +1,4 @@
-//! The job page's timeline: the run's lines as entries (read by `crate::timeline`), each
+//! The job page's timeline: the run's lines as entries (read by `crate::jobs::timeline`), each
 //! with its time, and the run's questions where they were asked. `app.js` appends live
 //! lines to the same structure from their `entry`; keep the two in step.
 
@@ -11,7 +11,7 @@ use tether_protocol::jobs::{Job, JobEvent, TimelineKind};
 
 use super::layout::ago;
 use super::needs_me::decision_card;
-use crate::timeline::{is_exit, plan_step, terminal_line, tool_line, ASKED_PREFIX};
+use crate::jobs::timeline::{is_exit, plan_step, terminal_line, tool_line, ASKED_PREFIX};
 
 /// How long after a question lines printed before it may still arrive: the computer sends
 /// its lines in batches every 250 ms, but asks at once. Lines that arrive this soon after

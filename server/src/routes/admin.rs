@@ -4,8 +4,9 @@ use actix_web::{web, HttpResponse};
 use tether_protocol::DeviceId;
 
 use crate::auth::Caller;
+use crate::devices;
 use crate::error::ApiError;
-use crate::{devices, notices, AppState};
+use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/api/admin/devices").route(web::get().to(list)))
@@ -25,9 +26,6 @@ async fn revoke(
 ) -> Result<HttpResponse, ApiError> {
     caller.require_admin()?;
     let account_id = devices::admin_revoke(&state.store, &device_id).await?;
-    state.hub.device_revoked(&device_id).await;
-    state.hub.wake_queued(&state.store, &account_id).await;
-    // Its runs ended, withdrawing what they had asked.
-    notices::decisions_withdrawn(&state.hub, &account_id).await;
+    state.notices.device_gone(&account_id, &device_id).await;
     Ok(HttpResponse::NoContent().finish())
 }

@@ -14,7 +14,7 @@ use crate::auth::{check_origin, Caller, Via, CSRF_COOKIE, SESSION_COOKIE};
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::rate_limits::Bucket;
-use crate::AppState;
+use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/api/auth/signup").route(web::post().to(signup)))

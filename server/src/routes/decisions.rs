@@ -17,18 +17,17 @@ use tether_protocol::decisions::{
     AnswerRequest, AskRequest, AskResponse, CloseRequest, DecisionChange, DecisionState,
     DecisionsEvent,
 };
-use tether_protocol::frames::ServerFrame;
 use tether_protocol::{AccountId, DecisionId, JobId};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::{interval_at, Instant, Interval, MissedTickBehavior};
 
 use super::lease::Lease;
 use crate::auth::Caller;
-use crate::decisions::{self, DeviceClose, NewDecision, PendingSummary, WebAnswer};
 use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
+use crate::jobs::decisions::{self, DeviceClose, NewDecision, PendingSummary, WebAnswer};
 use crate::relay::{AccountEvent, AccountStream};
-use crate::{notices, AppState};
+use crate::state::AppState;
 
 /// How often an idle event stream sends a comment, so proxies keep it open.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -63,14 +62,10 @@ async fn ask(
         state.config.lease_secs,
     )
     .await?;
-    state.push.decision_asked(&asked.decision_id);
-    notices::decisions_changed(
-        &state.hub,
-        &device.account_id,
-        DecisionChange::Asked,
-        Some(asked.decision_id.clone()),
-    )
-    .await;
+    state
+        .notices
+        .decision_asked(&device.account_id, &asked.decision_id)
+        .await;
     Ok(HttpResponse::Created().json(AskResponse {
         decision_id: asked.decision_id,
     }))
@@ -95,7 +90,7 @@ async fn close(
 ) -> Result<HttpResponse, ApiError> {
     let close = DeviceClose::try_from(params.into_inner())?;
     let closed = decisions::close(&state.store, &device, &decision_id, close).await?;
-    notices::decision_settled(&state.hub, &state.metrics, closed.settled).await;
+    state.notices.decision_settled(closed.settled).await;
     Ok(HttpResponse::Ok().json(closed.decision))
 }
 
@@ -131,12 +126,11 @@ async fn answer(
     let web_answer = WebAnswer::try_from(params.into_inner())?;
     let answered =
         decisions::answer(&state.store, &caller.account.id, &decision_id, web_answer).await?;
-    let frame = ServerFrame::DecisionAnswered {
-        decision_id: answered.decision.id.clone(),
-    };
-    // A lost frame costs the device only latency: it reads its decision while it waits.
-    state.hub.notify(&answered.decision.device_id, frame).await;
-    notices::decision_settled(&state.hub, &state.metrics, answered.settled).await;
+    let decision = &answered.decision;
+    state
+        .notices
+        .decision_answered(&decision.device_id, &decision.id, answered.settled)
+        .await;
     Ok(HttpResponse::Ok().json(answered.decision))
 }
 

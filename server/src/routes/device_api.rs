@@ -2,7 +2,6 @@
 
 use actix_web::{web, HttpResponse};
 use tether_protocol::devices::HeartbeatParams;
-use tether_protocol::frames::ServerFrame;
 use tether_protocol::jobs::{
     ClaimResponse, CompleteParams, JobResponse, ProgressParams, ReattachParams, ResumeParams,
 };
@@ -11,9 +10,9 @@ use tether_protocol::JobId;
 use super::lease::Lease;
 use crate::devices::{self, DeviceIdentity};
 use crate::error::ApiError;
-use crate::leases::{self, Completion, Heartbeat, ProgressReport};
+use crate::jobs::leases::{self, Completion, Heartbeat, ProgressReport};
 use crate::rate_limits::Bucket;
-use crate::{notices, AppState};
+use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -38,12 +37,9 @@ async fn remove(
     device: DeviceIdentity,
 ) -> Result<HttpResponse, ApiError> {
     devices::remove_self(&state.store, &device).await?;
-    state.hub.device_revoked(&device.device_id).await;
-    // Its runs ended, withdrawing what they had asked.
-    notices::decisions_withdrawn(&state.hub, &device.account_id).await;
     state
-        .hub
-        .wake_queued(&state.store, &device.account_id)
+        .notices
+        .device_gone(&device.account_id, &device.device_id)
         .await;
     Ok(HttpResponse::NoContent().finish())
 }
@@ -108,7 +104,6 @@ async fn complete(
     let completion = Completion::try_from(params.into_inner())?;
     let completed = leases::complete(
         &state.store,
-        &state.push,
         &device,
         &job_id,
         &lease,
@@ -117,20 +112,10 @@ async fn complete(
     )
     .await?;
     let job = completed.job;
-    // Whatever the run still had pending was withdrawn with its end.
-    if !job.decisions.is_empty() {
-        notices::decisions_withdrawn(&state.hub, &device.account_id).await;
-    }
-    // The run's slot of the full account's concurrent-run limit is free again.
-    if completed.freed_full_account {
-        state
-            .hub
-            .wake_queued(&state.store, &device.account_id)
-            .await;
-    } else if job.continued_by.is_some() {
-        // Its follow-up waited for this end.
-        state.hub.notify(&device.device_id, ServerFrame::Wake).await;
-    }
+    state
+        .notices
+        .run_ended(&device.account_id, &job, completed.end)
+        .await;
     Ok(HttpResponse::Ok().json(JobResponse { job }))
 }
 
@@ -166,8 +151,7 @@ async fn resume(
 ) -> Result<HttpResponse, ApiError> {
     let ResumeParams { attempt } = params.into_inner();
     let job = leases::resume(&state.store, &device, &job_id, attempt, &state.config).await?;
-    // The lost attempt's pending decisions were withdrawn.
-    notices::decisions_withdrawn(&state.hub, &device.account_id).await;
+    state.notices.run_resumed(&device.account_id).await;
     Ok(HttpResponse::Ok()
         .insert_header(("cache-control", "no-store"))
         .json(ClaimResponse { job }))

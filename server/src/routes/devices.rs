@@ -7,7 +7,7 @@ use tether_protocol::DeviceId;
 use crate::auth::Caller;
 use crate::devices::{self, DeviceName};
 use crate::error::ApiError;
-use crate::{notices, AppState};
+use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/api/devices").route(web::get().to(list)))
@@ -41,13 +41,9 @@ async fn revoke(
     device_id: web::Path<DeviceId>,
 ) -> Result<HttpResponse, ApiError> {
     devices::revoke(&state.store, &caller.account.id, &device_id).await?;
-    state.hub.device_revoked(&device_id).await;
-    // Its runs ended, withdrawing what they had asked.
-    notices::decisions_withdrawn(&state.hub, &caller.account.id).await;
-    // Its runs ended, freeing slots of the account's concurrent-run limit.
     state
-        .hub
-        .wake_queued(&state.store, &caller.account.id)
+        .notices
+        .device_gone(&caller.account.id, &device_id)
         .await;
     Ok(HttpResponse::NoContent().finish())
 }

@@ -38,7 +38,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::config::Config;
 use crate::error::ApiError;
-use crate::AppState;
+use crate::state::AppState;
 
 /// The slowest average rate a body may arrive at once its first `body_timeout_ms` are spent:
 /// each 16 KiB received buys one more second (a 100 MB upload may take 1 h 45 min).

@@ -19,10 +19,11 @@ use actix_ws::{CloseCode, CloseReason, Message, MessageStream, ProtocolError, Se
 use tether_protocol::frames::ServerFrame;
 use tether_protocol::{Code, DeviceId};
 
+use crate::devices::secrets;
 use crate::devices::{self, DeviceIdentity};
 use crate::error::ApiError;
 use crate::relay::EventStream;
-use crate::{secrets, AppState};
+use crate::state::AppState;
 
 /// Largest frame a device may send (it sends only pongs and closes).
 const MAX_INBOUND_FRAME: usize = 4 * 1024;

@@ -14,11 +14,11 @@ use tokio::io::AsyncReadExt;
 
 use super::lease::Lease;
 use crate::auth::Caller;
-use crate::blobs::Blobs;
 use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
-use crate::evidence::{self, ContentType, Sniffer, Upload};
-use crate::AppState;
+use crate::jobs::evidence::{self, ContentType, Sniffer, Upload};
+use crate::state::AppState;
+use crate::store::blobs::Blobs;
 
 /// Size of the chunks a download is sent in.
 const READ_CHUNK: usize = 64 * 1024;

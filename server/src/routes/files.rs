@@ -14,9 +14,9 @@ use super::input::json_config_with_limit;
 use crate::auth::Caller;
 use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
-use crate::files::{self, FolderPath, RelayedAnswer};
+use crate::jobs::files::{self, FolderPath, RelayedAnswer};
 use crate::rate_limits::Bucket;
-use crate::AppState;
+use crate::state::AppState;
 
 /// Largest answer body: 1 MiB of text, JSON-escaped, plus the listing or metadata.
 pub const ANSWER_LIMIT_BYTES: usize = 1536 * 1024;

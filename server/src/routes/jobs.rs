@@ -3,14 +3,13 @@
 
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
-use tether_protocol::frames::ServerFrame;
 use tether_protocol::jobs::{JobResponse, JobState, NewJobParams, RerunParams};
 use tether_protocol::{Code, DeviceId, JobId};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::jobs::{self, JobFilter, NewJob};
-use crate::{notices, AppState};
+use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -58,15 +57,8 @@ async fn create(
 ) -> Result<HttpResponse, ApiError> {
     let new = NewJob::try_from(params.into_inner())?;
     let job = jobs::create(&state.store, &caller.account.id, new).await?;
-    queued_for(&state, &job.device_id).await;
+    state.notices.job_queued(&job.device_id).await;
     Ok(HttpResponse::Created().json(job))
-}
-
-/// A job was queued for `device_id`: its next heartbeat counts the queue again, and its
-/// stream is woken to claim.
-async fn queued_for(state: &AppState, device_id: &DeviceId) {
-    state.presence.queue_changed(device_id.as_str());
-    state.hub.notify(device_id, ServerFrame::Wake).await;
 }
 
 async fn list(
@@ -105,7 +97,7 @@ async fn rerun(
     };
     let prompt = params.prompt;
     let job = jobs::rerun(&state.store, &caller.account.id, &job_id, prompt).await?;
-    queued_for(&state, &job.device_id).await;
+    state.notices.job_queued(&job.device_id).await;
     Ok(HttpResponse::Created().json(job))
 }
 
@@ -115,19 +107,6 @@ async fn cancel(
     job_id: web::Path<JobId>,
 ) -> Result<HttpResponse, ApiError> {
     let job = jobs::cancel(&state.store, &caller.account.id, &job_id).await?;
-    if job.cancel_requested && matches!(job.state, JobState::Running | JobState::Waiting) {
-        let frame = ServerFrame::JobCancel {
-            job_id: job.id.clone(),
-        };
-        state.hub.notify(&job.device_id, frame).await;
-    }
-    // A follow-up of a job cancelled before it started may go now.
-    if job.state.is_final() && job.continued_by.is_some() {
-        state.hub.notify(&job.device_id, ServerFrame::Wake).await;
-    }
-    // A cancel withdraws what the run still had pending.
-    if !job.decisions.is_empty() {
-        notices::decisions_withdrawn(&state.hub, &caller.account.id).await;
-    }
+    state.notices.job_cancelled(&caller.account.id, &job).await;
     Ok(HttpResponse::Ok().json(JobResponse { job }))
 }

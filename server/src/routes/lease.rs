@@ -9,7 +9,7 @@ use tether_protocol::routes::LEASE_HEADER;
 use tether_protocol::{Code, LeaseToken};
 
 use crate::error::ApiError;
-use crate::job_rows;
+use crate::store::job_rows;
 
 /// The lease token of a lease-bound route, from [`LEASE_HEADER`].
 ///

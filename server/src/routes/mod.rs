@@ -61,7 +61,7 @@ async fn healthz() -> HttpResponse {
 
 /// 200 while this replica can reach its database (and Redis, when configured); 503
 /// `unavailable` otherwise, so a load balancer stops sending it traffic.
-async fn readyz(state: web::Data<crate::AppState>) -> Result<HttpResponse, ApiError> {
+async fn readyz(state: web::Data<crate::state::AppState>) -> Result<HttpResponse, ApiError> {
     state.store.ping().await.map_err(|_| {
         ApiError::new(
             tether_protocol::Code::Unavailable,
@@ -78,7 +78,7 @@ async fn readyz(state: web::Data<crate::AppState>) -> Result<HttpResponse, ApiEr
 
 /// Prometheus text exposition of this replica's metrics. Served on the metrics listener
 /// (`TETHER_METRICS_LISTEN`, see `lib.rs`), never on the public one.
-pub async fn metrics(state: web::Data<crate::AppState>) -> Result<HttpResponse, ApiError> {
+pub async fn metrics(state: web::Data<crate::state::AppState>) -> Result<HttpResponse, ApiError> {
     let text = state.metrics.render(&state.store, &state.hub).await?;
     Ok(HttpResponse::Ok()
         .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")

@@ -6,10 +6,10 @@ use tether_protocol::pairing::{LinkParams, PairParams, RegisterParams};
 use super::client::client_address;
 use super::links::public_base;
 use crate::auth::{check_protocol, Caller};
+use crate::devices::pairing::{self, NewPairing};
 use crate::error::ApiError;
-use crate::pairing::{self, NewPairing};
 use crate::rate_limits::Bucket;
-use crate::AppState;
+use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/api/devices/pair").route(web::post().to(pair)))
@@ -58,7 +58,6 @@ async fn link(
         .limits
         .check(Bucket::Link, caller.account.id.as_str())?;
     let linked = pairing::link(&state.store, &caller.account.id, &params.user_code).await?;
-    // Pairing a computer again ends its old token.
-    state.hub.forget_device_token(&linked.device_id).await;
+    state.notices.device_paired_again(&linked.device_id).await;
     Ok(HttpResponse::Ok().json(linked))
 }

@@ -9,7 +9,7 @@ use tether_protocol::SubscriptionId;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::push::subscriptions::{self, KindsUpdate, NewSubscription, Subscribing};
-use crate::AppState;
+use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/api/push/key").route(web::get().to(key)))

@@ -6,10 +6,10 @@ use tether_protocol::secrets::{DeliveryAnswer, SendSecretParams, SendSecretRespo
 use tether_protocol::{DeliveryId, DeviceId};
 
 use crate::auth::Caller;
+use crate::devices::secrets::{self, DeliveryOutcome, NewDelivery};
 use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
-use crate::secrets::{self, DeliveryOutcome, NewDelivery};
-use crate::AppState;
+use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -30,8 +30,7 @@ async fn send(
 ) -> Result<HttpResponse, ApiError> {
     let delivery = NewDelivery::try_from(params.into_inner())?;
     let accepted = secrets::send(&state.store, &caller.account.id, &device_id, delivery).await?;
-    // A lost frame is sent again when the device's stream reconnects.
-    state.hub.notify(&device_id, accepted.frame).await;
+    state.notices.secret_sent(&device_id, accepted.frame).await;
     Ok(HttpResponse::Accepted().json(SendSecretResponse {
         delivery_id: accepted.delivery_id,
     }))

@@ -6,10 +6,10 @@ use actix_web::{web, HttpResponse};
 use tether_protocol::auth::{Me, NewTokenParams};
 use tether_protocol::{Code, TokenId};
 
-use crate::api_tokens::{self, NewApiToken};
+use crate::accounts::api_tokens::{self, NewApiToken};
 use crate::auth::{Caller, Via};
 use crate::error::ApiError;
-use crate::AppState;
+use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(

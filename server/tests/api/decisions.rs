@@ -10,7 +10,9 @@ use tether_protocol::decisions::{Decision, DecisionState, DeviceDecision};
 use tether_protocol::frames::ServerFrame;
 use tether_protocol::jobs::JobState;
 use tether_protocol::DecisionId;
-use tether_server::{decisions, ledger, sweeper};
+use tether_server::jobs::decisions;
+use tether_server::store::ledger;
+use tether_server::sweeper;
 
 use crate::both_backends;
 use crate::helpers::{

@@ -3,7 +3,7 @@
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tether_protocol::jobs::JobState;
-use tether_server::ledger;
+use tether_server::store::ledger;
 
 use crate::both_backends;
 use crate::helpers::{assert_error, spawn_app, spawn_app_with};

@@ -203,7 +203,7 @@ both_backends! {
 
         // The ledger names the upload, never its bytes.
         let account = run.owner.me().await.account.id;
-        let entries = tether_server::ledger::list(&run.app.store, &account).await.unwrap();
+        let entries = tether_server::store::ledger::list(&run.app.store, &account).await.unwrap();
         let uploads: Vec<_> = entries.iter().filter(|entry| entry.kind == "evidence.uploaded").collect();
         assert_eq!(uploads.len(), 2);
         assert!(uploads[0].detail_json.contains("screen.png"));

@@ -5,7 +5,8 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tether_protocol::jobs::{JobState, Outcome};
-use tether_server::{ledger, sweeper};
+use tether_server::store::ledger;
+use tether_server::sweeper;
 
 use crate::both_backends;
 use crate::helpers::{assert_error, spawn_app, spawn_app_with};

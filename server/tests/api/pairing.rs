@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use tether_server::{ledger, pairing};
+use tether_server::devices::pairing;
+use tether_server::store::ledger;
 
 use crate::both_backends;
 use crate::helpers::{assert_error, seal_key, spawn_app, spawn_app_with};

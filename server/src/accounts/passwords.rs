@@ -2,7 +2,7 @@
 //!
 //! Each argon2id hash or check takes 19 MiB and a core for tens of milliseconds, so they run
 //! off the async threads, at most one per hashing slot (one per core) at a time, behind a
-//! queue of [`QUEUE_PER_SLOT`] waiting places per slot. A request that finds every place
+//! queue of [`crate::config::PASSWORD_QUEUE_PER_SLOT`] waiting places per slot. A request that finds every place
 //! taken is answered 503 `unavailable` with `Retry-After` at once, instead of piling up: a
 //! flood of sign-ins costs a bounded amount of CPU and memory, and the queue it leaves
 //! behind drains in well under a second.
@@ -29,15 +29,8 @@ pub const MIN_STRENGTH: u8 = 3;
 /// Characters of a password zxcvbn judges. Its matching grows quickly with length (a
 /// hostile 100-character password took 0.3 s), and 64 strong characters are strong.
 const JUDGED_CHARS: usize = 64;
-/// Waiting places of the hashing queue per hashing slot.
-pub const QUEUE_PER_SLOT: usize = 16;
 /// `Retry-After` when the queue is full: it drains in well under a second.
 const FULL_RETRY_SECS: u64 = 1;
-
-/// Hashing slots by default: one per core.
-pub fn default_slots() -> usize {
-    std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
-}
 
 /// The queue argon2id runs in: `slots` at once, `waiting` more may wait.
 pub struct PasswordQueue {

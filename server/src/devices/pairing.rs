@@ -26,7 +26,7 @@ use crate::clock::{secs, Millis};
 use crate::config::Config;
 use crate::credentials::{self, sha256_b64url};
 use crate::error::ApiError;
-use crate::ledger::{self, LedgerKind};
+use crate::store::ledger::{self, LedgerKind};
 use crate::store::{on_read, on_tx, stored_id, Store, Tx};
 
 /// Wrong codes an account may try within [`LINK_WINDOW_SECS`] before linking answers 429.

@@ -27,7 +27,7 @@ use tether_protocol::{AccountId, Code, DeviceId, JobId, LeaseToken};
 use crate::clock::{to_time, Millis};
 use crate::credentials;
 use crate::error::ApiError;
-use crate::ledger::{self, LedgerKind};
+use crate::store::ledger::{self, LedgerKind};
 use crate::store::{on_read, on_reads, on_tx, stored_id, ReadSource, Store, Tx};
 
 mod in_one;

@@ -17,8 +17,8 @@ use tether_protocol::{AccountId, JobId};
 
 use crate::clock::Millis;
 use crate::error::ApiError;
-use crate::job_rows::truncate;
-use crate::ledger::{self, LedgerKind};
+use crate::store::job_rows::truncate;
+use crate::store::ledger::{self, LedgerKind};
 use crate::store::Tx;
 
 /// Longest commit subject kept, in bytes.

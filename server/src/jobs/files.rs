@@ -15,8 +15,8 @@ use tether_protocol::files::{FileAnswer, FileContent, FileOp, Tree, MAX_FILE_BYT
 use tether_protocol::{AccountId, Code, DeviceId, JobId};
 
 use crate::error::ApiError;
-use crate::job_rows;
 use crate::relay::Hub;
+use crate::store::job_rows;
 use crate::store::Store;
 
 /// Longest path the web may ask for, in bytes.

@@ -1,3 +1,7 @@
+//! The store wing: the database and everything written straight to it — job rows and
+//! their one-statement writes (`job_rows`), the audit ledger (`ledger`) and evidence
+//! bytes on disk (`blobs`). It imports no domain wing.
+//!
 //! The database: one [`Store`] over SQLite (embedded default) or PostgreSQL.
 //!
 //! Both backends share SQL text (`$1` placeholders work on both in sqlx), times are BIGINT
@@ -10,6 +14,10 @@
 //!
 //! The store also carries the [`Clock`]: [`Store::now`] is the time every domain function
 //! writes and compares stored times with, so a test can move it.
+
+pub mod blobs;
+pub mod job_rows;
+pub mod ledger;
 
 use std::str::FromStr;
 use std::time::Duration;

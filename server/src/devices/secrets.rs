@@ -13,18 +13,18 @@
 use serde_json::json;
 use tether_protocol::capabilities::SealKey;
 use tether_protocol::frames::ServerFrame;
-use tether_protocol::seal::{Aad, Envelope, SealError};
 use tether_protocol::secrets::{
     valid_name, Delivery, DeliveryAnswer, DeliveryState, SavedName, SecretsListing,
     SendSecretParams, MAX_NAME_LEN,
 };
 use tether_protocol::sites;
 use tether_protocol::{AccountId, Code, DeliveryId, DeviceId};
+use tether_seal::{Aad, Envelope, SealError};
 
 use crate::clock::to_time;
 use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
-use crate::ledger::{self, LedgerKind};
+use crate::store::ledger::{self, LedgerKind};
 use crate::store::{on_read, on_tx, stored_id, Store};
 
 /// Largest sealed box accepted, as serialized JSON (a 64 KiB value seals to about 88 KiB).

@@ -5,7 +5,7 @@
 //! name nor the device: it checks the description ([`Upload::decode`]), the size and the
 //! digest of the bytes, and the type sniffed from the bytes ([`Sniffer`], [`ContentType`])
 //! against the declared kind; then it keeps the bytes in the blob store
-//! ([`crate::blobs`]) and the description here.
+//! ([`crate::store::blobs`]) and the description here.
 //!
 //! A device with evidence upload turned off sends the description only (`local: true`, an
 //! empty body): the job lists the file as kept on the computer, and reading it answers 409.
@@ -25,8 +25,8 @@ use tether_protocol::{AccountId, Code, JobId, LeaseToken};
 
 use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
-use crate::job_rows;
-use crate::ledger::{self, LedgerKind};
+use crate::store::job_rows;
+use crate::store::ledger::{self, LedgerKind};
 use crate::store::{on_read, on_reads, on_tx, ReadSource, Store, Tx};
 
 /// Longest `x-tether-evidence` header, in bytes (before decoding).

@@ -42,8 +42,8 @@ use crate::accounts::parse_name;
 use crate::clock::{secs, to_time, Millis};
 use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
-use crate::job_rows::{self, append_events, JobRow};
-use crate::ledger::{self, LedgerKind};
+use crate::store::job_rows::{self, append_events, JobRow};
+use crate::store::ledger::{self, LedgerKind};
 use crate::store::{on_read, on_reads, on_tx, stored_id, ReadSource, Store, Tx};
 
 /// Most decisions one list answer holds (newest first).
@@ -495,20 +495,6 @@ pub async fn pending_summary(
         count: u64::try_from(count).unwrap_or(0),
         newest_at,
     })
-}
-
-/// How many decisions of every account are pending, for the metrics gauge.
-///
-/// # Errors
-/// A database error.
-pub async fn pending_count(store: &Store) -> Result<i64, ApiError> {
-    let count = on_read!(store, |pool| sqlx::query_scalar::<_, i64>(
-        "SELECT COUNT(*) FROM decisions WHERE state = 'pending' AND expires_at > $1"
-    )
-    .bind(store.now())
-    .fetch_one(pool)
-    .await)?;
-    Ok(count)
 }
 
 /// Expires every pending decision past its expiry (at most [`EXPIRE_BATCH`]), putting jobs

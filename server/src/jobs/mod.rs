@@ -1,10 +1,22 @@
+//! The jobs wing: jobs as the web sees them (here), the device's side of a run under its
+//! lease (`leases`, with `claim_gates`), decisions, git delivery, evidence, live files and
+//! the timeline a run reads as.
+//!
 //! Jobs as the web sees them: create, list, read, cancel. How a job's row changes is
-//! [`crate::job_rows`]'s; the device's side of a run is [`crate::leases`]'s.
+//! [`crate::store::job_rows`]'s; the device's side of a run is [`crate::jobs::leases`]'s.
 //!
 //! Pages call [`create`], [`list`], [`get`] and [`cancel`].
 //!
 //! **Invariant:** a job never moves to another device, and a job of another account is
 //! `not_found`.
+
+pub mod claim_gates;
+pub mod decisions;
+pub mod delivery;
+pub mod evidence;
+pub mod files;
+pub mod leases;
+pub mod timeline;
 
 use serde_json::json;
 use tether_protocol::capabilities::Capabilities;
@@ -16,11 +28,11 @@ use tether_protocol::{AccountId, Code, DeviceId, JobId};
 use crate::accounts::{check_text, parse_name};
 use crate::clock::to_time;
 use crate::config::Config;
+use crate::devices;
 use crate::error::ApiError;
-use crate::job_rows::{self, EndCause, OpenDecisions};
-use crate::ledger::{self, LedgerKind};
+use crate::store::job_rows::{self, EndCause, OpenDecisions};
+use crate::store::ledger::{self, LedgerKind};
 use crate::store::{stored_id, InTx, ReadSource, Store, Tx};
-use crate::{decisions, delivery, devices, evidence};
 
 /// Longest prompt, in characters.
 pub const MAX_PROMPT_CHARS: usize = 20_000;
@@ -393,7 +405,7 @@ pub(crate) async fn read(
         .await?
         .ok_or_else(|| ApiError::not_found("job"))?;
     let mut events = job_rows::events(&mut reads, job_id).await?;
-    crate::timeline::read_all(&mut events);
+    crate::jobs::timeline::read_all(&mut events);
     let mut job = row.into_job(events)?;
     job.evidence = evidence::list(&mut reads, account_id, job_id).await?;
     job.decisions = decisions::for_job(&mut reads, account_id, job_id).await?;

@@ -1,9 +1,16 @@
+//! The accounts wing: accounts, users and sessions (here), API tokens (`api_tokens`),
+//! password hashing (`passwords`) and sign-in backoff (`login_failures`).
+//!
 //! Accounts, users and sessions (API tokens are `api_tokens`).
 //!
 //! Signup makes a user and a new account named after them; the first user of a fresh
 //! server is the platform admin. Sessions are stored as hashes. Passwords are checked and
 //! hashed in the bounded queue of `passwords`; sign-in attempts are counted per email by
 //! `login_failures`.
+
+pub mod api_tokens;
+pub mod login_failures;
+pub mod passwords;
 
 use tether_protocol::auth::{LoginParams, Me, SignupParams, User};
 use tether_protocol::text::{self, TextKind};
@@ -12,9 +19,8 @@ use tether_protocol::{AccountId, Code, UserId};
 use crate::clock::{secs, Millis};
 use crate::credentials;
 use crate::error::ApiError;
-use crate::login_failures;
-use crate::passwords::{self, PasswordQueue, MAX_PASSWORD_CHARS};
 use crate::store::{on_read, on_tx, stored_id, Store, Tx};
+use passwords::{PasswordQueue, MAX_PASSWORD_CHARS};
 
 /// How long a browser session lasts.
 pub const SESSION_SECS: u64 = 30 * 24 * 3600;

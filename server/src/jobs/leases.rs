@@ -4,7 +4,7 @@
 //! A claim hands the device a random lease token (stored as a hash) with an expiry.
 //! Heartbeats and progress extend only a lease the device still holds; every write about a
 //! run names its lease, and a wrong, old or expired one is 409 `stale_lease`. The rows
-//! change through [`crate::job_rows`]; this module decides which change a call earns.
+//! change through [`crate::store::job_rows`]; this module decides which change a call earns.
 //!
 //! **Invariant:** a device only ever reads or writes its own jobs (another device's job is
 //! `not_found`), and only the holder of the current, unexpired lease moves a run forward.
@@ -23,18 +23,17 @@ use tether_protocol::jobs::{
 use tether_protocol::text::{self, TextKind};
 use tether_protocol::{Code, JobId, LeaseToken};
 
-use crate::claim_gates::ClaimGates;
 use crate::clock::{secs, to_time, Millis};
 use crate::config::Config;
 use crate::credentials;
-use crate::delivery::{self, ReportedDelivery};
+use crate::devices::presence::{self, Presence};
 use crate::devices::{self, DeviceIdentity};
 use crate::error::ApiError;
-use crate::job_rows::{self, truncate, EndCause, JobRow, OpenDecisions};
 use crate::jobs;
-use crate::ledger::{self, LedgerKind};
-use crate::presence::{self, Presence};
-use crate::push::Push;
+use crate::jobs::claim_gates::ClaimGates;
+use crate::jobs::delivery::{self, ReportedDelivery};
+use crate::store::job_rows::{self, truncate, EndCause, JobRow, OpenDecisions};
+use crate::store::ledger::{self, LedgerKind};
 use crate::store::{on_tx, stored_id, InTx, Store, Tx};
 
 /// Most held runs one heartbeat may report.
@@ -420,21 +419,29 @@ pub async fn progress(
     })
 }
 
-/// A completed job, and whether its end freed a slot of a full account (its devices with
-/// queued work may have been held back by the run limit, and are to be woken).
-pub struct Completed {
-    pub job: Job,
+/// How a run's end went, for [`crate::notices::Notices::run_ended`].
+#[derive(Debug, Clone, Copy)]
+pub struct RunEnd {
+    /// False when the device repeated a completion already recorded.
+    pub first_end: bool,
+    /// The account was at its concurrent-run limit before this end.
     pub freed_full_account: bool,
 }
 
-/// Records how the run ended and releases the lease, then queues its owner's push
-/// notification. The same call again with the same lease answers the recorded job.
+/// A completed job and how its end went.
+pub struct Completed {
+    pub job: Job,
+    /// What [`crate::notices::Notices::run_ended`] needs to know of this end.
+    pub end: RunEnd,
+}
+
+/// Records how the run ended and releases the lease. The same call again with the same
+/// lease answers the recorded job (with `end.first_end` false).
 ///
 /// # Errors
 /// 404 for a job not of this device, 409 `stale_lease`.
 pub async fn complete(
     store: &Store,
-    push: &Push,
     device: &DeviceIdentity,
     job_id: &JobId,
     lease: &LeaseToken,
@@ -456,10 +463,11 @@ pub async fn complete(
         drop(tx);
         return if same_lease {
             let job = jobs::get(store, &device.account_id, job_id).await?;
-            Ok(Completed {
-                job,
+            let end = RunEnd {
+                first_end: false,
                 freed_full_account: false,
-            })
+            };
+            Ok(Completed { job, end })
         } else {
             Err(job_rows::stale_lease())
         };
@@ -507,16 +515,16 @@ pub async fn complete(
         None
     };
     tx.commit().await?;
-    push.job_ended(job_id, outcome.outcome.state());
     tracing::info!(job_id = %job_id, outcome = outcome.outcome.state().as_str(), "job completed");
     let job = match answer {
         Some(job) => job,
         None => jobs::get(store, &device.account_id, job_id).await?,
     };
-    Ok(Completed {
-        job,
+    let end = RunEnd {
+        first_end: true,
         freed_full_account: still_running + 1 >= i64::from(config.max_running_per_account),
-    })
+    };
+    Ok(Completed { job, end })
 }
 
 /// Gives a run that kept going through an outage a new lease for the same attempt. Allowed

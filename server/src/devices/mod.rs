@@ -1,3 +1,7 @@
+//! The devices wing: paired computers (here), their tokens (`device_tokens`), pairing
+//! (`pairing`), when each was last heard from (`presence`) and the sealed-secret relay
+//! (`secrets`).
+//!
 //! Paired computers: who a device is ([`DeviceIdentity`]), listing, renaming, revoking, and
 //! authenticating their tokens.
 //!
@@ -7,6 +11,11 @@
 //!
 //! **Invariant:** a device of another account is `not_found`, never `forbidden`.
 
+pub mod device_tokens;
+pub mod pairing;
+pub mod presence;
+pub mod secrets;
+
 use serde_json::json;
 use tether_protocol::capabilities::{Capabilities, SealKey};
 use tether_protocol::devices::{AdminDevice, Device, DeviceSelf, RenameParams};
@@ -15,10 +24,11 @@ use tether_protocol::{AccountId, Code, DeviceId};
 use crate::accounts::parse_name;
 use crate::clock::{secs, to_time, Millis};
 use crate::config::Config;
+use crate::credentials;
 use crate::error::ApiError;
-use crate::ledger::{self, LedgerKind};
+use crate::store::job_rows;
+use crate::store::ledger::{self, LedgerKind};
 use crate::store::{on_read, on_reads, on_tx, stored_id, ReadSource, Store, Tx};
-use crate::{credentials, job_rows};
 
 /// A paired device that proved who it is (its token resolved, not revoked). Every domain
 /// function a device calls takes one, so none can act for a device it has not authenticated.
