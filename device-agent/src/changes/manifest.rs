@@ -18,6 +18,7 @@ use tether_protocol::JobId;
 
 use crate::changes::record::{Entry, Manifest};
 use crate::changes::store::Store;
+use crate::local::private_files::{hex, open_no_follow};
 
 /// Folders never walked: what package managers, builds and tools make again.
 pub const SKIPPED_FOLDERS: &[&str] = &[
@@ -322,7 +323,7 @@ pub fn content(abs: &Path, link: bool, max: u64) -> io::Result<Vec<u8>> {
         return Ok(target.as_os_str().as_encoded_bytes().to_vec());
     }
     let mut bytes = Vec::new();
-    open_no_follow(abs)?
+    open_regular(abs)?
         .take(max.saturating_add(1))
         .read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max {
@@ -336,7 +337,7 @@ pub fn content(abs: &Path, link: bool, max: u64) -> io::Result<Vec<u8>> {
 /// # Errors
 /// When it cannot be read.
 pub fn hash_file(abs: &Path) -> io::Result<String> {
-    let mut file = open_no_follow(abs)?;
+    let mut file = open_regular(abs)?;
     let mut hasher = Sha256::new();
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
@@ -352,8 +353,7 @@ pub fn hash_file(abs: &Path) -> io::Result<String> {
 /// Whether the first [`SNIFF_BYTES`] of a file hold a NUL byte.
 fn sniff_binary(abs: &Path) -> bool {
     let mut head = Vec::new();
-    match open_no_follow(abs).and_then(|file| file.take(SNIFF_BYTES as u64).read_to_end(&mut head))
-    {
+    match open_regular(abs).and_then(|file| file.take(SNIFF_BYTES as u64).read_to_end(&mut head)) {
         Ok(_) => head.contains(&0),
         Err(_) => true,
     }
@@ -368,21 +368,9 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
-}
-
-/// Opens a file for reading without following a final link, and without blocking on a pipe
-/// swapped in.
-fn open_no_follow(path: &Path) -> io::Result<fs::File> {
-    let mut options = fs::OpenOptions::new();
-    options.read(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
-    }
-    let file = options.open(path)?;
+/// Opens a regular file for reading, never through a link nor blocking on a pipe swapped in.
+fn open_regular(path: &Path) -> io::Result<fs::File> {
+    let file = open_no_follow(path)?;
     if !file.metadata()?.is_file() {
         return Err(io::Error::other("not a regular file"));
     }

@@ -17,7 +17,8 @@ use anyhow::{Context, Result};
 use tether_protocol::JobId;
 
 use crate::changes::record::StartRecord;
-use crate::local::state::{write_atomic, DIR_MODE, FILE_MODE};
+use crate::local::private_files::{create_private_dir, set_mode, FILE_MODE};
+use crate::local::state::write_atomic;
 
 const SNAPSHOTS_DIR: &str = "snapshots";
 const TMP_DIR: &str = "tmp";
@@ -67,7 +68,7 @@ impl Store {
     /// # Errors
     /// When it cannot be written.
     pub fn save(&self, record: &StartRecord) -> Result<()> {
-        create_private_dir(&self.dir)?;
+        create_dir(&self.dir)?;
         let bytes = serde_json::to_vec(record)?;
         let path = self.record_path(&record.job_id);
         write_atomic(&path, &bytes).with_context(|| format!("cannot write {}", path.display()))?;
@@ -87,8 +88,8 @@ impl Store {
             Err(err) => return Err(err).with_context(|| format!("cannot clear {}", dir.display())),
         }
         let _ = fs::remove_file(self.record_path(job_id));
-        create_private_dir(&self.dir)?;
-        create_private_dir(&dir)?;
+        create_dir(&self.dir)?;
+        create_dir(&dir)?;
         Ok(dir)
     }
 
@@ -128,7 +129,7 @@ impl Store {
     /// # Errors
     /// When it cannot be written.
     pub fn excludes_file(&self, text: &str) -> Result<PathBuf> {
-        create_private_dir(&self.dir)?;
+        create_dir(&self.dir)?;
         let path = self.dir.join(EXCLUDES);
         if fs::read(&path).ok().as_deref() != Some(text.as_bytes()) {
             write_atomic(&path, text.as_bytes())
@@ -149,8 +150,8 @@ impl Store {
     /// When the folder cannot be made.
     pub fn temp_file(&self, what: &str) -> Result<TempFile> {
         let dir = self.dir.join(TMP_DIR);
-        create_private_dir(&self.dir)?;
-        create_private_dir(&dir)?;
+        create_dir(&self.dir)?;
+        create_dir(&dir)?;
         clear_stale(&dir);
         let path = dir.join(format!("{what}-{:016x}", rand::random::<u64>()));
         Ok(TempFile { path })
@@ -158,13 +159,7 @@ impl Store {
 
     /// Makes a file git wrote in the store private (git creates files by its umask).
     pub fn make_private(path: &Path) {
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let _ = fs::set_permissions(path, fs::Permissions::from_mode(FILE_MODE));
-        }
-        #[cfg(not(unix))]
-        let _ = path;
+        let _ = set_mode(path, FILE_MODE);
     }
 
     fn record_path(&self, job_id: &JobId) -> PathBuf {
@@ -243,14 +238,9 @@ fn clear_stale(dir: &Path) {
     }
 }
 
-fn create_private_dir(path: &Path) -> Result<()> {
-    let mut builder = fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, DIR_MODE);
-    builder
-        .create(path)
-        .with_context(|| format!("cannot create {}", path.display()))
+/// A private folder of the store, made if missing.
+fn create_dir(path: &Path) -> Result<()> {
+    create_private_dir(path).with_context(|| format!("cannot create {}", path.display()))
 }
 
 #[cfg(test)]

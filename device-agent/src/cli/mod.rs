@@ -362,7 +362,6 @@ async fn apply(cli: Cli, shutdown: impl Future) -> Result<i32> {
             // Probe once, before anything runs; every run and heartbeat uses this result.
             let settings = sandbox::Settings::from_env(allow_unsandboxed);
             let sandbox = sandbox::install(sandbox::Sandbox::probe(&settings));
-            sandbox::install_guard(crate::policy::guard::Guard::for_user(data_dir.root()));
             eprint!("{}", status::render_sandbox(sandbox.report()));
             run(data_dir, usize::from(max_runs), shutdown).await
         }
@@ -805,8 +804,8 @@ async fn check_engine(data_dir: &DataDir, name: &str, json: bool) -> Result<i32>
     let Some(engine) = config.acp_engine(name) else {
         anyhow::bail!("there is no ACP engine named {name:?} (see `tether-agent engine list`)");
     };
-    sandbox::install_guard(crate::policy::guard::Guard::for_user(data_dir.root()));
-    let check = crate::engines::acp::check::check(engine).await;
+    let guard = crate::policy::guard::Guard::for_user(data_dir.root());
+    let check = crate::engines::acp::check::check(engine, &guard).await;
     crate::local::engine_checks::save(data_dir, name, &check)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&check)?);

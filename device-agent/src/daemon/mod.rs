@@ -44,11 +44,9 @@ use crate::remote::backoff::Backoff;
 use crate::remote::client::{DeviceClient, RemoteError};
 use crate::remote::events::{self, EventSink, FileRequest, SecretDelivery};
 use crate::remote::frames::{file_request, secret_save, FrameContext};
-use crate::run::decisions::{self, DecisionHub};
-use crate::run::grant::RunSecrets;
 use crate::run::lease::{LeasePeriod, Recovery, RunLease};
-use crate::run::run_job;
 use crate::run::stop::{RunEnd, RunStop, StopReason};
+use crate::run::{run_job, Common};
 use crate::{sandbox, AGENT_VERSION};
 use reconcile::Settled;
 
@@ -111,6 +109,8 @@ pub fn load_ctx(data_dir: DataDir, max_runs: usize) -> Result<Option<Ctx>> {
 struct Shared {
     client: DeviceClient,
     data_dir: DataDir,
+    /// What every run shares: the data dir's guard, the decision hub, the folder claims.
+    common: Common,
     seal_key: SealKey,
     /// The last configuration read from disk. A std mutex: held only to clone or replace.
     config: Mutex<Config>,
@@ -140,8 +140,8 @@ pub async fn run(ctx: Ctx, shutdown: impl Future) -> Result<DaemonEnd> {
     let _lock = lock_data_dir(&ctx.data_dir)?;
     // Runs build their gates with this hub; the event stream routes answers to it. Questions
     // an earlier agent process left open have no run waiting on them any more.
-    let decision_hub = decisions::install_hub(DecisionHub::new(Some(ctx.data_dir.clone())));
-    if let Some(local) = decision_hub.local() {
+    let common = Common::new(&ctx.data_dir);
+    if let Some(local) = common.hub.local() {
         if let Err(err) = local.clear_all() {
             tracing::warn!("cannot clear old local decisions: {err:#}");
         }
@@ -164,6 +164,7 @@ pub async fn run(ctx: Ctx, shutdown: impl Future) -> Result<DaemonEnd> {
     let shared = Arc::new(Shared {
         client: ctx.client,
         data_dir: ctx.data_dir,
+        common,
         seal_key: ctx.seal_key,
         config: Mutex::new(ctx.config),
         runs: Mutex::new(HashMap::new()),
@@ -321,18 +322,9 @@ fn start_run(shared: &Arc<Shared>, runs: &mut JoinSet<RunEnd>, job: ClaimedJob) 
     let shared = shared.clone();
     runs.spawn(async move {
         let job_id = job.id.clone();
-        let secrets = RunSecrets::load(&shared.data_dir, &job);
         let engine = engines::select(&config, &job.spec.engine);
-        let end = run_job(
-            shared.client.clone(),
-            job,
-            config,
-            stop,
-            lease,
-            secrets,
-            engine,
-        )
-        .await;
+        let client = shared.client.clone();
+        let end = run_job(&shared.common, client, job, config, stop, lease, engine).await;
         // Only now stop reporting the lease: until complete is answered, the run holds it.
         lock(&shared.runs).remove(&job_id);
         // A run stopped by a shutdown stays in the journal: the next start carries it on.
@@ -512,6 +504,7 @@ impl Shared {
         FrameContext {
             client: self.client.clone(),
             data_dir: self.data_dir.clone(),
+            guard: self.common.guard.clone(),
             journal: self.journal.clone(),
             config: Box::new(move || shared.fresh_config()),
         }
@@ -551,7 +544,7 @@ impl EventSink for StreamSink {
     }
 
     fn decision_answered(&self, decision_id: &DecisionId) {
-        decisions::hub().answered(decision_id);
+        self.0.common.hub.answered(decision_id);
     }
 }
 

@@ -10,18 +10,19 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use tether_protocol::jobs::{ClaimedJob, CompleteParams, Outcome};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
+use tokio::io::AsyncRead;
 use tokio::process::Command;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::local::state::{Recipe, SharedFolder};
+use crate::policy::guard::Guard;
 use crate::policy::hard_floor;
 use crate::run::engine::{blocked, time_limit, Engine, RunContext};
 use crate::run::evidence::RunEvidence;
 use crate::run::grant::{start_broker, Granted};
 use crate::run::process_group::{self, Signal, TERMINATE_GRACE};
-use crate::run::progress::report_output;
+use crate::run::progress::{report_output, OutputLines};
 use crate::run::stop::{RunStop, StopReason};
 use crate::sandbox;
 
@@ -60,20 +61,23 @@ async fn execute(recipe: &Recipe, ctx: RunContext<'_>) -> Result<CompleteParams,
         lease,
         secrets,
         named,
+        guard,
+        hub: _,
     } = ctx;
     let (line_sender, line_receiver) = mpsc::channel(LINE_BUFFER);
-    let broker = match start_broker(job, named.references, secrets, &line_sender) {
+    let references = named.references;
+    let broker = match start_broker(guard.data_dir(), job, references, secrets, &line_sender) {
         Ok(broker) => broker,
         Err(refusal) => return Ok(blocked(refusal)),
     };
-    let evidence = RunEvidence::prepare(job);
+    let evidence = RunEvidence::prepare(job, guard);
     let granted = Granted {
         secret_env: named.env,
         evidence: evidence.as_ref(),
         broker: broker.as_ref(),
         worktree,
     };
-    let mut prepared = match confine(recipe, folder, job, granted) {
+    let mut prepared = match confine(recipe, folder, job, guard, granted) {
         Ok(prepared) => prepared,
         Err(refusal) => {
             if let Some(evidence) = evidence {
@@ -137,6 +141,7 @@ fn confine(
     recipe: &Recipe,
     folder: &SharedFolder,
     job: &ClaimedJob,
+    guard: &Guard,
     granted: Granted<'_>,
 ) -> Result<sandbox::Prepared, String> {
     let argv: Vec<String> = std::iter::once(recipe.program.clone())
@@ -146,7 +151,6 @@ fn confine(
     if let Some(refusal) = evaluation.refusal() {
         return Err(refusal);
     }
-    let guard = sandbox::guard();
     let work_folder = guard
         .check_shared_folder(&folder.label, &folder.path)
         .map_err(|err| format!("the guard refused the folder: {err}"))?;
@@ -160,7 +164,7 @@ fn confine(
         env,
     };
     sandbox::current()
-        .prepare(&guard, &policy, &sandbox::Start::new(&argv))
+        .prepare(guard, &policy, &sandbox::Start::new(&argv))
         .map_err(|refused| refused.0)
 }
 
@@ -326,34 +330,14 @@ async fn join_all(readers: &mut JoinSet<()>) {
     while readers.join_next().await.is_some() {}
 }
 
-/// Reads `pipe` line by line into `lines`. A line longer than the protocol's limit is cut,
-/// and the rest of it skipped, so a program that never prints a newline cannot make the
-/// agent buffer without bound.
+/// Reads `pipe` line by line into `lines` (bounded: [`OutputLines`]).
 async fn forward_lines(pipe: impl AsyncRead + Unpin, lines: mpsc::Sender<String>) {
-    let limit = tether_protocol::jobs::MAX_LINE_BYTES as u64 + 1;
-    let mut reader = BufReader::new(pipe);
-    let mut buffer = Vec::new();
-    let mut skipping = false;
-    loop {
-        buffer.clear();
-        match (&mut reader)
-            .take(limit)
-            .read_until(b'\n', &mut buffer)
-            .await
-        {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
+    let mut output = OutputLines::new(pipe);
+    while let Some(line) = output.next_line().await {
+        if lines.send(line).await.is_err() {
+            // The reporter gave up (lease lost); the run is being stopped.
+            return;
         }
-        let complete_line = buffer.last() == Some(&b'\n');
-        if !skipping {
-            let text = String::from_utf8_lossy(&buffer);
-            let text = text.trim_end_matches(['\n', '\r']).to_owned();
-            if lines.send(text).await.is_err() {
-                // The reporter gave up (lease lost); the run is being stopped.
-                return;
-            }
-        }
-        skipping = !complete_line;
     }
 }
 

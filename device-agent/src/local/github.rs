@@ -10,18 +10,11 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
-use std::sync::Mutex;
 
-use aes_gcm::aead::{Aead, Payload};
-use aes_gcm::Nonce;
 use anyhow::{bail, Context, Result};
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine as _;
-use rand::rngs::OsRng;
-use rand::RngCore;
 use serde::{Deserialize, Serialize};
 
-use crate::local::seal_key::local_cipher;
+use crate::local::encrypted_file::EncryptedFile;
 use crate::local::state::DataDir;
 
 /// The host a bare `github add` means.
@@ -29,13 +22,16 @@ pub const DEFAULT_HOST: &str = "github.com";
 /// github.com's API.
 pub const DEFAULT_API_URL: &str = "https://api.github.com";
 const VAULT_FILE: &str = "github.vault";
-const LOCK_FILE: &str = "github.lock";
-const STORAGE_AAD: &[u8] = b"tether/github-vault/v1";
 /// Longest token taken (GitHub's are well under this).
 const MAX_TOKEN_BYTES: usize = 1024;
 
-/// Serialises changes inside this process; the lock file does so across processes.
-static MUTEX: Mutex<()> = Mutex::new(());
+/// `github.vault`, changed by `github add` and `github remove`.
+static VAULT: EncryptedFile = EncryptedFile::new(
+    VAULT_FILE,
+    "github.lock",
+    b"tether/github-vault/v1",
+    "the GitHub vault",
+);
 
 /// A GitHub token. Its `Debug` and `Display` never show it.
 #[derive(Clone, PartialEq, Eq)]
@@ -98,13 +94,6 @@ struct Entry {
 #[derive(Default, Serialize, Deserialize)]
 struct Contents {
     hosts: BTreeMap<String, Entry>,
-}
-
-#[derive(Serialize, Deserialize)]
-struct Stored {
-    v: u32,
-    nonce: String,
-    ciphertext: String,
 }
 
 /// The GitHub sign-ins of one data dir.
@@ -189,62 +178,11 @@ impl<'a> GithubVault<'a> {
     }
 
     fn update<T>(&self, change: impl FnOnce(&mut Contents) -> Result<T>) -> Result<T> {
-        let _guard = MUTEX
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let _file_lock = self.data_dir.lock_file(LOCK_FILE)?;
-        let mut contents = self.load()?;
-        let answer = change(&mut contents)?;
-        self.store(&contents)?;
-        Ok(answer)
+        VAULT.update(self.data_dir, change)
     }
 
     fn load(&self) -> Result<Contents> {
-        let Some(bytes) = self.data_dir.read_file(VAULT_FILE)? else {
-            return Ok(Contents::default());
-        };
-        let stored: Stored = serde_json::from_slice(&bytes).context("github.vault is not valid")?;
-        if stored.v != 1 {
-            bail!("github.vault has an unknown version");
-        }
-        let nonce: [u8; 12] = URL_SAFE_NO_PAD
-            .decode(&stored.nonce)
-            .ok()
-            .and_then(|nonce| nonce.try_into().ok())
-            .context("github.vault has a bad nonce")?;
-        let ciphertext = URL_SAFE_NO_PAD
-            .decode(&stored.ciphertext)
-            .context("github.vault has a bad ciphertext")?;
-        let cipher = local_cipher(self.data_dir, false)?;
-        let payload = Payload {
-            msg: &ciphertext,
-            aad: STORAGE_AAD,
-        };
-        let plain = cipher.decrypt(&Nonce::from(nonce), payload).map_err(|_| {
-            anyhow::anyhow!("cannot decrypt github.vault (tampered, or another local.key)")
-        })?;
-        serde_json::from_slice(&plain).context("github.vault holds no vault")
-    }
-
-    fn store(&self, contents: &Contents) -> Result<()> {
-        let cipher = local_cipher(self.data_dir, true)?;
-        let plain = serde_json::to_vec(contents)?;
-        let mut nonce = [0u8; 12];
-        OsRng.fill_bytes(&mut nonce);
-        let payload = Payload {
-            msg: &plain,
-            aad: STORAGE_AAD,
-        };
-        let ciphertext = cipher
-            .encrypt(&Nonce::from(nonce), payload)
-            .map_err(|_| anyhow::anyhow!("cannot encrypt the GitHub vault"))?;
-        let stored = Stored {
-            v: 1,
-            nonce: URL_SAFE_NO_PAD.encode(nonce),
-            ciphertext: URL_SAFE_NO_PAD.encode(ciphertext),
-        };
-        self.data_dir
-            .write_file(VAULT_FILE, &serde_json::to_vec(&stored)?)
+        VAULT.load(self.data_dir)
     }
 }
 

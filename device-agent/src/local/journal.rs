@@ -23,7 +23,8 @@ use serde::{Deserialize, Serialize};
 use tether_protocol::jobs::{ClaimedJob, CompleteParams, Outcome};
 use tether_protocol::{JobId, LeaseToken};
 
-use crate::local::state::{write_atomic, DataDir, DIR_MODE};
+use crate::local::private_files::create_private_dir;
+use crate::local::state::{write_atomic, DataDir};
 
 const RUNS_DIR: &str = "runs";
 const JOB_FOLDERS_FILE: &str = "job-folders.json";
@@ -335,12 +336,7 @@ impl Journal {
     }
 
     fn ensure_dir(&self) -> Result<()> {
-        let mut builder = fs::DirBuilder::new();
-        builder.recursive(true);
-        #[cfg(unix)]
-        std::os::unix::fs::DirBuilderExt::mode(&mut builder, DIR_MODE);
-        builder
-            .create(&self.dir)
+        create_private_dir(&self.dir)
             .with_context(|| format!("cannot create {}", self.dir.display()))
     }
 }

@@ -9,13 +9,16 @@
 //! - [`vault`]: the saved secrets, encrypted under the local key;
 //! - [`github`]: the GitHub tokens pull requests are opened with, encrypted under the local
 //!   key and kept apart from the secrets;
+//! - [`encrypted_file`]: how those two files are loaded, changed and stored;
 //! - [`journal`]: the runs this computer holds or has yet to report, and the folder each
 //!   recent job used;
 //! - [`decisions`]: the questions runs wait on, and the answers given on the computer;
 //! - [`sessions`]: the ACP session each recent job ran in, for follow-ups and carry-ons;
 //! - [`engine_checks`]: the last `engine check` of each ACP engine;
 //! - [`presets`]: the coding agents Tether knows how to set up (`engine add --preset`);
-//! - [`origins`]: the endpoints (scheme, host, port) an engine limited to its model may reach.
+//! - [`origins`]: the endpoints (scheme, host, port) an engine limited to its model may reach;
+//! - [`private_files`]: the file primitives every wing shares (private folders, modes,
+//!   opening without following a link, hex).
 //!
 //! **Architecture Invariant:** nothing here talks to the server or runs anything; every
 //! other wing reads this computer's configuration from here, and the server's word never
@@ -23,12 +26,14 @@
 
 pub mod acp_engines;
 pub mod decisions;
+pub mod encrypted_file;
 pub mod engine_checks;
 pub mod folders;
 pub mod github;
 pub mod journal;
 pub mod origins;
 pub mod presets;
+pub mod private_files;
 pub mod recipes;
 pub mod seal_key;
 pub mod sessions;

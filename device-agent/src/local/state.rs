@@ -21,12 +21,8 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::local::presets::PresetName;
+use crate::local::private_files::{create_private_dir, set_mode, DIR_MODE, FILE_MODE};
 use tether_protocol::{AccountId, DeviceId};
-
-/// Mode of every file the agent writes: readable by the user only.
-pub const FILE_MODE: u32 = 0o600;
-/// Mode of the data directory.
-pub const DIR_MODE: u32 = 0o700;
 
 const CONFIG_FILE: &str = "config.json";
 const TOKEN_FILE: &str = "device-token";
@@ -247,7 +243,7 @@ impl DataDir {
     /// # Errors
     /// When it cannot be created.
     pub fn ensure(&self) -> Result<()> {
-        create_private_dir(&self.root)
+        create_tightened(&self.root)
             .with_context(|| format!("cannot create data directory {}", self.root.display()))
     }
 
@@ -363,7 +359,7 @@ impl DataDir {
     pub fn ensure_dir(&self, name: &str) -> Result<()> {
         self.ensure()?;
         let path = self.path(name);
-        create_private_dir(&path).with_context(|| format!("cannot create {}", path.display()))
+        create_tightened(&path).with_context(|| format!("cannot create {}", path.display()))
     }
 
     /// The names of the files in a directory of the data dir; empty when it does not exist.
@@ -409,14 +405,10 @@ fn read_if_exists(path: &Path) -> Result<Option<Vec<u8>>> {
     }
 }
 
-fn create_private_dir(path: &Path) -> io::Result<()> {
-    let mut builder = fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, DIR_MODE);
-    builder.create(path)?;
-    // `create` leaves an existing directory's mode alone; tighten it in case it was made
-    // by hand with the default umask.
+/// A folder of the data dir, made private; one that already exists is tightened too, in case
+/// it was made by hand with the default umask.
+fn create_tightened(path: &Path) -> io::Result<()> {
+    create_private_dir(path)?;
     set_mode(path, DIR_MODE)
 }
 
@@ -455,28 +447,12 @@ fn write_new_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
     set_mode(path, FILE_MODE)
 }
 
-#[cfg(unix)]
-fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    fs::set_permissions(path, fs::Permissions::from_mode(mode))
-}
-
-#[cfg(not(unix))]
-fn set_mode(_path: &Path, _mode: u32) -> io::Result<()> {
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[cfg(unix)]
-    fn mode_of(path: &Path) -> u32 {
-        use std::os::unix::fs::PermissionsExt;
-        fs::metadata(path)
-            .map(|meta| meta.permissions().mode() & 0o777)
-            .unwrap_or(0)
-    }
+    use crate::local::private_files::mode_of;
 
     #[test]
     fn config_round_trips_and_files_are_private() -> Result<()> {
@@ -510,9 +486,12 @@ mod tests {
 
         #[cfg(unix)]
         {
-            assert_eq!(mode_of(data_dir.root()), DIR_MODE);
-            assert_eq!(mode_of(&data_dir.path(CONFIG_FILE)), FILE_MODE);
-            assert_eq!(mode_of(&data_dir.token_path()), FILE_MODE);
+            assert_eq!(mode_of(&fs::metadata(data_dir.root())?), DIR_MODE);
+            assert_eq!(
+                mode_of(&fs::metadata(data_dir.path(CONFIG_FILE))?),
+                FILE_MODE
+            );
+            assert_eq!(mode_of(&fs::metadata(data_dir.token_path())?), FILE_MODE);
         }
         // No temporary files are left behind.
         let names: Vec<String> = fs::read_dir(data_dir.root())?

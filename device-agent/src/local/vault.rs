@@ -11,36 +11,32 @@
 //! and is never put in an environment: a run uses it by reference ([`crate::run::secret_http`]).
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 
-use aes_gcm::aead::{Aead, Payload};
-use aes_gcm::Nonce;
-use anyhow::{bail, Context, Result};
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine as _;
-use rand::rngs::OsRng;
-use rand::RngCore;
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use tether_protocol::seal::{self, AadExpectation, CheckedBox, Envelope, Kid, SealError};
 use tether_protocol::secrets::{valid_name, DeliveryAnswer};
 use tether_protocol::sites::{self, Site};
 use tether_protocol::{DeliveryId, DeviceId};
 
-use crate::local::seal_key::{local_cipher, SealKeyPair};
+use crate::local::encrypted_file::EncryptedFile;
+use crate::local::seal_key::SealKeyPair;
 use crate::local::state::DataDir;
 
 const VAULT_FILE: &str = "secrets.vault";
-const VAULT_LOCK_FILE: &str = "secrets.lock";
-const STORAGE_AAD: &[u8] = b"tether/secrets-vault/v1";
 /// How long a seen `jti` is kept after its box expired (boxes are refused once expired
 /// anyway; the margin covers clock steps).
 const SEEN_GRACE_SECS: i64 = 24 * 3600;
 /// What replaces a saved value in anything that leaves this computer.
 pub const HIDDEN: &str = "[hidden]";
 
-/// Serialises vault changes inside this process (two boxes opening at once); the lock file
-/// does so across processes (the daemon and `secrets forget`).
-static VAULT_MUTEX: Mutex<()> = Mutex::new(());
+/// `secrets.vault`, changed by the daemon (two boxes opening at once) and `secrets forget`.
+static VAULT: EncryptedFile = EncryptedFile::new(
+    VAULT_FILE,
+    "secrets.lock",
+    b"tether/secrets-vault/v1",
+    "the secrets vault",
+);
 
 /// One saved secret.
 #[derive(Clone, Serialize, Deserialize)]
@@ -66,14 +62,6 @@ struct Contents {
     /// stays a replay.
     #[serde(default)]
     saved_deliveries: BTreeMap<String, i64>,
-}
-
-/// `secrets.vault` on disk.
-#[derive(Serialize, Deserialize)]
-struct Stored {
-    v: u32,
-    nonce: String,
-    ciphertext: String,
 }
 
 /// A name the vault holds, for `secrets list` (never the value).
@@ -260,69 +248,11 @@ impl<'a> Vault<'a> {
     /// Load, change and write back under both locks. The closure's `Err` aborts without
     /// writing; an `Ok` is written (even when it refused, the file is unchanged in meaning).
     fn update<T>(&self, change: impl FnOnce(&mut Contents) -> Result<T>) -> Result<T> {
-        let _guard = VAULT_MUTEX
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let _file_lock = self.data_dir.lock_file(VAULT_LOCK_FILE)?;
-        let mut contents = self.load()?;
-        let answer = change(&mut contents)?;
-        self.store(&contents)?;
-        Ok(answer)
+        VAULT.update(self.data_dir, change)
     }
 
     fn load(&self) -> Result<Contents> {
-        let Some(bytes) = self.data_dir.read_file(VAULT_FILE)? else {
-            return Ok(Contents::default());
-        };
-        let stored: Stored =
-            serde_json::from_slice(&bytes).context("secrets.vault is not valid")?;
-        if stored.v != 1 {
-            bail!("secrets.vault has an unknown version");
-        }
-        let nonce: [u8; 12] = URL_SAFE_NO_PAD
-            .decode(&stored.nonce)
-            .ok()
-            .and_then(|nonce| nonce.try_into().ok())
-            .context("secrets.vault has a bad nonce")?;
-        let ciphertext = URL_SAFE_NO_PAD
-            .decode(&stored.ciphertext)
-            .context("secrets.vault has a bad ciphertext")?;
-        let cipher = local_cipher(self.data_dir, false)?;
-        let plain = cipher
-            .decrypt(
-                &Nonce::from(nonce),
-                Payload {
-                    msg: &ciphertext,
-                    aad: STORAGE_AAD,
-                },
-            )
-            .map_err(|_| {
-                anyhow::anyhow!("cannot decrypt secrets.vault (tampered, or another local.key)")
-            })?;
-        serde_json::from_slice(&plain).context("secrets.vault holds no vault")
-    }
-
-    fn store(&self, contents: &Contents) -> Result<()> {
-        let cipher = local_cipher(self.data_dir, true)?;
-        let plain = serde_json::to_vec(contents)?;
-        let mut nonce = [0u8; 12];
-        OsRng.fill_bytes(&mut nonce);
-        let ciphertext = cipher
-            .encrypt(
-                &Nonce::from(nonce),
-                Payload {
-                    msg: &plain,
-                    aad: STORAGE_AAD,
-                },
-            )
-            .map_err(|_| anyhow::anyhow!("cannot encrypt the secrets vault"))?;
-        let stored = Stored {
-            v: 1,
-            nonce: URL_SAFE_NO_PAD.encode(nonce),
-            ciphertext: URL_SAFE_NO_PAD.encode(ciphertext),
-        };
-        self.data_dir
-            .write_file(VAULT_FILE, &serde_json::to_vec(&stored)?)
+        VAULT.load(self.data_dir)
     }
 }
 
@@ -416,6 +346,10 @@ pub fn redact(text: &str, values: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use anyhow::Context;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine as _;
+    use rand::rngs::OsRng;
     use tether_protocol::seal::{Aad, Jti, Recipient};
 
     fn delivery(raw: &str) -> DeliveryId {
@@ -820,10 +754,10 @@ mod tests {
             .saved
         );
         let raw = std::fs::read(data_dir.path(VAULT_FILE))?;
-        let mut stored: Stored = serde_json::from_slice(&raw)?;
-        let mut ct = URL_SAFE_NO_PAD.decode(&stored.ciphertext)?;
+        let mut stored: serde_json::Value = serde_json::from_slice(&raw)?;
+        let mut ct = URL_SAFE_NO_PAD.decode(stored["ciphertext"].as_str().unwrap_or_default())?;
         ct[0] ^= 1;
-        stored.ciphertext = URL_SAFE_NO_PAD.encode(ct);
+        stored["ciphertext"] = URL_SAFE_NO_PAD.encode(ct).into();
         std::fs::write(data_dir.path(VAULT_FILE), serde_json::to_vec(&stored)?)?;
         assert!(Vault::new(&data_dir).list().is_err());
         // And a new box is not saved over it (that would drop the replay records).

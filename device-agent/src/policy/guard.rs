@@ -20,6 +20,8 @@ use std::path::{Component, Path, PathBuf};
 
 use tether_protocol::credential_files::HOME_CREDENTIALS;
 
+use crate::local::private_files::{mode_of, set_mode};
+
 /// Paths under the home folder that are always protected besides the keys and sign-ins of
 /// [`HOME_CREDENTIALS`] (the owner's keys, git, registry and cloud credentials, coding
 /// agents' sign-ins): browser data, and files that run later, outside any sandbox.
@@ -446,7 +448,7 @@ impl GitSnapshot {
                             let _ = fs::create_dir_all(parent);
                         }
                         let _ = fs::write(path, bytes);
-                        set_mode(path, *mode);
+                        let _ = set_mode(path, *mode);
                     }
                 }
                 None => {
@@ -469,26 +471,6 @@ impl GitSnapshot {
         changed
     }
 }
-
-#[cfg(unix)]
-fn mode_of(meta: &fs::Metadata) -> u32 {
-    use std::os::unix::fs::PermissionsExt;
-    meta.permissions().mode() & 0o7777
-}
-
-#[cfg(not(unix))]
-fn mode_of(_meta: &fs::Metadata) -> u32 {
-    0o644
-}
-
-#[cfg(unix)]
-fn set_mode(path: &Path, mode: u32) {
-    use std::os::unix::fs::PermissionsExt;
-    let _ = fs::set_permissions(path, fs::Permissions::from_mode(mode));
-}
-
-#[cfg(not(unix))]
-fn set_mode(_path: &Path, _mode: u32) {}
 
 #[cfg(test)]
 mod tests {

@@ -43,7 +43,6 @@ pub mod hard_floor;
 pub mod trust;
 pub mod zones;
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
@@ -54,6 +53,7 @@ use tether_protocol::decisions::Answer;
 use tether_protocol::git::Delivery;
 use tether_protocol::jobs::Mode;
 
+use crate::local::private_files::hex;
 use crate::policy::guard::{Guard, Refusal};
 use zones::Zone;
 
@@ -104,11 +104,7 @@ impl Action {
     /// level): an answer counts only for this hash.
     pub fn hash(&self) -> String {
         let digest = Sha256::digest(canonical_text(&self.canonical()).as_bytes());
-        let mut hex = String::with_capacity(64);
-        for byte in digest {
-            let _ = write!(hex, "{byte:02x}");
-        }
-        hex
+        hex(&digest)
     }
 
     /// The question the owner is asked about this action in a run working in `folder`.

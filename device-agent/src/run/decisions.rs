@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -44,6 +44,7 @@ use crate::local::decisions::{LocalDecisions, PendingDecision};
 use crate::local::state::{Config, DataDir};
 use crate::policy::asking::{AnsweredOn, Ask, Outcome, Question};
 use crate::policy::gate::Gate;
+use crate::policy::guard::Guard;
 use crate::policy::{zones, RunPolicy, RunSettings};
 use crate::remote::backoff::Backoff;
 use crate::remote::client::{DeviceClient, RemoteError};
@@ -148,22 +149,6 @@ impl Drop for Listening {
     fn drop(&mut self) {
         self.hub.lock().remove(&self.decision_id);
     }
-}
-
-static HUB: OnceLock<Arc<DecisionHub>> = OnceLock::new();
-
-/// Makes `hub` the one this process routes frames to (called once at start by `run`).
-pub fn install_hub(hub: Arc<DecisionHub>) -> Arc<DecisionHub> {
-    HUB.get_or_init(|| hub).clone()
-}
-
-/// The hub of this process: the installed one, else one for the default data dir.
-pub fn hub() -> Arc<DecisionHub> {
-    HUB.get_or_init(|| {
-        let explicit = std::env::var_os("TETHER_AGENT_HOME").map(std::path::PathBuf::from);
-        DecisionHub::new(DataDir::resolve(explicit).ok())
-    })
-    .clone()
 }
 
 /// What a run needs to ask its owner.
@@ -386,38 +371,50 @@ impl Ask for Asker {
     }
 }
 
-/// The gate of a claimed job working in `folder` (the shared folder, already checked by the
-/// guard): the job's mode and network choice, the owner's trusted folders and approvals
-/// setting from `config`, this process's sandbox, guard and decision hub.
-pub fn gate(
-    job: &ClaimedJob,
-    config: &Config,
-    folder: &Path,
-    client: &DeviceClient,
-    lease: &Arc<RunLease>,
-    stop: &RunStop,
-    flusher: Flusher,
-) -> Gate {
+/// A claimed job's run, as it asks its owner: the owner's approvals setting from `config`,
+/// answers routed through the process's `hub`.
+#[derive(Clone, Copy)]
+pub struct Asking<'a> {
+    pub client: &'a DeviceClient,
+    pub job: &'a ClaimedJob,
+    pub config: &'a Config,
+    pub lease: &'a Arc<RunLease>,
+    pub stop: &'a RunStop,
+    pub hub: &'a Arc<DecisionHub>,
+}
+
+impl Asking<'_> {
+    /// The run's [`Asker`]; with a `flusher`, the lines printed before a question go first.
+    pub fn asker(&self, flusher: Option<Flusher>) -> Asker {
+        Asker {
+            client: self.client.clone(),
+            job_id: self.job.id.clone(),
+            lease: self.lease.clone(),
+            stop: self.stop.clone(),
+            hub: self.hub.clone(),
+            accept_web_approvals: self.config.accept_web_approvals,
+            timings: Timings::from_env(),
+            flusher,
+        }
+    }
+}
+
+/// The gate of a claimed job working in `folder` (the shared folder, already checked by
+/// `guard`): the job's mode and network choice, the owner's trusted folders from its
+/// config, this process's sandbox, and the run's [`Asker`].
+pub fn gate(asking: Asking<'_>, guard: &Guard, folder: &Path, flusher: Flusher) -> Gate {
+    let job = asking.job;
     let settings = RunSettings {
         mode: job.spec.mode,
         folder: folder.to_path_buf(),
-        trusted: config.trusted.clone(),
+        trusted: asking.config.trusted.clone(),
         network: job.spec.network,
         sandbox: sandbox::report().strength,
-        guard: sandbox::guard(),
+        guard: guard.clone(),
         temporary: zones::temporary_folders(),
         delivery: job.spec.git.as_ref().map(|git| git.delivery),
     };
-    let asker = Asker {
-        client: client.clone(),
-        job_id: job.id.clone(),
-        lease: lease.clone(),
-        stop: stop.clone(),
-        hub: hub(),
-        accept_web_approvals: config.accept_web_approvals,
-        timings: Timings::from_env(),
-        flusher: Some(flusher),
-    };
+    let asker = asking.asker(Some(flusher));
     Gate::new(RunPolicy::new(settings), Some(Box::new(asker)))
 }
 

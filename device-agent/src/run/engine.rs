@@ -10,7 +10,9 @@ use tether_protocol::jobs::{ClaimedJob, CompleteParams, Outcome};
 use crate::changes::worktree::Worktree;
 use crate::local::state::{Config, SharedFolder};
 use crate::local::vault::NamedSecrets;
+use crate::policy::guard::Guard;
 use crate::remote::client::DeviceClient;
+use crate::run::decisions::DecisionHub;
 use crate::run::grant::RunSecrets;
 use crate::run::lease::RunLease;
 use crate::run::stop::{RunStop, StopReason};
@@ -33,6 +35,10 @@ pub struct RunContext<'a> {
     /// The secrets the job names, all of them saved: the environment ones for the
     /// environment of everything the run starts, the others by reference.
     pub named: NamedSecrets,
+    /// The guard built for this agent's data dir, which it names.
+    pub guard: &'a Guard,
+    /// Where answers to the run's questions are routed.
+    pub hub: &'a Arc<DecisionHub>,
 }
 
 /// What runs a job: a recipe, or an ACP coding agent.

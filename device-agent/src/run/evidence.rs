@@ -31,8 +31,10 @@ use tether_protocol::jobs::{
 use tether_protocol::JobId;
 use tokio::sync::mpsc;
 
+use crate::local::private_files::{create_private_dir, hex, link_count, open_no_follow};
 use crate::local::state::Config;
 use crate::local::vault::redact;
+use crate::policy::guard::Guard;
 use crate::remote::backoff::Backoff;
 use crate::remote::client::{DeviceClient, RemoteError};
 use crate::run::lease::{Recovery, RunLease};
@@ -60,11 +62,7 @@ pub fn create_run_folder(data_dir: &Path, job: &ClaimedJob) -> io::Result<PathBu
     let folder = root(data_dir)
         .join(job.id.as_str())
         .join(job.attempt.to_string());
-    let mut builder = fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(&folder)?;
+    create_private_dir(&folder)?;
     folder.canonicalize()
 }
 
@@ -77,11 +75,10 @@ pub struct RunEvidence {
 }
 
 impl RunEvidence {
-    /// Makes the attempt's folder beside the agent's data dir (the guard knows which: `run`
-    /// installed it), accepted by the guard. `None`, logged, when it cannot be: the run goes
-    /// on without one.
-    pub fn prepare(job: &ClaimedJob) -> Option<RunEvidence> {
-        let guard = crate::sandbox::guard();
+    /// Makes the attempt's folder beside the agent's data dir (the one `guard` was built
+    /// for), accepted by the guard. `None`, logged, when it cannot be: the run goes on
+    /// without one.
+    pub fn prepare(job: &ClaimedJob, guard: &Guard) -> Option<RunEvidence> {
         let folder = match create_run_folder(guard.data_dir(), job) {
             Ok(folder) => folder,
             Err(err) => {
@@ -484,16 +481,7 @@ fn read_again(found: &Found) -> Result<Vec<u8>, String> {
 /// Opens without following a final link (and without blocking on a FIFO), then checks what
 /// was opened: a regular file, one name, at most the size limit.
 fn open_checked(path: &Path) -> Result<(fs::File, Stamp), String> {
-    let mut options = fs::OpenOptions::new();
-    options.read(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
-    }
-    let file = options
-        .open(path)
-        .map_err(|_| "cannot be opened (a link, or gone)".to_owned())?;
+    let file = open_no_follow(path).map_err(|_| "cannot be opened (a link, or gone)".to_owned())?;
     let meta = file.metadata().map_err(|_| "cannot be read".to_owned())?;
     if !meta.is_file() {
         return Err("not a regular file".to_owned());
@@ -523,16 +511,6 @@ fn stamp_of(meta: &fs::Metadata) -> Stamp {
     }
 }
 
-#[cfg(unix)]
-fn link_count(meta: &fs::Metadata) -> u64 {
-    std::os::unix::fs::MetadataExt::nlink(meta)
-}
-
-#[cfg(not(unix))]
-fn link_count(_meta: &fs::Metadata) -> u64 {
-    1
-}
-
 /// UTF-8 without NUL bytes, as the server tells text.
 fn is_text(bytes: &[u8]) -> bool {
     !bytes.contains(&0) && std::str::from_utf8(bytes).is_ok()
@@ -553,10 +531,6 @@ pub fn remove_run_folder(folder: &Path) {
     if let Some(job_folder) = folder.parent() {
         let _ = fs::remove_dir(job_folder);
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 #[cfg(test)]

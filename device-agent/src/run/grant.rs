@@ -3,7 +3,7 @@
 //! secrets the job names, its evidence folder and its `secret-http` broker.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tether_protocol::jobs::ClaimedJob;
@@ -15,7 +15,6 @@ use crate::local::vault::{Missing, NamedSecrets, Reference, Vault};
 use crate::run::environment;
 use crate::run::evidence::RunEvidence;
 use crate::run::secret_http::{Broker, BrokerContext};
-use crate::sandbox;
 
 /// The secrets of one run, read from the vault when it starts.
 #[derive(Clone)]
@@ -77,11 +76,13 @@ impl Granted<'_> {
     }
 }
 
-/// Starts the run's `secret-http` broker when the job names any secret.
+/// Starts the run's `secret-http` broker, beside the agent's `data_dir`, when the job names
+/// any secret.
 ///
 /// # Errors
 /// The blocked job's summary, when it cannot start.
 pub fn start_broker(
+    data_dir: &Path,
     job: &ClaimedJob,
     references: Vec<Reference>,
     secrets: &RunSecrets,
@@ -96,7 +97,7 @@ pub fn start_broker(
         network: job.spec.network,
         lines: lines.clone(),
     };
-    Broker::start(sandbox::guard().data_dir(), context)
+    Broker::start(data_dir, context)
         .map(Some)
         .map_err(|err| format!("the secrets of this job cannot be offered to it: {err:#}"))
 }

@@ -3,7 +3,8 @@
 //! - [`run_job`] (here): resolve the job against this computer's configuration, record the
 //!   folder's start ([`crate::changes`]), hand it to its [`Engine`] with a [`RunContext`],
 //!   add what the run changed, hide every saved value in the summary, journal the outcome
-//!   and report it;
+//!   and report it; what every run of the process shares (the data dir and its guard, the
+//!   decision hub, the folder claims) comes in its [`Common`], never from a global;
 //! - [`stop`]: how a run stops ([`RunStop`], [`StopReason`]) and how a run task ended;
 //! - [`grant`]: what it is granted ([`RunSecrets`], [`Granted`], the broker's start);
 //! - [`lease`]: its lease, the one place the token lives, reattached after an outage;
@@ -55,26 +56,54 @@ use std::sync::Arc;
 use tether_protocol::jobs::{ClaimedJob, CompleteParams};
 
 use crate::changes;
-use crate::local::state::Config;
+use crate::local::state::{Config, DataDir};
 use crate::local::vault::{redact, Missing};
+use crate::policy::guard::Guard;
 use crate::remote::backoff::Backoff;
 use crate::remote::client::{DeviceClient, RemoteError};
+use decisions::DecisionHub;
 use engine::blocked;
 use lease::{Recovery, RunLease};
+use workplace::FolderClaims;
+
+/// What every run of one agent process shares, made once at its start: the data dir, the
+/// guard built for it, the hub answers to questions are routed through, and which shared
+/// folders runs hold.
+#[derive(Clone)]
+pub struct Common {
+    pub data_dir: DataDir,
+    pub guard: Guard,
+    pub hub: Arc<DecisionHub>,
+    pub claims: Arc<FolderClaims>,
+}
+
+impl Common {
+    /// For the agent keeping its data in `data_dir`.
+    pub fn new(data_dir: &DataDir) -> Common {
+        Common {
+            data_dir: data_dir.clone(),
+            guard: Guard::for_user(data_dir.root()),
+            hub: DecisionHub::new(Some(data_dir.clone())),
+            claims: Arc::default(),
+        }
+    }
+}
 
 /// Runs a claimed job to its end with `engine`, the one its engine name selects on this
 /// computer (`None`: there is none), and reports it. `config` is the owner's configuration
 /// at claim time; `lease` fences every write and journals the run's process and outcome.
 pub async fn run_job<E: Engine>(
+    common: &Common,
     client: DeviceClient,
     job: ClaimedJob,
     config: Config,
     stop: RunStop,
     lease: Arc<RunLease>,
-    secrets: RunSecrets,
     engine: Option<E>,
 ) -> RunEnd {
+    let secrets = RunSecrets::load(&common.data_dir, &job);
     let ctx = Claimed {
+        common,
         client: &client,
         job: &job,
         config: &config,
@@ -99,6 +128,7 @@ pub async fn run_job<E: Engine>(
 /// The run as claimed, before its folder and secrets are looked up.
 #[derive(Clone, Copy)]
 struct Claimed<'a> {
+    common: &'a Common,
     client: &'a DeviceClient,
     job: &'a ClaimedJob,
     config: &'a Config,
@@ -140,13 +170,15 @@ async fn execute<E: Engine>(
             spec.engine
         )));
     };
-    let data_dir = crate::sandbox::guard().data_dir().to_path_buf();
+    let guard = &run.common.guard;
+    let data_dir = guard.data_dir();
     let entry = workplace::Entry {
+        claims: &run.common.claims,
         client: run.client,
         job: run.job,
         lease: run.lease,
         stop: run.stop,
-        data_dir: &data_dir,
+        data_dir,
     };
     // The folder alone, or the job's own worktree of it: what everything after sees.
     let place = match workplace::enter(entry, folder).await? {
@@ -164,18 +196,20 @@ async fn execute<E: Engine>(
         lease: run.lease,
         secrets: run.secrets,
         named,
+        guard,
+        hub: &run.common.hub,
     };
-    let prepared = match delivery::prepare(run.job, &folder.path, &data_dir).await {
+    let prepared = match delivery::prepare(run.job, &folder.path, data_dir).await {
         delivery::Preparation::NotAsked => None,
         delivery::Preparation::Ready(prepared) => Some(*prepared),
         delivery::Preparation::Blocked(why) => return Ok(blocked(why)),
     };
-    record_start(&data_dir, run.job, &folder.path).await;
+    record_start(data_dir, run.job, &folder.path).await;
     let mut params = engine.run(ctx).await?;
     if let Some(prepared) = prepared {
-        deliver(run, prepared, &data_dir, &mut params).await;
+        deliver(run, prepared, data_dir, &mut params).await;
     }
-    params.changes = report_changes(&data_dir, run.job, &folder.path, run.secrets).await;
+    params.changes = report_changes(data_dir, run.job, &folder.path, run.secrets).await;
     place.leave(entry).await;
     Ok(params)
 }
@@ -188,17 +222,16 @@ async fn deliver(
     data_dir: &Path,
     params: &mut CompleteParams,
 ) {
-    let asker = decisions::Asker {
-        client: run.client.clone(),
-        job_id: run.job.id.clone(),
-        lease: run.lease.clone(),
-        stop: run.stop.clone(),
-        hub: decisions::hub(),
-        accept_web_approvals: run.config.accept_web_approvals,
-        timings: decisions::Timings::from_env(),
-        // The engine's reporter is done by now: every line before the question was sent.
-        flusher: None,
+    let asking = decisions::Asking {
+        client: run.client,
+        job: run.job,
+        config: run.config,
+        lease: run.lease,
+        stop: run.stop,
+        hub: &run.common.hub,
     };
+    // The engine's reporter is done by now: every line before the question was sent.
+    let asker = asking.asker(None);
     let delivering = delivery::Delivering {
         job: run.job,
         data_dir,

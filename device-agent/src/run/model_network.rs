@@ -26,6 +26,7 @@ use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::local::origins::{parse_authority, Origin};
+use crate::local::private_files::{create_private_dir, hex};
 use crate::sandbox::Forward;
 
 /// The first port the proxy is offered on inside the sandbox (the usual proxy port).
@@ -166,8 +167,7 @@ impl Drop for ModelNetwork {
 pub fn run_folder(data_dir: &Path) -> PathBuf {
     let mut raw = [0u8; 9];
     rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut raw);
-    let name: String = raw.iter().map(|byte| format!("{byte:02x}")).collect();
-    crate::run::secret_http::runs_root(data_dir).join(format!("model-{name}"))
+    crate::run::secret_http::runs_root(data_dir).join(format!("model-{}", hex(&raw)))
 }
 
 /// The refused connections.
@@ -194,12 +194,7 @@ impl Tally {
 
 /// `dir`, made (0700) if missing, with links resolved: the path the sandbox binds.
 fn private_folder(dir: &Path) -> Result<PathBuf, String> {
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder
-        .create(dir)
-        .map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
+    create_private_dir(dir).map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
     dir.canonicalize()
         .map_err(|err| format!("cannot open {}: {err}", dir.display()))
 }

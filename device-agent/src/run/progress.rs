@@ -1,5 +1,8 @@
 //! Streaming a run's output to the server in numbered batches.
 //!
+//! A program's output pipe is read into lines by [`OutputLines`], bounded so a program that
+//! never prints a newline cannot make the agent buffer without bound.
+//!
 //! Lines are batched (at most [`MAX_LINES_PER_PROGRESS`] lines and about 64 KiB per call) and
 //! flushed every [`FLUSH_EVERY`] or when a batch is full. Each call carries a `seq` one higher
 //! than the last; a call that got no answer is sent again with the same `seq`, which the
@@ -10,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tether_protocol::jobs::{ProgressParams, MAX_LINES_PER_PROGRESS, MAX_LINE_BYTES};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::local::vault::redact;
@@ -105,6 +109,49 @@ fn cut_line(mut line: String) -> String {
         line.truncate(end);
     }
     line
+}
+
+/// Most bytes of one output line read: the protocol's limit and one more, so a line of
+/// exactly [`MAX_LINE_BYTES`] is read whole with its newline. A longer line is cut there
+/// (and cut to the limit on a character boundary when batched); the rest of it is skipped.
+pub const READ_LINE_BYTES: u64 = MAX_LINE_BYTES as u64 + 1;
+
+/// A program's output pipe, read line by line for its run's output.
+pub struct OutputLines<R> {
+    reader: BufReader<R>,
+    buffer: Vec<u8>,
+    /// Inside a line already cut: the rest of it is skipped.
+    skipping: bool,
+}
+
+impl<R: AsyncRead + Unpin> OutputLines<R> {
+    pub fn new(pipe: R) -> OutputLines<R> {
+        OutputLines {
+            reader: BufReader::new(pipe),
+            buffer: Vec::new(),
+            skipping: false,
+        }
+    }
+
+    /// The next line without its line ending (bytes that are not UTF-8 replaced), at most
+    /// [`READ_LINE_BYTES`]; `None` once the pipe ends or cannot be read.
+    pub async fn next_line(&mut self) -> Option<String> {
+        loop {
+            self.buffer.clear();
+            let read = (&mut self.reader)
+                .take(READ_LINE_BYTES)
+                .read_until(b'\n', &mut self.buffer)
+                .await;
+            if let Ok(0) | Err(_) = read {
+                return None;
+            }
+            let complete = self.buffer.last() == Some(&b'\n');
+            if !std::mem::replace(&mut self.skipping, !complete) {
+                let text = String::from_utf8_lossy(&self.buffer);
+                return Some(text.trim_end_matches(['\n', '\r']).to_owned());
+            }
+        }
+    }
 }
 
 /// Whether the reporter should go on after a delivery attempt.
@@ -303,6 +350,30 @@ async fn deliver(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn output_lines_are_cut_and_their_rest_skipped() {
+        let limit = MAX_LINE_BYTES;
+        let input = format!(
+            "one\r\n{}\n{}tail\nlast",
+            "a".repeat(limit),
+            "b".repeat(limit + 1)
+        );
+        let mut lines = OutputLines::new(input.as_bytes());
+        let mut read = Vec::new();
+        while let Some(line) = lines.next_line().await {
+            read.push(line);
+        }
+        assert_eq!(
+            read,
+            [
+                "one".to_owned(),
+                "a".repeat(limit),
+                "b".repeat(limit + 1),
+                "last".to_owned()
+            ]
+        );
+    }
 
     fn lines(n: usize, width: usize) -> Vec<String> {
         (0..n).map(|i| format!("{i:0width$}")).collect()

@@ -42,6 +42,7 @@ use tokio::net::{UnixListener, UnixStream as AsyncUnixStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use crate::local::private_files::create_private_dir;
 use crate::local::vault::{redact, Reference};
 
 /// The broker's socket, in the run's environment.
@@ -244,11 +245,7 @@ impl Broker {
     /// When the folder or the socket cannot be made.
     pub fn start(data_dir: &Path, context: BrokerContext) -> Result<Broker> {
         let folder = runs_root(data_dir);
-        let mut builder = std::fs::DirBuilder::new();
-        builder.recursive(true);
-        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-        builder
-            .create(&folder)
+        create_private_dir(&folder)
             .with_context(|| format!("cannot create {}", folder.display()))?;
         let folder = folder.canonicalize()?;
         let socket = folder.join(format!("{}.sock", random_text(9)));

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use tether_protocol::git::{BranchChoice, GitOptions};
 use tether_protocol::jobs::{ClaimedJob, CompleteParams, Outcome};
@@ -19,6 +19,7 @@ use tether_protocol::JobId;
 use tokio::sync::Notify;
 
 use crate::changes::worktree::{self, Settled, Worktree};
+use crate::local::private_files::create_private_dir;
 use crate::local::state::SharedFolder;
 use crate::remote::client::DeviceClient;
 use crate::run::engine::blocked;
@@ -99,15 +100,11 @@ impl FolderClaims {
     }
 }
 
-/// The claims of this process: every run of the daemon shares them.
-pub fn claims() -> Arc<FolderClaims> {
-    static CLAIMS: OnceLock<Arc<FolderClaims>> = OnceLock::new();
-    CLAIMS.get_or_init(Arc::default).clone()
-}
-
-/// What a run needs to take its place: the job, and how to say it waits.
+/// What a run needs to take its place: the job, how to say it waits, and the claims every
+/// run of the process shares.
 #[derive(Clone, Copy)]
 pub struct Entry<'a> {
+    pub claims: &'a Arc<FolderClaims>,
     pub client: &'a DeviceClient,
     pub job: &'a ClaimedJob,
     pub lease: &'a RunLease,
@@ -141,7 +138,7 @@ pub enum Entered {
 /// # Errors
 /// The reason the run was stopped while it waited, when it was not the owner's cancel.
 pub async fn enter(entry: Entry<'_>, folder: &SharedFolder) -> Result<Entered, StopReason> {
-    let claims = claims();
+    let claims = entry.claims;
     let wants_worktree = entry.job.spec.git.as_ref().filter(|git| git.worktree);
     let made_before = worktree_path(entry).is_dir();
     let holder = match claims.try_take(&folder.path, &entry.job.id) {
@@ -250,7 +247,8 @@ async fn open_worktree(
         if !worktree::can_branch(&repository) {
             return Ok(None);
         }
-        create_private_dir(&root)?;
+        create_private_dir(&root)
+            .map_err(|err| format!("cannot create {}: {err}", root.display()))?;
         let path = root
             .canonicalize()
             .map_err(|err| format!("{}: {err}", root.display()))?
@@ -280,16 +278,6 @@ async fn open_worktree(
         worktree: Some(worktree),
         _hold: None,
     }))
-}
-
-fn create_private_dir(dir: &Path) -> Result<(), String> {
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, crate::local::state::DIR_MODE);
-    builder
-        .create(dir)
-        .map_err(|err| format!("cannot create {}: {err}", dir.display()))
 }
 
 fn cancelled_waiting(folder: &SharedFolder) -> CompleteParams {

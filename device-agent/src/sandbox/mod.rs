@@ -144,26 +144,6 @@ impl Prepared {
 }
 
 static INSTALLED: OnceLock<Arc<Sandbox>> = OnceLock::new();
-static GUARD: OnceLock<Guard> = OnceLock::new();
-
-/// Makes `guard` (built for this agent's data dir) the one runs are checked with.
-pub fn install_guard(guard: Guard) {
-    let _ = GUARD.set(guard);
-}
-
-/// The installed guard, else the guard of the default data dir (`TETHER_AGENT_HOME` or the
-/// platform's).
-pub fn guard() -> Guard {
-    GUARD
-        .get_or_init(|| {
-            let explicit = std::env::var_os("TETHER_AGENT_HOME").map(PathBuf::from);
-            let data_dir = crate::local::state::DataDir::resolve(explicit)
-                .map(|dir| dir.root().to_path_buf())
-                .unwrap_or_else(|_| PathBuf::from("tether-agent"));
-            Guard::for_user(&data_dir)
-        })
-        .clone()
-}
 
 /// Makes `sandbox` the one this process uses (called once at start by `run`).
 pub fn install(sandbox: Sandbox) -> Arc<Sandbox> {

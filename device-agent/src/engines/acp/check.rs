@@ -23,11 +23,11 @@ use super::sign_in::{self, Method};
 use super::terminals::Launch;
 use super::transport;
 use crate::local::state::AcpEngine;
+use crate::policy::guard::Guard;
 use crate::policy::hard_floor;
 use crate::run::environment;
 use crate::run::process_group::TERMINATE_GRACE;
 use crate::run::secret_http::runs_root;
-use crate::sandbox;
 
 /// How long the whole check may take.
 pub const CHECK_LIMIT: Duration = Duration::from_secs(60);
@@ -36,15 +36,16 @@ const EXIT_GRACE: Duration = Duration::from_secs(2);
 /// Lines of the agent's stderr a problem quotes.
 const STDERR_QUOTED: usize = 3;
 
-/// Checks `engine` in a private folder made for the check (removed afterwards).
-pub async fn check(engine: &AcpEngine) -> EngineCheck {
+/// Checks `engine` in a private folder made for the check (removed afterwards), under
+/// `guard`, the one runs of this agent get.
+pub async fn check(engine: &AcpEngine, guard: &Guard) -> EngineCheck {
     let started = Instant::now();
     let folder = tempfile::Builder::new()
         .prefix("tether-engine-check-")
         .tempdir();
     let report = match folder {
         Ok(folder) => match folder.path().canonicalize() {
-            Ok(path) => check_in(engine, &path).await,
+            Ok(path) => check_in(engine, guard, &path).await,
             Err(err) => problem(format!("the check's folder could not be read: {err}")),
         },
         Err(err) => problem(format!("a folder for the check could not be made: {err}")),
@@ -53,9 +54,10 @@ pub async fn check(engine: &AcpEngine) -> EngineCheck {
 }
 
 /// Checks `engine` with `folder` (canonical) as its working folder.
-pub async fn check_in(engine: &AcpEngine, folder: &Path) -> EngineCheck {
+pub async fn check_in(engine: &AcpEngine, guard: &Guard, folder: &Path) -> EngineCheck {
     let started = Instant::now();
-    let report = match tokio::time::timeout(CHECK_LIMIT, confined(engine, folder)).await {
+    let checked = confined(engine, guard, folder);
+    let report = match tokio::time::timeout(CHECK_LIMIT, checked).await {
         Ok(report) => report,
         Err(_) => problem(format!(
             "the agent did not answer within {} s",
@@ -67,11 +69,11 @@ pub async fn check_in(engine: &AcpEngine, folder: &Path) -> EngineCheck {
 
 /// The launch a run without a job's grants would have: the allow-listed environment and
 /// the network on (an engine with its own network choice keeps it).
-fn launch_for(folder: &Path) -> Launch {
+fn launch_for(guard: &Guard, folder: &Path) -> Launch {
     let mut env = environment::scrub(std::env::vars_os());
     env.push(("GIT_CONFIG_GLOBAL".into(), "/dev/null".into()));
     Launch {
-        guard: sandbox::guard(),
+        guard: guard.clone(),
         folder: folder.to_path_buf(),
         network: true,
         env,
@@ -102,8 +104,8 @@ fn start(
 }
 
 /// Starts the agent, talks to it, stops it.
-async fn confined(engine: &AcpEngine, folder: &Path) -> EngineCheck {
-    let launch = launch_for(folder);
+async fn confined(engine: &AcpEngine, guard: &Guard, folder: &Path) -> EngineCheck {
+    let launch = launch_for(guard, folder);
     let sockets = sockets_for(&launch, &engine.name);
     let (lines, mut stderr_lines) = mpsc::channel(64);
     // Its stderr is not output anywhere: the tail is kept to explain a failure.

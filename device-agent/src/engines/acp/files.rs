@@ -9,6 +9,8 @@ use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Component, Path, PathBuf};
 
+use crate::local::private_files::{link_count, mode_of, open_no_follow, opened_path, set_mode};
+
 /// The largest file `fs/read_text_file` reads.
 pub const MAX_READ_BYTES: u64 = 16 << 20;
 /// Mode of a file the agent creates (an existing file keeps its own).
@@ -82,7 +84,7 @@ fn check_form(path: &Path) -> Result<(), String> {
 /// Not a regular file, a file with other names, a file swapped since it was resolved, too
 /// large, not text, or unreadable.
 pub fn read_text(real: &Path, line: Option<u32>, limit: Option<u32>) -> Result<String, String> {
-    let mut file = open_no_follow(real)?;
+    let mut file = open_file(real)?;
     let meta = file
         .metadata()
         .map_err(|err| format!("{} cannot be read: {err}", real.display()))?;
@@ -163,64 +165,12 @@ pub fn write_text(real: &Path, content: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn open_no_follow(path: &Path) -> Result<fs::File, String> {
-    let mut options = fs::OpenOptions::new();
-    options.read(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        // No final link; and a FIFO must not block this process.
-        options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
-    }
-    options.open(path).map_err(|err| match err.kind() {
+/// Opens `path` without following a final link (and without blocking on a FIFO).
+fn open_file(path: &Path) -> Result<fs::File, String> {
+    open_no_follow(path).map_err(|err| match err.kind() {
         io::ErrorKind::NotFound => format!("{} does not exist", path.display()),
         _ => format!("{} cannot be opened: {err}", path.display()),
     })
-}
-
-#[cfg(unix)]
-fn link_count(meta: &fs::Metadata) -> u64 {
-    std::os::unix::fs::MetadataExt::nlink(meta)
-}
-
-#[cfg(not(unix))]
-fn link_count(_meta: &fs::Metadata) -> u64 {
-    1
-}
-
-#[cfg(unix)]
-fn mode_of(meta: &fs::Metadata) -> u32 {
-    std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777
-}
-
-#[cfg(not(unix))]
-fn mode_of(_meta: &fs::Metadata) -> u32 {
-    NEW_FILE_MODE
-}
-
-#[cfg(unix)]
-fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    fs::set_permissions(path, fs::Permissions::from_mode(mode))
-}
-
-#[cfg(not(unix))]
-fn set_mode(_path: &Path, _mode: u32) -> io::Result<()> {
-    Ok(())
-}
-
-/// Where an open file really is (Linux: through `/proc/self/fd`); `None` elsewhere.
-fn opened_path(file: &fs::File) -> Option<PathBuf> {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = file;
-        None
-    }
 }
 
 #[cfg(test)]

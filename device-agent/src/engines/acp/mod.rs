@@ -122,9 +122,10 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         lease,
         secrets,
         named,
+        guard,
+        hub,
     } = ctx;
-    let guard = sandbox::guard();
-    let work_folder = match checked_before_start(engine, folder, &guard) {
+    let work_folder = match checked_before_start(engine, folder, guard) {
         Ok(path) => path,
         Err(refusal) => return Ok(blocked(refusal)),
     };
@@ -150,7 +151,7 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
     ));
     // The agent and each of its terminals see the attempt's evidence folder, as a recipe
     // does; it is delivered once they all ended.
-    let broker = match start_broker(job, named.references, secrets, &lines) {
+    let broker = match start_broker(guard.data_dir(), job, named.references, secrets, &lines) {
         Ok(broker) => broker,
         Err(refusal) => {
             drop(lines);
@@ -158,7 +159,7 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
             return Ok(blocked(refusal));
         }
     };
-    let evidence = RunEvidence::prepare(job);
+    let evidence = RunEvidence::prepare(job, guard);
     let (env, writable, readable) = Granted {
         secret_env: named.env,
         evidence: evidence.as_ref(),
@@ -194,11 +195,19 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         }
     };
     lease.spawned(agent.pgid());
-    let gate = decisions::gate(job, config, &work_folder, client, lease, stop, flusher);
+    let asking = decisions::Asking {
+        client,
+        job,
+        config,
+        lease,
+        stop,
+        hub,
+    };
+    let gate = decisions::gate(asking, guard, &work_folder, flusher);
     let terminals = Terminals::new(launch, lines.clone());
     let session = Arc::new(Session::new(
         work_folder,
-        guard,
+        guard.clone(),
         gate,
         terminals,
         Said {

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::local::acp_engines::{self, model_origins, program_files, sign_in_paths};
 use crate::local::presets::{Preset, PresetName};
+use crate::local::private_files::create_private_dir;
 use crate::local::state::DataDir;
 use crate::local::state::{AcpEngine, EngineNetwork};
 use crate::local::vault::Vault;
@@ -251,11 +252,7 @@ pub fn forget_written_key(engine: &AcpEngine, state_home: &Path) {
 
 /// Creates `path` (and its parents) readable by this user only.
 fn make_private_folder(path: &Path) -> Result<(), String> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(path)
+    create_private_dir(path)
         .map_err(|err| format!("cannot make the engine's folder {}: {err}", path.display()))
 }
 

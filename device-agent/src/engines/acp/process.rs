@@ -10,7 +10,6 @@ use std::process::ExitStatus;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -18,6 +17,7 @@ use tokio::task::JoinHandle;
 use super::outfit::Outfit;
 use super::terminals::Launch;
 use crate::run::process_group;
+use crate::run::progress::OutputLines;
 use crate::sandbox;
 
 /// Lines of the agent's stderr kept to explain a failure.
@@ -160,36 +160,14 @@ impl AgentProcess {
     }
 }
 
-/// Sends each stderr line to the job's output. A line longer than the protocol's limit is
-/// cut and the rest of it skipped, so a program that never prints a newline cannot make this
-/// process buffer without bound.
+/// Sends each stderr line to the job's output (bounded: [`OutputLines`]).
 async fn forward_stderr(
     stderr: tokio::process::ChildStderr,
     lines: mpsc::Sender<String>,
     tail: StderrTail,
 ) {
-    let limit = tether_protocol::jobs::MAX_LINE_BYTES as u64;
-    let mut reader = BufReader::new(stderr);
-    let mut buffer = Vec::new();
-    let mut skipping = false;
-    loop {
-        buffer.clear();
-        match (&mut reader)
-            .take(limit)
-            .read_until(b'\n', &mut buffer)
-            .await
-        {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
-        let complete = buffer.last() == Some(&b'\n');
-        let was_skipping = std::mem::replace(&mut skipping, !complete);
-        if was_skipping {
-            continue;
-        }
-        let line = String::from_utf8_lossy(&buffer)
-            .trim_end_matches(['\n', '\r'])
-            .to_owned();
+    let mut output = OutputLines::new(stderr);
+    while let Some(line) = output.next_line().await {
         tail.push(line.clone());
         if lines.send(format!("stderr: {line}")).await.is_err() {
             return;

@@ -50,12 +50,13 @@ use crate::changes::diff::{Plan, Side};
 use crate::changes::worktree;
 use crate::changes::{self, Recorded, Refusal, MAX_COMPARED_BYTES};
 use crate::local::journal::Journal;
+use crate::local::private_files::{link_count, open_no_follow, opened_path};
 use crate::local::state::DataDir;
 use crate::local::vault;
+use crate::policy::guard::Guard;
 use crate::remote::events::FileRequest;
 use crate::remote::frames::redaction::{self, Deadline, OutOfTime};
 use crate::remote::frames::FrameContext;
-use crate::sandbox;
 
 /// Most entries one listing carries; the rest are left out.
 pub const MAX_TREE_ENTRIES: usize = 1000;
@@ -168,12 +169,12 @@ fn answer_for_job(
     };
     // The run confinement's guard applies to reading as to running: the folder must still be
     // the one shared, and nothing shown may be a protected path.
-    let guard = sandbox::guard();
+    let guard = &context.guard;
     if let Err(refusal_of) = guard.check_shared_folder(&folder.label, &folder.path) {
         return refusal(error("path_refused", refusal_of.to_string()));
     }
     // A job that ran in its own worktree is read there.
-    let root = match worktree_of(&context.journal, &context.data_dir, job_id) {
+    let root = match worktree_of(&context.journal, &context.data_dir, guard, job_id) {
         Ok(worktree) => worktree.unwrap_or_else(|| folder.path.clone()),
         Err(refused) => return refusal(refused),
     };
@@ -204,6 +205,7 @@ fn answer_for_job(
 fn worktree_of(
     journal: &Journal,
     data_dir: &DataDir,
+    guard: &Guard,
     job_id: &JobId,
 ) -> Result<Option<PathBuf>, ErrorDetail> {
     let known = journal.worktree_of(job_id).map_err(|err| {
@@ -223,9 +225,7 @@ fn worktree_of(
         )
     };
     let root = worktree::root(data_dir.root());
-    let canonical = sandbox::guard()
-        .check_folder(&path)
-        .map_err(|_| removed())?;
+    let canonical = guard.check_folder(&path).map_err(|_| removed())?;
     if canonical != path || !path.starts_with(root.canonicalize().unwrap_or(root)) {
         return Err(removed());
     }
@@ -491,7 +491,7 @@ fn read(
         return Err(error("invalid_field", "path names the folder, not a file"));
     }
     let (root, real) = resolve(root, &parts, guard)?;
-    let mut file = open_no_follow(&real)?;
+    let mut file = open_file(&real)?;
     let meta = file
         .metadata()
         .map_err(|_| refused("this file cannot be read"))?;
@@ -741,7 +741,7 @@ fn read_now(root: &Path, real: &Path, now: Now, deadline: Deadline) -> Result<Si
             .map(|target| Side::Bytes(target.as_os_str().as_encoded_bytes().to_vec()))
             .map_err(|_| refused("this link cannot be read")),
         Now::File => {
-            let mut file = open_no_follow(real)?;
+            let mut file = open_file(real)?;
             let meta = file
                 .metadata()
                 .map_err(|_| refused("this file cannot be read"))?;
@@ -789,43 +789,12 @@ fn read_until(file: &mut fs::File, deadline: Deadline) -> Result<Vec<u8>, ErrorD
     }
 }
 
-fn open_no_follow(path: &Path) -> Result<fs::File, ErrorDetail> {
-    let mut options = fs::OpenOptions::new();
-    options.read(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        // No final symlink; and a FIFO must not block the agent.
-        options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
-    }
-    options.open(path).map_err(|err| match err.kind() {
+/// Opens `path` without following a final link (and without blocking on a FIFO).
+fn open_file(path: &Path) -> Result<fs::File, ErrorDetail> {
+    open_no_follow(path).map_err(|err| match err.kind() {
         io::ErrorKind::NotFound => not_found(),
         _ => refused("this file cannot be opened"),
     })
-}
-
-#[cfg(unix)]
-fn link_count(meta: &fs::Metadata) -> u64 {
-    std::os::unix::fs::MetadataExt::nlink(meta)
-}
-
-#[cfg(not(unix))]
-fn link_count(_meta: &fs::Metadata) -> u64 {
-    1
-}
-
-/// Where an open file really is (Linux: through `/proc/self/fd`); `None` elsewhere.
-fn opened_path(file: &fs::File) -> Option<PathBuf> {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = file;
-        None
-    }
 }
 
 /// The bytes as text, or `None` when they look binary: a NUL byte early on, or invalid

@@ -15,13 +15,16 @@ use std::sync::Arc;
 
 use crate::local::journal::Journal;
 use crate::local::state::{Config, DataDir};
+use crate::policy::guard::Guard;
 use crate::remote::client::DeviceClient;
 
-/// What a frame handler works with: the server to answer, the data dir, the run journal, and
-/// the owner's configuration as it is on disk when the handler gets to it.
+/// What a frame handler works with: the server to answer, the data dir and the guard built
+/// for it, the run journal, and the owner's configuration as it is on disk when the handler
+/// gets to it.
 pub struct FrameContext {
     pub client: DeviceClient,
     pub data_dir: DataDir,
+    pub guard: Guard,
     pub journal: Arc<Journal>,
     /// Reads the configuration now (the last good one when it cannot be read).
     pub config: Box<dyn FnOnce() -> Config + Send>,

@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 use tether_protocol::decisions::Answer;
 use tether_protocol::git::{MergeChoice, PullRequest, PullRequestState};
 
+use crate::local::private_files::hex;
 use crate::policy::asking::{Ask, Outcome, Question};
 use crate::policy::canonical_text;
 use crate::run::delivery::github::{Checks, Github, GithubError};
@@ -201,8 +202,4 @@ async fn wait_for_checks(
         }
         pause = (pause * 2).min(merging.wait.longest);
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
