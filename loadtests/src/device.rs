@@ -391,7 +391,7 @@ pub fn capabilities(device: &Device) -> Capabilities {
         sandbox: SandboxReport {
             backend: "none".to_owned(),
             strength: SandboxStrength::Advisory,
-            guarantees: serde_json::Map::new(),
+            guarantees: Default::default(),
             reasons: vec!["simulated device".to_owned()],
         },
         seal_key: device.seal_key.clone(),

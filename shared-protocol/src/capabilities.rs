@@ -138,12 +138,96 @@ pub enum SandboxStrength {
 pub struct SandboxReport {
     pub backend: String,
     pub strength: SandboxStrength,
-    /// Named guarantees (for example `network`, `filesystem`) and whether each holds.
+    /// What the backend holds to, one named guarantee each; a backend leaves out those it
+    /// has nothing to say about.
     #[serde(default)]
-    pub guarantees: serde_json::Map<String, serde_json::Value>,
+    pub guarantees: Guarantees,
     /// Why the strength is what it is, in sentences.
     #[serde(default)]
     pub reasons: Vec<String>,
+}
+
+/// The guarantees of a [`SandboxReport`], as `tether-agent sandbox status --json` prints them.
+///
+/// Each is absent when the backend does not report it: `none` reports what holds without
+/// confinement (the hard floor, the scrubbed environment), the confining backends what their
+/// confinement does. The fields are in the order the confining backends report them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Guarantees {
+    /// Runs are confined by an OS sandbox; `false` for the `none` backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confined: Option<bool>,
+    /// With no backend, the owner allowed runs without confinement
+    /// (`tether-agent run --allow-unsandboxed`); otherwise they are refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unconfined_allowed: Option<bool>,
+    /// The Landlock ABI the kernel gave (Landlock only); below 4 TCP is left to seccomp,
+    /// below 6 signals and abstract sockets are not scoped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub landlock_abi: Option<i32>,
+    /// A run writes only its work folder, its grants and its private temporary folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filesystem_write_confined: Option<bool>,
+    /// The home folder is unreadable, except the toolchains in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home_hidden: Option<bool>,
+    /// Protected paths (keys, sign-ins, the agent's data dir) are unreadable to a run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protected_paths_hidden: Option<bool>,
+    /// Without confinement, the guard still refuses a job or a grant on a protected path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protected_paths_refused: Option<bool>,
+    /// A run with the network off cannot reach the network.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_off_enforced: Option<bool>,
+    /// An engine can be limited to its model endpoints; when `false`, such runs are refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_model_enforced: Option<bool>,
+    /// With the network off, Unix sockets outside the run's folders are unreachable too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unix_sockets_blocked_when_offline: Option<bool>,
+    /// A run sees only its own processes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_namespace: Option<bool>,
+    /// A fresh `/proc` is mounted for the run (bubblewrap; without it the strength is reduced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proc_mounted: Option<bool>,
+    /// A run cannot signal processes outside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signals_scoped: Option<bool>,
+    /// The seccomp filter (ptrace, io_uring, namespaces, mounts, `TIOCSTI`, …) was applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seccomp: Option<bool>,
+    /// The run holds no capabilities.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities_dropped: Option<bool>,
+    /// A run starts in a session of its own, away from the agent's terminal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_session: Option<bool>,
+    /// Git hooks and config in the work folder are read-only to the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_metadata_read_only: Option<bool>,
+    /// How the whole process tree of a run is ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_tree_kill: Option<ProcessTreeKill>,
+    /// Known-dangerous commands are refused before anything runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hard_floor: Option<bool>,
+    /// A run's environment is built from an allow list, credentials dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment_scrubbed: Option<bool>,
+}
+
+/// [`Guarantees::process_tree_kill`]: the mechanism by name, or without confinement whether
+/// the tree is ended at all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum ProcessTreeKill {
+    /// Whether the whole tree is ended (`none`: the launcher is its subreaper on Linux only).
+    Holds(bool),
+    /// How, such as `subreaper` or `pid namespace + die-with-parent`.
+    By(String),
 }
 
 /// The capability report of a device.
@@ -174,4 +258,105 @@ pub struct GitCapability {
     /// Hosts with a GitHub token in the vault (pull requests), e.g. `github.com`.
     #[serde(default)]
     pub github_hosts: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use serde_json::json;
+
+    use super::*;
+
+    /// Every guarantee set, as an agent would never send them all at once.
+    fn every() -> Guarantees {
+        Guarantees {
+            confined: Some(true),
+            unconfined_allowed: Some(false),
+            landlock_abi: Some(6),
+            filesystem_write_confined: Some(true),
+            home_hidden: Some(true),
+            protected_paths_hidden: Some(true),
+            protected_paths_refused: Some(true),
+            network_off_enforced: Some(true),
+            network_model_enforced: Some(false),
+            unix_sockets_blocked_when_offline: Some(true),
+            pid_namespace: Some(false),
+            proc_mounted: Some(true),
+            signals_scoped: Some(true),
+            seccomp: Some(true),
+            capabilities_dropped: Some(true),
+            new_session: Some(true),
+            git_metadata_read_only: Some(false),
+            process_tree_kill: Some(ProcessTreeKill::By("subreaper".to_owned())),
+            hard_floor: Some(true),
+            environment_scrubbed: Some(true),
+        }
+    }
+
+    #[test]
+    fn guarantees_keep_the_keys_and_types_of_the_wire() {
+        // The keys agents have always sent, camelCase, in the confining backends' order.
+        assert_eq!(
+            serde_json::to_string(&every()).unwrap(),
+            concat!(
+                r#"{"confined":true,"unconfinedAllowed":false,"landlockAbi":6,"#,
+                r#""filesystemWriteConfined":true,"homeHidden":true,"protectedPathsHidden":true,"#,
+                r#""protectedPathsRefused":true,"networkOffEnforced":true,"#,
+                r#""networkModelEnforced":false,"unixSocketsBlockedWhenOffline":true,"#,
+                r#""pidNamespace":false,"procMounted":true,"signalsScoped":true,"seccomp":true,"#,
+                r#""capabilitiesDropped":true,"newSession":true,"gitMetadataReadOnly":false,"#,
+                r#""processTreeKill":"subreaper","hardFloor":true,"environmentScrubbed":true}"#,
+            )
+        );
+        let back: Guarantees =
+            serde_json::from_str(&serde_json::to_string(&every()).unwrap()).unwrap();
+        assert_eq!(back, every());
+    }
+
+    #[test]
+    fn an_unreported_guarantee_is_absent_not_null() {
+        let none = Guarantees {
+            confined: Some(false),
+            process_tree_kill: Some(ProcessTreeKill::Holds(true)),
+            ..Guarantees::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&none).unwrap(),
+            json!({"confined": false, "processTreeKill": true})
+        );
+        assert_eq!(
+            serde_json::to_value(Guarantees::default()).unwrap(),
+            json!({})
+        );
+    }
+
+    #[test]
+    fn a_report_reads_as_before() {
+        // Without guarantees, with an empty object, and with a key this version does not know.
+        let report: SandboxReport =
+            serde_json::from_value(json!({"backend": "none", "strength": "advisory"})).unwrap();
+        assert_eq!(report.guarantees, Guarantees::default());
+        assert_eq!(
+            serde_json::to_value(&report).unwrap(),
+            json!({"backend": "none", "strength": "advisory", "guarantees": {}, "reasons": []})
+        );
+        let report: SandboxReport = serde_json::from_value(json!({
+            "backend": "bwrap",
+            "strength": "strong",
+            "guarantees": {
+                "pidNamespace": true,
+                "processTreeKill": "pid namespace + die-with-parent",
+                "laterGuarantee": {"any": "shape"}
+            },
+            "reasons": []
+        }))
+        .unwrap();
+        assert_eq!(report.guarantees.pid_namespace, Some(true));
+        assert_eq!(
+            report.guarantees.process_tree_kill,
+            Some(ProcessTreeKill::By(
+                "pid namespace + die-with-parent".to_owned()
+            ))
+        );
+    }
 }

@@ -1,12 +1,13 @@
 //! Tether's wire protocol, version 1.
 //!
 //! The single source of truth for what crosses the network between the web, the server and
-//! the agent on each paired computer. Types only: no I/O.
+//! the agent on each paired computer. Types only: no I/O and no cryptography. A secret's
+//! sealed box travels here as opaque JSON; sealing, opening and the numbered channels are
+//! `tether-seal`'s.
 
 pub mod auth;
 pub mod capabilities;
 pub mod changes;
-pub mod channel;
 pub mod credential_files;
 pub mod decisions;
 pub mod devices;
@@ -20,7 +21,6 @@ pub mod lease;
 pub mod pairing;
 pub mod push;
 pub mod routes;
-pub mod seal;
 pub mod secrets;
 pub mod sites;
 pub mod text;

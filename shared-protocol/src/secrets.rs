@@ -29,7 +29,7 @@ pub fn valid_name(name: &str) -> bool {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SendSecretParams {
     pub name: String,
-    /// The sealed box ([`crate::seal::Envelope`] as JSON).
+    /// The sealed box (`tether_seal::Envelope` as JSON).
     pub sealed: serde_json::Value,
     /// Sites the secret may be sent to ([`crate::sites`]), for the web's listing. The device
     /// obeys only the list sealed in the box's aad; this one must be the same list (422

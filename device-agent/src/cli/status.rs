@@ -242,7 +242,7 @@ pub fn render_sandbox(report: &SandboxReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tether_protocol::capabilities::SandboxStrength;
+    use tether_protocol::capabilities::{Guarantees, SandboxStrength};
     use tether_protocol::{DecisionId, JobId};
 
     fn config() -> Config {
@@ -295,7 +295,7 @@ mod tests {
             sandbox: SandboxReport {
                 backend: "landlock".into(),
                 strength: SandboxStrength::Reduced,
-                guarantees: serde_json::Map::new(),
+                guarantees: Guarantees::default(),
                 reasons: Vec::new(),
             },
         }

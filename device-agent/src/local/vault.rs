@@ -14,10 +14,10 @@ use std::collections::BTreeMap;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
-use tether_protocol::seal::{self, AadExpectation, CheckedBox, Envelope, Kid, SealError};
 use tether_protocol::secrets::{valid_name, DeliveryAnswer};
 use tether_protocol::sites::{self, Site};
 use tether_protocol::{DeliveryId, DeviceId};
+use tether_seal::{self as seal, AadExpectation, CheckedBox, Envelope, Kid, SealError};
 
 use crate::local::encrypted_file::EncryptedFile;
 use crate::local::seal_key::SealKeyPair;
@@ -350,7 +350,7 @@ mod tests {
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
     use base64::Engine as _;
     use rand::rngs::OsRng;
-    use tether_protocol::seal::{Aad, Jti, Recipient};
+    use tether_seal::{Aad, Jti, Recipient};
 
     fn delivery(raw: &str) -> DeliveryId {
         DeliveryId::parse(raw).unwrap_or_else(|err| panic!("{err}"))

@@ -12,8 +12,7 @@ use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Map};
-use tether_protocol::capabilities::{SandboxReport, SandboxStrength};
+use tether_protocol::capabilities::{Guarantees, ProcessTreeKill, SandboxReport, SandboxStrength};
 
 use crate::sandbox::backend::{Backend, Policy, Probed};
 use crate::sandbox::host::{self, SYSTEM_READ};
@@ -233,28 +232,6 @@ pub fn probe(bwrap: &Path, launcher: &Path) -> Result<Probed, String> {
         ]
         .map(str::to_owned),
     );
-    let mut guarantees = Map::new();
-    for (name, value) in [
-        ("confined", json!(true)),
-        ("filesystemWriteConfined", json!(true)),
-        ("homeHidden", json!(true)),
-        ("protectedPathsHidden", json!(true)),
-        ("networkOffEnforced", json!(true)),
-        ("networkModelEnforced", json!(true)),
-        ("unixSocketsBlockedWhenOffline", json!(true)),
-        ("pidNamespace", json!(true)),
-        ("procMounted", json!(proc)),
-        ("signalsScoped", json!(true)),
-        ("seccomp", json!(result.seccomp)),
-        ("capabilitiesDropped", json!(true)),
-        ("newSession", json!(true)),
-        ("gitMetadataReadOnly", json!(true)),
-        ("processTreeKill", json!("pid namespace + die-with-parent")),
-        ("hardFloor", json!(true)),
-        ("environmentScrubbed", json!(true)),
-    ] {
-        guarantees.insert(name.to_owned(), value);
-    }
     Ok(Probed {
         backend: Backend::Bwrap {
             path: bwrap.to_path_buf(),
@@ -263,15 +240,71 @@ pub fn probe(bwrap: &Path, launcher: &Path) -> Result<Probed, String> {
         report: SandboxReport {
             backend: "bwrap".to_owned(),
             strength,
-            guarantees,
+            guarantees: guarantees(proc, result.seccomp),
             reasons,
         },
     })
 }
 
+/// What bubblewrap holds to, given whether it mounted a fresh `/proc` and applied seccomp.
+fn guarantees(proc: bool, seccomp: bool) -> Guarantees {
+    Guarantees {
+        confined: Some(true),
+        filesystem_write_confined: Some(true),
+        home_hidden: Some(true),
+        protected_paths_hidden: Some(true),
+        network_off_enforced: Some(true),
+        network_model_enforced: Some(true),
+        unix_sockets_blocked_when_offline: Some(true),
+        pid_namespace: Some(true),
+        proc_mounted: Some(proc),
+        signals_scoped: Some(true),
+        seccomp: Some(seccomp),
+        capabilities_dropped: Some(true),
+        new_session: Some(true),
+        git_metadata_read_only: Some(true),
+        process_tree_kill: Some(ProcessTreeKill::By(
+            "pid namespace + die-with-parent".to_owned(),
+        )),
+        hard_floor: Some(true),
+        environment_scrubbed: Some(true),
+        ..Guarantees::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+
+    #[test]
+    fn the_guarantees_are_the_ones_the_report_has_always_had() {
+        let sent =
+            serde_json::to_value(guarantees(false, true)).unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(
+            sent,
+            json!({
+                "confined": true,
+                "filesystemWriteConfined": true,
+                "homeHidden": true,
+                "protectedPathsHidden": true,
+                "networkOffEnforced": true,
+                "networkModelEnforced": true,
+                "unixSocketsBlockedWhenOffline": true,
+                "pidNamespace": true,
+                "procMounted": false,
+                "signalsScoped": true,
+                "seccomp": true,
+                "capabilitiesDropped": true,
+                "newSession": true,
+                "gitMetadataReadOnly": true,
+                "processTreeKill": "pid namespace + die-with-parent",
+                "hardFloor": true,
+                "environmentScrubbed": true,
+            })
+        );
+    }
 
     fn strings(args: &[OsString]) -> Vec<String> {
         args.iter()

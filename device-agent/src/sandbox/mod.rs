@@ -40,8 +40,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, OnceLock};
 
-use serde_json::{json, Map, Value};
-use tether_protocol::capabilities::{SandboxReport, SandboxStrength};
+use tether_protocol::capabilities::{Guarantees, ProcessTreeKill, SandboxReport, SandboxStrength};
 
 use crate::policy::guard::{self, Guard};
 
@@ -223,17 +222,18 @@ impl Sandbox {
                     .to_owned(),
             );
         }
-        let mut guarantees = Map::new();
-        guarantees.insert("confined".into(), json!(false));
-        guarantees.insert(
-            "unconfinedAllowed".into(),
-            json!(settings.allow_unsandboxed),
-        );
-        guarantees.insert("hardFloor".into(), json!(true));
-        guarantees.insert("networkModelEnforced".into(), json!(false));
-        guarantees.insert("protectedPathsRefused".into(), json!(true));
-        guarantees.insert("environmentScrubbed".into(), json!(true));
-        guarantees.insert("processTreeKill".into(), json!(cfg!(target_os = "linux")));
+        // What still holds unconfined: the checks made before a run starts, and on Linux the
+        // launcher as the subreaper of the tree.
+        let guarantees = Guarantees {
+            confined: Some(false),
+            unconfined_allowed: Some(settings.allow_unsandboxed),
+            hard_floor: Some(true),
+            network_model_enforced: Some(false),
+            protected_paths_refused: Some(true),
+            environment_scrubbed: Some(true),
+            process_tree_kill: Some(ProcessTreeKill::Holds(cfg!(target_os = "linux"))),
+            ..Guarantees::default()
+        };
         Sandbox {
             backend: Backend::None {
                 allow_unsandboxed: settings.allow_unsandboxed,
@@ -617,27 +617,7 @@ fn probe_landlock(launcher: &Path) -> Result<Probed, String> {
         ]
         .map(str::to_owned),
     );
-    let mut guarantees = Map::new();
-    for (name, value) in [
-        ("confined", json!(true)),
-        ("landlockAbi", json!(abi)),
-        ("filesystemWriteConfined", json!(true)),
-        ("homeHidden", json!(true)),
-        ("protectedPathsHidden", json!(true)),
-        ("networkOffEnforced", json!(true)),
-        ("networkModelEnforced", json!(false)),
-        ("unixSocketsBlockedWhenOffline", json!(true)),
-        ("pidNamespace", json!(false)),
-        ("signalsScoped", json!(abi >= 6)),
-        ("seccomp", json!(result.seccomp)),
-        ("capabilitiesDropped", json!(!result.capabilities_left)),
-        ("gitMetadataReadOnly", json!(false)),
-        ("processTreeKill", json!("subreaper")),
-        ("hardFloor", json!(true)),
-        ("environmentScrubbed", json!(true)),
-    ] {
-        guarantees.insert(name.to_owned(), value);
-    }
+    let guarantees = landlock_guarantees(abi, result.seccomp, !result.capabilities_left);
     Ok(Probed {
         backend: Backend::Landlock,
         report: SandboxReport {
@@ -649,13 +629,34 @@ fn probe_landlock(launcher: &Path) -> Result<Probed, String> {
     })
 }
 
-/// The value of a guarantee, for tests and rendering.
-pub fn guarantee<'a>(report: &'a SandboxReport, name: &str) -> Option<&'a Value> {
-    report.guarantees.get(name)
+/// What Landlock holds to under the kernel's `abi`, with or without seccomp and the
+/// capabilities dropped.
+fn landlock_guarantees(abi: i32, seccomp: bool, capabilities_dropped: bool) -> Guarantees {
+    Guarantees {
+        confined: Some(true),
+        landlock_abi: Some(abi),
+        filesystem_write_confined: Some(true),
+        home_hidden: Some(true),
+        protected_paths_hidden: Some(true),
+        network_off_enforced: Some(true),
+        network_model_enforced: Some(false),
+        unix_sockets_blocked_when_offline: Some(true),
+        pid_namespace: Some(false),
+        signals_scoped: Some(abi >= 6),
+        seccomp: Some(seccomp),
+        capabilities_dropped: Some(capabilities_dropped),
+        git_metadata_read_only: Some(false),
+        process_tree_kill: Some(ProcessTreeKill::By("subreaper".to_owned())),
+        hard_floor: Some(true),
+        environment_scrubbed: Some(true),
+        ..Guarantees::default()
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn settings(choice: &str, bwrap: &str) -> Settings {
@@ -665,6 +666,49 @@ mod tests {
             launcher: PathBuf::from("/nonexistent/tether-agent"),
             allow_unsandboxed: false,
         }
+    }
+
+    fn sent(guarantees: &Guarantees) -> serde_json::Value {
+        serde_json::to_value(guarantees).unwrap_or_else(|err| panic!("{err}"))
+    }
+
+    #[test]
+    fn the_guarantees_are_the_ones_the_report_has_always_had() {
+        let mut unconfined = settings("none", "/nonexistent/bwrap");
+        unconfined.allow_unsandboxed = true;
+        assert_eq!(
+            sent(&Sandbox::probe(&unconfined).report().guarantees),
+            json!({
+                "confined": false,
+                "unconfinedAllowed": true,
+                "hardFloor": true,
+                "networkModelEnforced": false,
+                "protectedPathsRefused": true,
+                "environmentScrubbed": true,
+                "processTreeKill": cfg!(target_os = "linux"),
+            })
+        );
+        assert_eq!(
+            sent(&landlock_guarantees(5, true, false)),
+            json!({
+                "confined": true,
+                "landlockAbi": 5,
+                "filesystemWriteConfined": true,
+                "homeHidden": true,
+                "protectedPathsHidden": true,
+                "networkOffEnforced": true,
+                "networkModelEnforced": false,
+                "unixSocketsBlockedWhenOffline": true,
+                "pidNamespace": false,
+                "signalsScoped": false,
+                "seccomp": true,
+                "capabilitiesDropped": false,
+                "gitMetadataReadOnly": false,
+                "processTreeKill": "subreaper",
+                "hardFloor": true,
+                "environmentScrubbed": true,
+            })
+        );
     }
 
     #[test]
@@ -758,8 +802,8 @@ mod tests {
         settings.allow_unsandboxed = true;
         let sandbox = Sandbox::probe(&settings);
         assert_eq!(
-            guarantee(sandbox.report(), "networkModelEnforced"),
-            Some(&json!(false))
+            sandbox.report().guarantees.network_model_enforced,
+            Some(false)
         );
         let tmp = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
         let guard = Guard::new(None, Path::new("/nonexistent/tether-data"));
@@ -796,10 +840,7 @@ mod tests {
         let mut allowed = settings("none", "/usr/bin/bwrap");
         allowed.allow_unsandboxed = true;
         let report = Sandbox::probe(&allowed).report().clone();
-        assert_eq!(
-            report.guarantees.get("unconfinedAllowed"),
-            Some(&json!(true))
-        );
+        assert_eq!(report.guarantees.unconfined_allowed, Some(true));
         assert!(
             report
                 .reasons

@@ -10,8 +10,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Map};
-use tether_protocol::capabilities::{SandboxReport, SandboxStrength};
+use tether_protocol::capabilities::{Guarantees, SandboxReport, SandboxStrength};
 
 use crate::sandbox::backend::{Backend, Policy, Probed};
 use crate::sandbox::host;
@@ -128,27 +127,12 @@ pub fn probe() -> Result<Probed, String> {
     if !status.success() {
         return Err(format!("seatbelt: the probe failed ({status})"));
     }
-    let mut guarantees = Map::new();
-    for (name, value) in [
-        ("confined", json!(true)),
-        ("filesystemWriteConfined", json!(true)),
-        ("homeHidden", json!(true)),
-        ("protectedPathsHidden", json!(true)),
-        ("networkOffEnforced", json!(true)),
-        ("networkModelEnforced", json!(false)),
-        ("pidNamespace", json!(false)),
-        ("gitMetadataReadOnly", json!(true)),
-        ("hardFloor", json!(true)),
-        ("environmentScrubbed", json!(true)),
-    ] {
-        guarantees.insert(name.to_owned(), value);
-    }
     Ok(Probed {
         backend: Backend::Seatbelt,
         report: SandboxReport {
             backend: "seatbelt".to_owned(),
             strength: SandboxStrength::Strong,
-            guarantees,
+            guarantees: guarantees(),
             reasons: vec![
                 "no PID namespace: other processes are listed".to_owned(),
                 "the process tree is killed by process group only (no subreaper on macOS)"
@@ -158,9 +142,48 @@ pub fn probe() -> Result<Probed, String> {
     })
 }
 
+/// What the Seatbelt profile holds to.
+fn guarantees() -> Guarantees {
+    Guarantees {
+        confined: Some(true),
+        filesystem_write_confined: Some(true),
+        home_hidden: Some(true),
+        protected_paths_hidden: Some(true),
+        network_off_enforced: Some(true),
+        network_model_enforced: Some(false),
+        pid_namespace: Some(false),
+        git_metadata_read_only: Some(true),
+        hard_floor: Some(true),
+        environment_scrubbed: Some(true),
+        ..Guarantees::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+
+    #[test]
+    fn the_guarantees_are_the_ones_the_report_has_always_had() {
+        let sent = serde_json::to_value(guarantees()).unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(
+            sent,
+            json!({
+                "confined": true,
+                "filesystemWriteConfined": true,
+                "homeHidden": true,
+                "protectedPathsHidden": true,
+                "networkOffEnforced": true,
+                "networkModelEnforced": false,
+                "pidNamespace": false,
+                "gitMetadataReadOnly": true,
+                "hardFloor": true,
+                "environmentScrubbed": true,
+            })
+        );
+    }
 
     fn policy(network: bool) -> Policy {
         Policy {

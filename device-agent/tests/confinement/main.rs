@@ -991,14 +991,8 @@ async fn t25_report_matches(sandbox: Sandbox) {
         _ => tether_protocol::capabilities::SandboxStrength::Reduced,
     };
     assert_eq!(report.strength, expected, "{report:?}");
-    assert_eq!(
-        sandbox::guarantee(&report, "seccomp"),
-        Some(&serde_json::json!(true))
-    );
-    assert_eq!(
-        sandbox::guarantee(&report, "pidNamespace"),
-        Some(&serde_json::json!(name == "bwrap"))
-    );
+    assert_eq!(report.guarantees.seccomp, Some(true));
+    assert_eq!(report.guarantees.pid_namespace, Some(name == "bwrap"));
     let fx = Fixture::new();
     let output = std::process::Command::new(AGENT)
         .args(["sandbox", "status", "--json"])
@@ -1297,9 +1291,9 @@ async fn t30_model_network(sandbox: Sandbox) {
     let network = ModelNetwork::start(&origins, &fx.root.join("runs/model")).unwrap();
     let mut policy = fx.policy(false);
     policy.env.extend(network.env());
-    let enforced = sandbox::guarantee(sandbox.report(), "networkModelEnforced");
+    let enforced = sandbox.report().guarantees.network_model_enforced;
     if sandbox.report().backend != "bwrap" {
-        assert_eq!(enforced, Some(&serde_json::json!(false)));
+        assert_eq!(enforced, Some(false));
         let argv = ["true".to_owned()];
         let refused =
             sandbox.prepare_forwarded(&fx.guard, &policy, &Start::new(&argv), &network.forwards());
@@ -1309,7 +1303,7 @@ async fn t30_model_network(sandbox: Sandbox) {
         );
         return;
     }
-    assert_eq!(enforced, Some(&serde_json::json!(true)));
+    assert_eq!(enforced, Some(true));
     let script = format!(
         "curl -s -m 5 http://127.0.0.1:{model_port}/; echo; \
          curl -s -m 3 http://127.0.0.1:{other_port}/ || echo direct-refused; \

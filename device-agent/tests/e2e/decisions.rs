@@ -758,7 +758,7 @@ fn heartbeat_params(
             sandbox: SandboxReport {
                 backend: "bwrap".into(),
                 strength: SandboxStrength::Strong,
-                guarantees: serde_json::Map::new(),
+                guarantees: Default::default(),
                 reasons: Vec::new(),
             },
             seal_key: seal_key.public().clone(),

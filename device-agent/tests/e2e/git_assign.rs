@@ -72,7 +72,7 @@ async fn fake_git_computer(web: &Web) -> String {
         sandbox: SandboxReport {
             backend: "none".into(),
             strength: SandboxStrength::Advisory,
-            guarantees: serde_json::Map::new(),
+            guarantees: Default::default(),
             reasons: vec!["a fake computer".into()],
         },
         seal_key,

@@ -706,7 +706,7 @@ async fn save_secret(
     (name, value): (&str, &str),
     allow: Option<&[&str]>,
 ) {
-    use tether_protocol::seal::{self, Aad, Jti, Recipient};
+    use tether_seal::{self as seal, Aad, Jti, Recipient};
     let recipient = Recipient::from_seal_key(seal_key).unwrap();
     let device = tether_protocol::DeviceId::parse(device_id).unwrap();
     let mut aad = Aad::secret(

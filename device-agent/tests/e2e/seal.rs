@@ -1,6 +1,6 @@
 //! The browser sealer (`/assets/seal.js`) in a real headless Chromium: it reproduces the
 //! published HPKE vector for our suite, and a secret it seals opens in Rust with
-//! `tether_protocol::seal::open`, with the aad the device expects — limited to sites too,
+//! `tether_seal::open`, with the aad the device expects — limited to sites too,
 //! with the sites the form's parser (`/assets/secrets.js`) writes as Rust reads them.
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -11,14 +11,14 @@ use p256::pkcs8::EncodePublicKey as _;
 use rand::rngs::OsRng;
 use serde_json::{json, Value};
 use sha2::{Digest as _, Sha256};
-use tether_protocol::seal::{open, AadExpectation, Envelope, Kid, MAX_TTL_SECS};
 use tether_protocol::sites::Site;
 use tether_protocol::DeviceId;
+use tether_seal::{open, AadExpectation, Envelope, Kid, MAX_TTL_SECS};
 
 use crate::chromium::{chromium_or_skip, Browser};
 use crate::spawn_server;
 
-const VECTORS: &str = include_str!("../../../shared-protocol/tests/vectors/hpke-p256-sha256.json");
+const VECTORS: &str = include_str!("../../../seal/tests/vectors/hpke-p256-sha256.json");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secret_sealed_in_chromium_opens_on_the_device() {

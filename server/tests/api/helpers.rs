@@ -390,7 +390,7 @@ impl DeviceClient {
             sandbox: SandboxReport {
                 backend: "none".to_owned(),
                 strength: SandboxStrength::Advisory,
-                guarantees: serde_json::Map::new(),
+                guarantees: Default::default(),
                 reasons: vec!["tests".to_owned()],
             },
             seal_key: self.seal_key.clone(),

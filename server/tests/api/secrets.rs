@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tether_protocol::capabilities::SealKey;
 use tether_protocol::frames::ServerFrame;
-use tether_protocol::seal::{self, Aad, AadExpectation, Jti, Kid, Recipient};
 use tether_protocol::DeviceId;
+use tether_seal::{self as seal, Aad, AadExpectation, Jti, Kid, Recipient};
 
 use crate::both_backends;
 use crate::helpers::{

@@ -8,11 +8,11 @@ use p256::pkcs8::EncodePublicKey as _;
 use rand::rngs::OsRng;
 use serde_json::{json, Value};
 use tether_protocol::capabilities::{SealKey, SEAL_KEY_ALG};
-use tether_protocol::seal::{
+use tether_protocol::{DecisionId, DeviceId};
+use tether_seal::{
     check_aad, open, seal, Aad, AadExpectation, AadField, Envelope, Jti, Kid, Recipient, SealError,
     MAX_AAD_BYTES, MAX_TTL_SECS,
 };
-use tether_protocol::{DecisionId, DeviceId};
 
 const NOW: i64 = 1_700_000_000;
 const NAME: &str = "GITHUB_TOKEN";

@@ -8,12 +8,12 @@ use base64::Engine as _;
 use p256::elliptic_curve::sec1::ToEncodedPoint as _;
 use rand::rngs::OsRng;
 use serde_json::{json, Value};
-use tether_protocol::channel::{
+use tether_protocol::DeviceId;
+use tether_seal::channel::{
     accept, channel_info, start, ChannelError, ChannelId, ChannelKeys, Direction, Message,
     Receiver, Sender, ENC_BYTES, KEY_BYTES, MAX_CHANNEL_ID_BYTES,
 };
-use tether_protocol::seal::{Kid, Recipient};
-use tether_protocol::DeviceId;
+use tether_seal::{Kid, Recipient};
 
 /// A paired computer: its id and seal key pair.
 struct Device {

@@ -1,8 +1,12 @@
-//! Sealed boxes: a secret encrypted in the browser for one computer's seal key.
+//! Sealed boxes and numbered channels (DESIGN §5): the cryptography between the browser and
+//! one computer's seal key, kept out of `tether-protocol`, which carries a box only as opaque
+//! JSON. The crate root is the sealed box; [`channel`] is the two-way stream built on the
+//! same HPKE suite.
 //!
-//! A box is exactly RFC 9180 HPKE in base mode with DHKEM(P-256, HKDF-SHA256), HKDF-SHA256
-//! and AES-256-GCM (KEM 0x0010, KDF 0x0001, AEAD 0x0002), single-shot, so the published
-//! HPKE test vectors test it (`tests/seal_vectors.rs`). The browser seals with WebCrypto
+//! A box is a secret encrypted in the browser for one computer's seal key: exactly RFC 9180
+//! HPKE in base mode with DHKEM(P-256, HKDF-SHA256), HKDF-SHA256 and AES-256-GCM (KEM 0x0010,
+//! KDF 0x0001, AEAD 0x0002), single-shot, so the published HPKE test vectors test it
+//! (`tests/seal_vectors.rs`). The browser seals with WebCrypto
 //! (`server/src/pages/assets/seal.js`); only the device, holding the private key, opens.
 //!
 //! # Format
@@ -24,6 +28,8 @@
 //! Base mode does not say who sealed a box: anyone holding the public key can. Authority
 //! comes from the channel that delivers it and from the aad matching the device's own state.
 
+pub mod channel;
+
 use std::fmt;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -34,12 +40,12 @@ use p256::elliptic_curve::sec1::ToEncodedPoint as _;
 use p256::pkcs8::{DecodePublicKey as _, EncodePublicKey as _};
 use serde::{Deserialize, Deserializer, Serialize};
 use sha2::{Digest as _, Sha256};
+use tether_protocol::capabilities::SealKey;
+use tether_protocol::sites;
+use tether_protocol::{DecisionId, DeviceId};
 use zeroize::Zeroizing;
 
-use crate::capabilities::SealKey;
-use crate::ids::{DecisionId, DeviceId};
-
-/// The envelope and aad version this module reads and writes; no other is accepted.
+/// The envelope and aad version this crate reads and writes; no other is accepted.
 pub const SEAL_VERSION: u32 = 1;
 /// The only aad `purpose` of protocol v1: a named secret for the device's vault.
 pub const PURPOSE_SECRET: &str = "secret";
@@ -412,8 +418,8 @@ pub struct Aad {
     /// Unix seconds after which the box is refused.
     pub exp: i64,
     pub jti: Jti,
-    /// The sites the value may be sent to ([`crate::sites`]); absent (never `null`) for a
-    /// secret a job may have as an environment variable.
+    /// The sites the value may be sent to ([`tether_protocol::sites`]); absent (never
+    /// `null`) for a secret a job may have as an environment variable.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -445,7 +451,7 @@ impl Aad {
         }
     }
 
-    /// The same aad, limiting the secret to `sites` (canonical [`crate::sites::Site`] text).
+    /// The same aad, limiting the secret to `sites` (canonical [`sites::Site`] text).
     #[must_use]
     pub fn with_allow(mut self, sites: Vec<String>) -> Aad {
         self.allow = Some(sites);
@@ -508,8 +514,8 @@ pub fn check_aad(aad: &Aad, expected: &AadExpectation<'_>, now: i64) -> Result<(
     if let Some((_, field)) = fields.iter().find(|(matches, _)| !matches) {
         return Err(SealError::AadMismatch(*field));
     }
-    if let Some(sites) = &aad.allow {
-        crate::sites::parse_list(sites).map_err(|error| SealError::BadSites(error.0))?;
+    if let Some(allow) = &aad.allow {
+        sites::parse_list(allow).map_err(|error| SealError::BadSites(error.0))?;
     }
     if aad.exp <= now {
         return Err(SealError::Expired);
@@ -660,7 +666,7 @@ impl fmt::Debug for CheckedBox {
     }
 }
 
-/// RFC 9180 `SealBase` for this module's suite, single-shot: returns `enc` and the
+/// RFC 9180 `SealBase` for this crate's suite, single-shot: returns `enc` and the
 /// ciphertext. Use [`seal`]; this is the bare primitive the test vectors check.
 ///
 /// # Errors
@@ -690,7 +696,7 @@ pub fn seal_base(
     Ok((enc, ct))
 }
 
-/// RFC 9180 `OpenBase` for this module's suite, single-shot. Use [`open`]; this is the bare
+/// RFC 9180 `OpenBase` for this crate's suite, single-shot. Use [`open`]; this is the bare
 /// primitive the test vectors check.
 ///
 /// # Errors

@@ -1,7 +1,7 @@
 //! The published HPKE test vectors for DHKEM(P-256, HKDF-SHA256) with HKDF-SHA256 in base
 //! mode, from `tests/vectors/hpke-p256-sha256.json` (its `source` says where they come from):
 //! RFC 9180 A.3.1 (AES-128-GCM) and the CFRG entry for AES-256-GCM, the suite of
-//! `tether_protocol::seal`. A deliberately wrong copy must fail, which shows the checks bite.
+//! `tether_seal`. A deliberately wrong copy must fail, which shows the checks bite.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use hpke::aead::{Aead, AesGcm128, AesGcm256};
@@ -11,7 +11,7 @@ use hpke::{Deserializable, Kem, OpModeR, OpModeS, Serializable};
 use p256::elliptic_curve::rand_core::{CryptoRng, RngCore};
 use p256::elliptic_curve::sec1::ToEncodedPoint;
 use serde::Deserialize;
-use tether_protocol::seal::{open_base, seal_base};
+use tether_seal::{open_base, seal_base};
 
 const VECTORS: &str = include_str!("vectors/hpke-p256-sha256.json");
 

@@ -2,10 +2,10 @@
 //! takeover, encrypted end to end over the relays in between (DESIGN §5).
 //!
 //! A channel starts from one RFC 9180 HPKE exchange in base mode with the suite of
-//! [`crate::seal`] (DHKEM(P-256, HKDF-SHA256), HKDF-SHA256, AES-256-GCM), so the browser does
-//! it with the same WebCrypto steps as a sealed box. The exchange yields one AES-256-GCM key
-//! per direction; every message carries its number, which gives the nonce, and a receiver
-//! refuses a number at or below the last one it opened.
+//! [the sealed boxes](crate) (DHKEM(P-256, HKDF-SHA256), HKDF-SHA256, AES-256-GCM), so the
+//! browser does it with the same WebCrypto steps as a sealed box. The exchange yields one
+//! AES-256-GCM key per direction; every message carries its number, which gives the nonce,
+//! and a receiver refuses a number at or below the last one it opened.
 //!
 //! # Format
 //! 1. The browser (the end that opens the channel) runs HPKE `SetupBaseS` for the computer's
@@ -55,10 +55,10 @@ use hpke::{Deserializable as _, HpkeError, OpModeR, OpModeS, Serializable as _};
 use p256::elliptic_curve::rand_core::{CryptoRng, RngCore};
 use p256::elliptic_curve::sec1::ToEncodedPoint as _;
 use serde::{Deserialize, Serialize};
+use tether_protocol::DeviceId;
 use zeroize::Zeroizing;
 
-use crate::ids::DeviceId;
-use crate::seal::{Kid, Recipient, EPK_BYTES};
+use crate::{Kid, Recipient, EPK_BYTES};
 
 /// The first part of the HPKE `info` and of both exporter contexts.
 pub const INFO_LABEL: &str = "tether/channel/v1";
@@ -77,7 +77,7 @@ pub const KEY_BYTES: usize = 32;
 /// The AES-GCM tag at the end of `ct`.
 const TAG_BYTES: usize = 16;
 
-/// The HPKE suite of protocol v1, the same as [`crate::seal`]'s.
+/// The HPKE suite of protocol v1, the same as the sealed boxes'.
 type Kem = hpke::kem::DhP256HkdfSha256;
 type Kdf = hpke::kdf::HkdfSha256;
 type Aead = hpke::aead::AesGcm256;
@@ -279,10 +279,10 @@ impl fmt::Debug for ChannelKeys {
 }
 
 /// The HPKE `info` for a channel to `device_id` under the key `kid`: `tether/channel/v1`,
-/// 0x00, the device id, 0x00, the kid text. The same layout as [`crate::seal::info`] under
+/// 0x00, the device id, 0x00, the kid text. The same layout as [`crate::info`] under
 /// its own label, so a box and a channel never share an HPKE context.
 pub fn channel_info(device_id: &DeviceId, kid: &Kid) -> Vec<u8> {
-    crate::seal::labelled_info(INFO_LABEL, device_id, kid)
+    crate::labelled_info(INFO_LABEL, device_id, kid)
 }
 
 /// Starts a channel to `recipient` on `device_id`, on the browser's side: returns the `enc`
