@@ -17,6 +17,11 @@ use tether_protocol::JobId;
 use super::diff::{plan, unified, Plan, Side};
 use super::*;
 
+// Each test module that needs it includes it: the library has no test support of its own.
+#[allow(clippy::duplicate_mod)]
+#[path = "../../../server/tests/support/external.rs"]
+mod external;
+
 /// A data dir, a folder to work in and a job.
 struct Rig {
     _tmp: tempfile::TempDir,
@@ -115,10 +120,6 @@ fn git(dir: &Path, args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
-fn has_git() -> bool {
-    Command::new("git").arg("--version").output().is_ok()
-}
-
 /// Lines of a numbered text file.
 fn lines(count: usize, word: &str) -> String {
     (1..=count).map(|n| format!("{word} line {n}\n")).collect()
@@ -185,7 +186,7 @@ fn dirty_repository(rig: &Rig) -> Result<String> {
 
 #[test]
 fn a_dirty_repository_reports_only_what_the_run_changed() -> Result<()> {
-    if !has_git() {
+    if !external::git() {
         return Ok(());
     }
     let rig = rig()?;
@@ -290,7 +291,7 @@ fn a_dirty_repository_reports_only_what_the_run_changed() -> Result<()> {
 
 #[test]
 fn a_repository_whose_configuration_names_programs_runs_none_of_them() -> Result<()> {
-    if !has_git() {
+    if !external::git() {
         return Ok(());
     }
     let rig = rig()?;
@@ -399,7 +400,7 @@ fn a_repository_whose_configuration_names_programs_runs_none_of_them() -> Result
 
 #[test]
 fn a_folder_inside_a_repository_is_its_own_subtree() -> Result<()> {
-    if !has_git() {
+    if !external::git() {
         return Ok(());
     }
     let rig = rig()?;
@@ -437,7 +438,7 @@ fn a_folder_inside_a_repository_is_its_own_subtree() -> Result<()> {
 
 #[test]
 fn repositories_the_run_made_show_their_files_that_run_later() -> Result<()> {
-    if !has_git() {
+    if !external::git() {
         return Ok(());
     }
     let rig = rig()?;

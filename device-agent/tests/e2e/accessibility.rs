@@ -2,16 +2,12 @@
 //! light and dark mode and as a desktop window: any `serious` or `critical` violation
 //! fails the test, naming the rule and the elements.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::json;
 
 use crate::chromium::{chromium_or_skip, Browser};
-use crate::{agent_ok, pair, spawn_server, Daemon, Web};
-
-/// The axe-core release the test runs.
-const AXE_VERSION: &str = "4.10.3";
+use crate::{agent_ok, npm, pair, spawn_server, Daemon, Web};
 
 /// Runs axe on the page and answers its serious and critical violations, in short.
 const RUN_AXE: &str = r#"axe.run(document).then((result) => ({
@@ -21,44 +17,11 @@ const RUN_AXE: &str = r#"axe.run(document).then((result) => ({
             `    ${n.target.join(" ")}: ${n.failureSummary.replace(/\s+/g, " ")}`).join("\n")),
 }))"#;
 
-/// axe-core's script, installed once into the target folder with npm; `None` (after
-/// saying why) when npm or the registry is not available here.
+/// axe-core's script, from `tests/axe-core`'s lock; `None` (after saying why) when it cannot
+/// be installed here.
 async fn axe_source() -> Option<String> {
-    let skip = |why: String| {
-        assert!(
-            std::env::var("TETHER_REQUIRE_EXTERNAL").as_deref() != Ok("1"),
-            "{why}"
-        );
-        eprintln!("SKIPPED: {why}");
-        None
-    };
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("axe-core-{AXE_VERSION}"));
-    let script = dir.join("node_modules/axe-core/axe.min.js");
-    if !script.exists() {
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("package.json"), r#"{"private": true}"#).unwrap();
-        let installed = tokio::time::timeout(
-            Duration::from_secs(180),
-            tokio::process::Command::new("npm")
-                .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
-                .arg(format!("axe-core@{AXE_VERSION}"))
-                .current_dir(&dir)
-                .output(),
-        )
-        .await;
-        match installed {
-            Ok(Ok(output)) if output.status.success() => {}
-            Ok(Ok(output)) => {
-                return skip(format!(
-                    "npm could not install axe-core: {}",
-                    String::from_utf8_lossy(&output.stderr)
-                ))
-            }
-            Ok(Err(err)) => return skip(format!("npm cannot run here: {err}")),
-            Err(_) => return skip("npm install took more than 3 minutes".to_owned()),
-        }
-    }
-    Some(std::fs::read_to_string(script).unwrap())
+    let dir = npm::AXE_CORE.installed().await?;
+    Some(std::fs::read_to_string(dir.join("node_modules/axe-core/axe.min.js")).unwrap())
 }
 
 /// The serious and critical violations on the page at `url`, each as one text.

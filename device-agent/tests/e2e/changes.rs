@@ -22,8 +22,7 @@ echo done"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_job_lists_its_changes_and_answers_diffs() {
-    if Command::new("git").arg("--version").output().is_err() {
-        eprintln!("SKIPPED: git is not installed");
+    if !crate::external::git() {
         return;
     }
     let server = spawn_server(None).await;

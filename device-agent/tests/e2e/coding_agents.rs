@@ -4,7 +4,7 @@
 //! and ends with the script's marker, refused, it does not; the server saw the key on
 //! every request. None needs an ACP `authenticate` set up this way.
 //!
-//! The agents are installed once, from `tests/acp-agents`'s lock, into `target/acp-agents`.
+//! The agents are installed once, from `tests/acp-agents`'s lock, into `target/npm/acp-agents`.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -14,10 +14,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-use tokio::sync::OnceCell;
 
-use crate::collect;
 use crate::model_server::{ModelServer, Provider, Script};
+use crate::{collect, npm};
 
 /// The installed agents' programs.
 #[derive(Debug, Clone)]
@@ -37,82 +36,15 @@ pub async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
     TURN.lock().await
 }
 
-/// The agents, installed on first use; `None` (after saying why) when npm or the registry
-/// is not available here, which fails under `TETHER_REQUIRE_EXTERNAL=1`.
+/// The agents, installed on first use from `tests/acp-agents`'s lock; `None` (after saying
+/// why) when they cannot be installed here, which fails under `TETHER_REQUIRE_EXTERNAL=1`.
 pub async fn coding_agents() -> Option<CodingAgents> {
-    static INSTALLED: OnceCell<Option<CodingAgents>> = OnceCell::const_new();
-    INSTALLED
-        .get_or_init(|| async {
-            let dir = install_dir();
-            match install(&dir).await {
-                Ok(()) => Some(CodingAgents {
-                    claude_code: dir.join("node_modules/.bin/claude-code-acp"),
-                    codex: dir.join("node_modules/.bin/codex-acp"),
-                    gemini: dir.join("node_modules/.bin/gemini"),
-                }),
-                Err(why) => skip(why),
-            }
-        })
-        .await
-        .clone()
-}
-
-/// Says why a test does not run; under `TETHER_REQUIRE_EXTERNAL=1` that is a failure.
-fn skip<T>(why: String) -> Option<T> {
-    assert!(
-        std::env::var("TETHER_REQUIRE_EXTERNAL").as_deref() != Ok("1"),
-        "{why}"
-    );
-    eprintln!("SKIPPED: {why}");
-    None
-}
-
-/// `target/acp-agents`, beside the tests' scratch folder.
-fn install_dir() -> PathBuf {
-    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    scratch.parent().unwrap_or(scratch).join("acp-agents")
-}
-
-/// `npm ci` of the committed lock into `dir`, skipped when `dir` was installed from the
-/// same lock (the copy written after a successful install says so).
-async fn install(dir: &Path) -> Result<(), String> {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/acp-agents");
-    let lock = std::fs::read(source.join("package-lock.json"))
-        .map_err(|err| format!("cannot read tests/acp-agents/package-lock.json: {err}"))?;
-    let stamp = dir.join("installed-package-lock.json");
-    if std::fs::read(&stamp).ok().as_ref() == Some(&lock) {
-        return Ok(());
-    }
-    std::fs::create_dir_all(dir).map_err(|err| format!("cannot create {dir:?}: {err}"))?;
-    for name in ["package.json", "package-lock.json"] {
-        std::fs::copy(source.join(name), dir.join(name))
-            .map_err(|err| format!("cannot copy {name}: {err}"))?;
-    }
-    let installed = tokio::time::timeout(
-        Duration::from_secs(600),
-        Command::new("npm")
-            .args([
-                "ci",
-                "--no-audit",
-                "--no-fund",
-                "--loglevel=error",
-                "--prefix",
-            ])
-            .arg(dir)
-            .output(),
-    )
-    .await;
-    match installed {
-        Ok(Ok(output)) if output.status.success() => {
-            std::fs::write(&stamp, &lock).map_err(|err| format!("cannot write {stamp:?}: {err}"))
-        }
-        Ok(Ok(output)) => Err(format!(
-            "npm could not install the coding agents: {}",
-            String::from_utf8_lossy(&output.stderr)
-        )),
-        Ok(Err(err)) => Err(format!("npm cannot run here: {err}")),
-        Err(_) => Err("npm ci took more than 10 minutes".to_owned()),
-    }
+    let dir = npm::ACP_AGENTS.installed().await?;
+    Some(CodingAgents {
+        claude_code: dir.join("node_modules/.bin/claude-code-acp"),
+        codex: dir.join("node_modules/.bin/codex-acp"),
+        gemini: dir.join("node_modules/.bin/gemini"),
+    })
 }
 
 /// How to start one agent against `server`, its state kept under `home`.

@@ -2,14 +2,18 @@
 //! under `landlock`: a job whose recipe tries to escape leaves the host untouched; a recipe on
 //! the hard floor ends `blocked` without running; killing the agent with SIGKILL leaves no
 //! process of the run behind; and with the backend taken away, the report says `none` and a
-//! job ends `blocked` with the reason.
+//! job ends `blocked` with the reason. The default choice, with nothing pinned, runs jobs
+//! under bubblewrap where it works.
 
 use std::path::Path;
 use std::time::Duration;
 
 use tether_protocol::jobs::JobState;
 
-use super::{agent_command, agent_ok, output_lines, pair, spawn_server, wait_until, Daemon, Web};
+use super::{
+    agent_command, agent_ok, backend_works, external, output_lines, pair, spawn_server,
+    wait_until, Daemon, Web,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn confined_jobs_leave_the_host_untouched_bwrap() {
@@ -19,6 +23,83 @@ async fn confined_jobs_leave_the_host_untouched_bwrap() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn confined_jobs_leave_the_host_untouched_landlock() {
     confined_jobs("landlock").await;
+}
+
+/// With no `TETHER_SANDBOX` at all (the default, `auto`), a computer where bubblewrap works
+/// runs its jobs under bubblewrap, not Landlock: the daemon reports `bwrap` and the recipe
+/// sees bubblewrap's PID namespace and an empty home.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_choice_runs_jobs_under_bubblewrap() {
+    if !backend_works("bwrap").await {
+        return;
+    }
+    let server = spawn_server(None).await;
+    let web = Web::sign_up(&server.base).await;
+    let home = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let person = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(person.path().join(".ssh")).unwrap();
+    std::fs::write(person.path().join(".ssh/id_ed25519"), "FAKE-PRIVATE-KEY\n").unwrap();
+    let device_id = pair(&server.base, &web, home.path()).await;
+    let looks = format!(
+        "printf 'init %s\\n' \"$(cat /proc/1/comm)\"; \
+         printf 'home [%s]\\n' \"$(ls -A {person} 2>&1)\"; \
+         cat {person}/.ssh/id_ed25519; echo done",
+        person = person.path().display(),
+    );
+    agent_ok(
+        home.path(),
+        &["folders", "share", "work", work.path().to_str().unwrap()],
+    )
+    .await;
+    agent_ok(home.path(), &["recipe", "add", "looks", "--", "sh", "-c", &looks]).await;
+
+    // Nothing pinned: the agent as a person runs it.
+    let unpinned = || {
+        let mut command = agent_command(home.path());
+        command.env_remove("TETHER_SANDBOX").env("HOME", person.path());
+        command
+    };
+    let status = unpinned()
+        .args(["sandbox", "status", "--json"])
+        .output()
+        .await
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(report["backend"], "bwrap", "{report}");
+    assert_eq!(report["strength"], "strong", "{report}");
+    let daemon = Daemon::spawn(unpinned());
+    let device = web
+        .wait_for_device(&device_id, |device| {
+            device.online && device.capabilities.is_some()
+        })
+        .await;
+    let capabilities = device.capabilities.unwrap();
+    assert_eq!(capabilities.sandbox.backend, "bwrap");
+    assert_eq!(serde_json::to_value(&capabilities.sandbox).unwrap(), report);
+
+    let job = web.create_job(&device_id, "looks", "look around").await;
+    let job = web
+        .wait_for_job(job.id.as_str(), Duration::from_secs(60), |job| {
+            job.state.is_final()
+        })
+        .await;
+    assert_eq!(
+        job.state,
+        JobState::Succeeded,
+        "{job:#?}\n{}",
+        daemon.stderr()
+    );
+    let output = output_lines(&job);
+    // Process 1 of the run's world is bubblewrap itself; under Landlock it is the host's.
+    assert!(output.contains(&"init bwrap".to_owned()), "{output:?}");
+    // The home is an empty folder in there (Landlock would refuse to list it instead).
+    assert!(output.contains(&"home []".to_owned()), "{output:?}");
+    assert!(
+        !output.iter().any(|line| line.contains("FAKE-PRIVATE-KEY")),
+        "{output:?}"
+    );
+    assert!(output.contains(&"done".to_owned()), "{output:?}");
 }
 
 /// `tether-agent run` with the given environment on top of the tests' usual one.
@@ -62,11 +143,7 @@ async fn confined_jobs(backend: &str) {
         .unwrap();
     let report: serde_json::Value = serde_json::from_slice(&probe.stdout).unwrap();
     if report["backend"] != backend {
-        assert!(
-            std::env::var("TETHER_REQUIRE_EXTERNAL").as_deref() != Ok("1"),
-            "the {backend} backend does not work here: {report}"
-        );
-        eprintln!("SKIPPED: the {backend} backend does not work here: {report}");
+        external::unavailable(&format!("the {backend} backend does not work here: {report}"));
         return;
     }
 

@@ -58,16 +58,12 @@ async fn a_web_answer_reaches_the_waiting_gate_by_the_frame() {
         harness.web.job(run.job_id.as_str()).await.state,
         JobState::Waiting
     );
-    let answered_at = Instant::now();
     harness
         .answer(&decision.id, "allow", "once", StatusCode::OK)
         .await;
+    // The gate reads the server once a minute (see `claim_run`), after `wait_passage` gives
+    // up: only the frame can bring the answer in time.
     let passage = wait_passage(waiting).await;
-    assert!(
-        answered_at.elapsed() < Duration::from_secs(10),
-        "the answer took {:?}: it came by polling, not by the frame",
-        answered_at.elapsed()
-    );
     assert_eq!(
         passage,
         Passage::Allowed {

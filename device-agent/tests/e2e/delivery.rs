@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tether_protocol::git::PullRequestState;
 use tether_protocol::jobs::{Job, JobState};
 use tokio::io::AsyncWriteExt;
 
@@ -130,8 +131,7 @@ fn free_port() -> u16 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn work_is_pushed_with_the_computers_sign_in_and_never_forced() {
-    if Command::new("git").arg("--version").output().is_err() || !backend_works("landlock").await {
-        eprintln!("SKIPPED: git or Landlock is missing");
+    if !crate::external::git() || !backend_works("landlock").await {
         return;
     }
     let server = spawn_server(None).await;
@@ -205,12 +205,17 @@ async fn work_is_pushed_with_the_computers_sign_in_and_never_forced() {
         "{}",
         summary(&job)
     );
-    if let Some(delivery) = &job.delivery {
-        assert!(
-            delivery.pushed && delivery.branch == "tether/one" && delivery.commits.len() == 1,
-            "{delivery:?}"
-        );
-    }
+    let delivery = job.delivery.as_ref().expect("a pushed job reports its delivery");
+    assert_eq!(
+        (delivery.pushed, delivery.branch.as_str()),
+        (true, "tether/one"),
+        "{delivery:?}"
+    );
+    let [commit] = delivery.commits.as_slice() else {
+        panic!("one commit: {delivery:?}");
+    };
+    assert_eq!(commit.subject, "Deliver b.txt", "{delivery:?}");
+    assert!(pushed.starts_with(&commit.sha), "{pushed} {delivery:?}");
 
     // Local only: the recipe's own commit is undone, its change stays.
     let start = git(&work, &["rev-parse", "HEAD"]);
@@ -286,8 +291,7 @@ async fn work_is_pushed_with_the_computers_sign_in_and_never_forced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pull_request_is_opened_and_merged_once_its_checks_pass() {
-    if Command::new("git").arg("--version").output().is_err() || !backend_works("landlock").await {
-        eprintln!("SKIPPED: git or Landlock is missing");
+    if !crate::external::git() || !backend_works("landlock").await {
         return;
     }
     let server = spawn_server(None).await;
@@ -394,9 +398,18 @@ async fn a_pull_request_is_opened_and_merged_once_its_checks_pass() {
     );
     assert_eq!(pulls[0].merged_sha.as_deref(), Some(pushed.as_str()));
     assert!(summary(&job).contains("merged"), "{}", summary(&job));
-    if let Some(delivery) = &job.delivery {
-        assert_eq!(delivery.pull_request.as_ref().map(|pr| pr.number), Some(1));
-    }
+    let delivery = job.delivery.as_ref().expect("a merged job reports its delivery");
+    assert_eq!(
+        (delivery.pushed, delivery.branch.as_str()),
+        (true, "tether/pr"),
+        "{delivery:?}"
+    );
+    let pull_request = delivery.pull_request.as_ref().expect("its pull request");
+    assert_eq!(
+        (pull_request.number, pull_request.state),
+        (1, PullRequestState::Merged),
+        "{delivery:?}"
+    );
     let everything = format!("{job:?}{}", daemon.stderr());
     assert!(!everything.contains(TOKEN), "the token leaked");
     let _ = daemon_git.kill().await;

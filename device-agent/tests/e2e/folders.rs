@@ -172,8 +172,7 @@ async fn a_second_run_in_one_folder_waits_for_the_first() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_in_a_worktree_goes_on_at_once_and_leaves_the_checkout_alone() {
-    if Command::new("git").arg("--version").output().is_err() || !backend_works("landlock").await {
-        eprintln!("SKIPPED: git or Landlock is missing");
+    if !crate::external::git() || !backend_works("landlock").await {
         return;
     }
     let work = tempfile::tempdir().unwrap();

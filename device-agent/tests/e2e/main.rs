@@ -17,11 +17,14 @@ mod decisions;
 mod delivery;
 mod engine_setup;
 mod evidence;
+#[path = "../../../server/tests/support/external.rs"]
+mod external;
 mod folders;
 mod git_assign;
 mod installable;
 #[path = "../support/model_server.rs"]
 mod model_server;
+mod npm;
 mod phone;
 #[path = "../../../server/tests/support/postgres.rs"]
 mod postgres;
@@ -70,7 +73,8 @@ async fn walking_skeleton_postgres() {
 /// once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_setup_and_a_clean_stop() {
-    let server = spawn_server(None).await;
+    // An online window longer than the test: only the agent's goodbye can show it offline.
+    let server = spawn_server_with(None, |config| config.online_secs = 3600).await;
     let web = Web::sign_up(&server.base).await;
     let home = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
@@ -124,11 +128,9 @@ async fn refused_setup_and_a_clean_stop() {
     daemon.signal("TERM").await;
     assert_eq!(daemon.wait(Duration::from_secs(30)).await, Some(0));
     assert!(daemon.stderr().contains("Stopped."), "{}", daemon.stderr());
-    let stopped = Instant::now();
     let device = web
         .wait_for_device(&device_id, |device| !device.online)
         .await;
-    assert!(stopped.elapsed() < Duration::from_secs(3), "{device:#?}");
     assert!(device.last_seen_at.is_some());
 }
 
@@ -349,7 +351,8 @@ async fn walking_skeleton(database_url: Option<String>) {
     );
     assert!(output_lines(&job).contains(&"failing".to_owned()));
 
-    // A job cancelled while it runs: it ends `cancelled` promptly and its group dies.
+    // A job cancelled while it runs: it ends `cancelled`, not with its 60 s sleep, and its
+    // group dies.
     let job = web.create_job(&device_id, "sleepy", "sleep").await;
     let job_id = job.id.to_string();
     let job = web
@@ -368,7 +371,6 @@ async fn walking_skeleton(database_url: Option<String>) {
         process_alive(child),
         "the run's child {child} should be running"
     );
-    let cancelled_at = Instant::now();
     let res = web
         .post(&format!("/api/jobs/{job_id}/cancel"), &json!({}))
         .await;
@@ -381,11 +383,6 @@ async fn walking_skeleton(database_url: Option<String>) {
         JobState::Cancelled,
         "{job:#?}\n{}",
         daemon.stderr()
-    );
-    assert!(
-        cancelled_at.elapsed() < Duration::from_secs(15),
-        "took {:?}",
-        cancelled_at.elapsed()
     );
     assert_eq!(job.outcome.unwrap().summary, "cancelled");
     wait_until(Duration::from_secs(5), || !process_alive(child)).await;
@@ -688,11 +685,7 @@ async fn backend_works(backend: &str) -> bool {
     if report["backend"] == backend {
         return true;
     }
-    assert!(
-        std::env::var("TETHER_REQUIRE_EXTERNAL").as_deref() != Ok("1"),
-        "the {backend} backend does not work here: {report}"
-    );
-    eprintln!("SKIPPED: the {backend} backend does not work here: {report}");
+    external::unavailable(&format!("the {backend} backend does not work here: {report}"));
     false
 }
 

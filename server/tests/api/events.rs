@@ -32,13 +32,11 @@ both_backends! {
             Some(ServerFrame::JobCancel { job_id: job.id.clone() })
         );
 
-        let revoked_at = Instant::now();
         let res = ann.delete(&format!("/api/devices/{}", device.device_id)).await;
         assert_eq!(res.status(), StatusCode::NO_CONTENT);
         assert_eq!(next_frame(&mut events, SOON).await, Some(ServerFrame::DeviceRevoked));
-        let code = closed_within(&mut events, SOON).await;
-        assert!(revoked_at.elapsed() < SOON, "closed after {:?}", revoked_at.elapsed());
-        assert_eq!(code, Some(1008));
+        // Closed for the revocation (1008), not for going silent.
+        assert_eq!(closed_within(&mut events, SOON).await, Some(1008));
     }
 
     async fn bad_and_revoked_tokens_are_refused_before_the_upgrade(backend) {

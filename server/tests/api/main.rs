@@ -1,6 +1,8 @@
 //! The API test suite: every test runs against SQLite and PostgreSQL.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../support/external.rs"]
+mod external;
 #[path = "../support/postgres.rs"]
 mod postgres;
 #[path = "../support/redis.rs"]

@@ -1,7 +1,7 @@
 //! A private PostgreSQL for tests, started once per test process.
 //!
-//! Self-contained (std only) so other crates' tests can include it with
-//! `#[path = "…/server/tests/support/postgres.rs"] mod postgres;`.
+//! Self-contained (std only, and `external.rs` included beside it) so other crates' tests can
+//! include it with `#[path = "…/server/tests/support/postgres.rs"] mod postgres;`.
 //!
 //! [`fresh_database_url`] finds the server binaries (`pg_config --bindir`, else the newest
 //! `/usr/lib/postgresql/*/bin`), runs `initdb` into a temporary directory, starts `postgres`
@@ -19,6 +19,8 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::external;
 
 /// A running test cluster.
 pub struct Cluster {
@@ -40,10 +42,7 @@ pub fn fresh_database_url() -> Option<String> {
     let cluster = match CLUSTER.get_or_init(start_cluster) {
         Ok(cluster) => cluster,
         Err(why) => {
-            if std::env::var("TETHER_REQUIRE_EXTERNAL").as_deref() == Ok("1") {
-                panic!("PostgreSQL is required (TETHER_REQUIRE_EXTERNAL=1) but unavailable: {why}");
-            }
-            eprintln!("skipping a PostgreSQL test: {why}");
+            external::unavailable(&format!("PostgreSQL is unavailable: {why}"));
             return None;
         }
     };

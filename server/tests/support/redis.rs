@@ -1,6 +1,7 @@
 //! A private Redis for tests, started once per test process.
 //!
-//! Self-contained (std only), like `postgres.rs`, so other crates' tests can include it with
+//! Self-contained (std only, and `external.rs` included beside it), like `postgres.rs`, so
+//! other crates' tests can include it with
 //! `#[path = "…/server/tests/support/redis.rs"] mod redis;`.
 //!
 //! [`url`] starts the machine's `redis-server` (`/usr/bin/redis-server`, else the one on
@@ -18,6 +19,8 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use super::external;
+
 static SERVER: OnceLock<Result<u16, String>> = OnceLock::new();
 
 /// `redis://127.0.0.1:PORT/` of the private server, or `None` (with a printed reason) when
@@ -29,10 +32,7 @@ pub fn url() -> Option<String> {
     match SERVER.get_or_init(start) {
         Ok(port) => Some(format!("redis://127.0.0.1:{port}/")),
         Err(why) => {
-            if std::env::var("TETHER_REQUIRE_EXTERNAL").as_deref() == Ok("1") {
-                panic!("Redis is required (TETHER_REQUIRE_EXTERNAL=1) but unavailable: {why}");
-            }
-            eprintln!("skipping a Redis test: {why}");
+            external::unavailable(&format!("Redis is unavailable: {why}"));
             None
         }
     }

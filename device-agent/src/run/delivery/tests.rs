@@ -20,6 +20,10 @@ use crate::local::github::{GithubHost, GithubSignIn, GithubToken};
 use crate::policy::asking::{AnsweredOn, Ask, Outcome, Question};
 use crate::run::stop::RunStop;
 
+// Each test module that needs it includes it: the library has no test support of its own.
+#[allow(clippy::duplicate_mod)]
+#[path = "../../../../server/tests/support/external.rs"]
+mod external;
 #[path = "../../../tests/support/github_double.rs"]
 mod github_double;
 use github_double::{GithubDouble, Pull};
@@ -47,14 +51,6 @@ fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).trim().to_owned()
 }
 
-fn has_git() -> bool {
-    let found = Command::new("git").arg("--version").output().is_ok();
-    if !found {
-        eprintln!("SKIPPED: git is not installed");
-    }
-    found
-}
-
 /// A repository on `main` with one commit of `a.txt`.
 fn repository(dir: &Path) -> Repository {
     git(dir, &["init", "-q", "-b", "main"]);
@@ -66,7 +62,7 @@ fn repository(dir: &Path) -> Repository {
 
 #[test]
 fn a_new_branch_is_made_and_local_undoes_the_runs_commit() {
-    if !has_git() {
+    if !external::git() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -99,7 +95,7 @@ fn a_new_branch_is_made_and_local_undoes_the_runs_commit() {
 
 #[test]
 fn an_existing_branch_is_not_checked_out_over_uncommitted_work() {
-    if !has_git() {
+    if !external::git() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -124,7 +120,7 @@ fn an_existing_branch_is_not_checked_out_over_uncommitted_work() {
 
 #[test]
 fn leftovers_are_committed_but_credentials_and_earlier_work() {
-    if !has_git() {
+    if !external::git() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -160,7 +156,7 @@ fn leftovers_are_committed_but_credentials_and_earlier_work() {
 
 #[tokio::test]
 async fn a_push_never_overwrites_a_branch_someone_else_moved() {
-    if !has_git() {
+    if !external::git() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
