@@ -7,24 +7,31 @@
 //! site, and revalidated on every load so a new version takes over at once.
 
 use actix_web::http::header;
-use actix_web::{web, HttpResponse};
+use actix_web::HttpResponse;
+
+use crate::routes::Table;
 
 const YEAR: &str = "public, max-age=31536000, immutable";
 const WEEK: &str = "public, max-age=604800";
 
-/// Each route a resource of its own, one per line, where the OpenAPI test finds it.
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(web::resource("/manifest.webmanifest").route(web::get().to(manifest)))
-        .service(web::resource("/sw.js").route(web::get().to(service_worker)))
-        .service(web::resource("/favicon.ico").route(web::get().to(favicon)))
-        .service(web::resource("/assets/offline.html").route(web::get().to(offline_page)))
-        .service(web::resource("/assets/icon.svg").route(web::get().to(icon_svg)))
-        .service(web::resource("/assets/icon-192.png").route(web::get().to(icon_192)))
-        .service(web::resource("/assets/icon-512.png").route(web::get().to(icon_512)))
-        .service(web::resource("/assets/icon-maskable-512.png").route(web::get().to(icon_maskable)))
-        .service(
-            web::resource("/assets/apple-touch-icon.png").route(web::get().to(apple_touch_icon)),
-        );
+pub(super) fn routes(table: &mut Table) {
+    table.asset(
+        "/manifest.webmanifest",
+        manifest,
+        "application/manifest+json",
+    );
+    table.asset("/sw.js", service_worker, "text/javascript");
+    table.asset("/favicon.ico", favicon, "image/x-icon");
+    table.asset("/assets/offline.html", offline_page, "text/html");
+    table.asset("/assets/icon.svg", icon_svg, "image/svg+xml");
+    table.asset("/assets/icon-192.png", icon_192, "image/png");
+    table.asset("/assets/icon-512.png", icon_512, "image/png");
+    table.asset("/assets/icon-maskable-512.png", icon_maskable, "image/png");
+    table.asset(
+        "/assets/apple-touch-icon.png",
+        apple_touch_icon,
+        "image/png",
+    );
 }
 
 async fn manifest() -> HttpResponse {

@@ -25,32 +25,38 @@ mod redirects;
 mod timeline;
 
 use actix_web::http::header;
-use actix_web::{web, FromRequest, HttpRequest, HttpResponse};
+use actix_web::{FromRequest, HttpRequest, HttpResponse};
 
 use crate::auth::Caller;
+use crate::routes::Table;
 use redirects::redirect;
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/", web::get().to(home))
-        .route("/assets/app.js", web::get().to(script))
-        .route("/assets/seal.js", web::get().to(seal_script))
-        .route("/assets/secrets.js", web::get().to(secrets_script))
-        .route("/assets/needs_me.js", web::get().to(needs_me_script))
-        .route("/assets/job.js", web::get().to(job_script))
-        .route("/assets/assign.js", web::get().to(assign_script))
-        .route("/assets/app.css", web::get().to(stylesheet))
-        .route("/assets/notifications.js", web::get().to(push_script))
-        .configure(app_shell::configure)
-        .route("/signin", web::get().to(account::signin))
-        .route("/signup", web::get().to(account::signup))
-        .route("/account", web::get().to(account::show))
-        .route("/account/notifications", web::get().to(notifications::show))
-        .route("/computers", web::get().to(computers::show))
-        .route("/link", web::get().to(link::show))
-        .route("/assign", web::get().to(assign::show))
-        .route("/needs-me", web::get().to(needs_me::show))
-        .route("/jobs", web::get().to(jobs::list_page))
-        .route("/jobs/{id}", web::get().to(jobs::job_page));
+/// The pages and the files they load, declared in the route table after the API's.
+pub fn routes(table: &mut Table) {
+    table.page("/", home, "Home: the Computers page, or sign in");
+    table.asset("/assets/app.js", script, "text/javascript");
+    table.asset("/assets/seal.js", seal_script, "text/javascript");
+    table.asset("/assets/secrets.js", secrets_script, "text/javascript");
+    table.asset("/assets/needs_me.js", needs_me_script, "text/javascript");
+    table.asset("/assets/job.js", job_script, "text/javascript");
+    table.asset("/assets/assign.js", assign_script, "text/javascript");
+    table.asset("/assets/app.css", stylesheet, "text/css");
+    table.asset("/assets/notifications.js", push_script, "text/javascript");
+    app_shell::routes(table);
+    table.page("/signin", account::signin, "Sign in");
+    table.page("/signup", account::signup, "Sign up");
+    table.page("/account", account::show, "Account and API tokens");
+    table.page(
+        "/account/notifications",
+        notifications::show,
+        "Notifications on this and other devices",
+    );
+    table.page("/computers", computers::show, "Computers");
+    table.page("/link", link::show, "Approve a pairing code");
+    table.page("/assign", assign::show, "Assign a job");
+    table.page("/needs-me", needs_me::show, "Pending decisions");
+    table.page("/jobs", jobs::list_page, "Jobs");
+    table.page("/jobs/{id}", jobs::job_page, "One job");
 }
 
 /// The 404 page for a browser's unknown address, signed in or not (a session that does not

@@ -9,6 +9,7 @@ use tether_protocol::auth::{LoginParams, LoginResponse, Me, SignupParams};
 use tether_protocol::routes::CSRF_HEADER;
 
 use super::client::client_address;
+use super::table::{Access, Table};
 use crate::accounts::{self, LoginAttempt, NewSession, NewUser, SESSION_SECS};
 use crate::auth::{check_origin, Caller, Via, CSRF_COOKIE, SESSION_COOKIE};
 use crate::config::Config;
@@ -16,11 +17,30 @@ use crate::error::ApiError;
 use crate::rate_limits::Bucket;
 use crate::state::AppState;
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(web::resource("/api/auth/signup").route(web::post().to(signup)))
-        .service(web::resource("/api/auth/login").route(web::post().to(login)))
-        .service(web::resource("/api/auth/logout").route(web::post().to(logout)))
-        .service(web::resource("/api/me").route(web::get().to(me)));
+pub(super) fn routes(table: &mut Table) {
+    table
+        .post(
+            "/api/auth/signup",
+            signup,
+            Access::Public,
+            "Create an account and sign in",
+        )
+        .body::<SignupParams>()
+        .answer::<Me>(201, "Signed up; the session cookie is set.")
+        .errors(&[400, 403, 409, 413, 415, 422, 429, 503]);
+    table
+        .post("/api/auth/login", login, Access::Public, "Sign in")
+        .body::<LoginParams>()
+        .answer::<LoginResponse>(200, "Signed in; the session cookie is set.")
+        .errors(&[400, 401, 403, 413, 415, 422, 429, 503]);
+    table
+        .post("/api/auth/logout", logout, Access::User, "Sign out")
+        .empty(204, "Signed out.")
+        .errors(&[]);
+    table
+        .get("/api/me", me, Access::User, "Who is signed in")
+        .answer::<Me>(200, "The caller and their account.")
+        .errors(&[]);
 }
 
 async fn signup(

@@ -14,14 +14,15 @@ use actix_web::web::Bytes;
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 use tether_protocol::decisions::{
-    AnswerRequest, AskRequest, AskResponse, CloseRequest, DecisionChange, DecisionState,
-    DecisionsEvent,
+    AnswerRequest, AskRequest, AskResponse, CloseRequest, Decision, DecisionChange, DecisionState,
+    DecisionsEvent, DeviceDecision,
 };
 use tether_protocol::{AccountId, DecisionId, JobId};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::{interval_at, Instant, Interval, MissedTickBehavior};
 
 use super::lease::Lease;
+use super::table::{Access, Table};
 use crate::auth::Caller;
 use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
@@ -34,15 +35,68 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// How often an event stream re-reads the pending decisions, in case a message was lost.
 const RECHECK: Duration = Duration::from_secs(30);
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(web::resource("/api/devices/self/jobs/{id}/ask").route(web::post().to(ask)))
-        .service(web::resource("/api/devices/self/decisions/{id}").route(web::get().to(device_get)))
-        .service(
-            web::resource("/api/devices/self/decisions/{id}/close").route(web::post().to(close)),
+pub(super) fn routes(table: &mut Table) {
+    table
+        .post(
+            "/api/devices/self/jobs/{id}/ask",
+            ask,
+            Access::Lease,
+            "Ask the owner",
         )
-        .service(web::resource("/api/decisions").route(web::get().to(list)))
-        .service(web::resource("/api/decisions/events").route(web::get().to(events)))
-        .service(web::resource("/api/decisions/{id}/answer").route(web::post().to(answer)));
+        .body::<AskRequest>()
+        .answer::<AskResponse>(201, "The decision, pending.")
+        .errors(&[400, 404, 409, 413, 415, 422]);
+    table
+        .get(
+            "/api/devices/self/decisions/{id}",
+            device_get,
+            Access::Device,
+            "A decision of this device",
+        )
+        .answer::<DeviceDecision>(200, "Its state and answer.")
+        .errors(&[400, 404]);
+    table
+        .post(
+            "/api/devices/self/decisions/{id}/close",
+            close,
+            Access::Device,
+            "Close a decision",
+        )
+        .body::<CloseRequest>()
+        .answer::<Decision>(200, "The closed decision.")
+        .errors(&[400, 404, 409, 413, 415, 422]);
+    table
+        .get(
+            "/api/decisions",
+            list,
+            Access::User,
+            "Decisions of the account's jobs",
+        )
+        .query("state", "`pending`, `answered`, `expired` or `withdrawn`.")
+        .answer_list::<Decision>(200, "Newest first.")
+        .errors(&[400, 422]);
+    table
+        .get(
+            "/api/decisions/events",
+            events,
+            Access::User,
+            "Decision changes as server-sent events",
+        )
+        .stream(
+            "text/event-stream",
+            "`decisions` events with the change and the pending count.",
+        )
+        .errors(&[]);
+    table
+        .post(
+            "/api/decisions/{id}/answer",
+            answer,
+            Access::User,
+            "Answer a decision",
+        )
+        .body::<AnswerRequest>()
+        .answer::<Decision>(200, "The answered decision.")
+        .errors(&[400, 404, 409, 413, 415, 422]);
 }
 
 async fn ask(

@@ -1,31 +1,95 @@
 //! Device routes under `/api/devices/self` (device token, `x-tether-protocol: 1`).
 
 use actix_web::{web, HttpResponse};
-use tether_protocol::devices::HeartbeatParams;
+use tether_protocol::devices::{DeviceSelf, HeartbeatParams, HeartbeatResponse};
 use tether_protocol::jobs::{
-    ClaimResponse, CompleteParams, JobResponse, ProgressParams, ReattachParams, ResumeParams,
+    ClaimResponse, CompleteParams, JobResponse, LeaseGrant, ProgressParams, ProgressResponse,
+    ReattachParams, ResumeParams,
 };
 use tether_protocol::JobId;
 
 use super::lease::Lease;
+use super::table::{Access, Table};
 use crate::devices::{self, DeviceIdentity};
 use crate::error::ApiError;
 use crate::jobs::leases::{self, Completion, Heartbeat, ProgressReport};
 use crate::rate_limits::Bucket;
 use crate::state::AppState;
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(
-        web::resource("/api/devices/self")
-            .route(web::get().to(describe))
-            .route(web::delete().to(remove)),
-    )
-    .service(web::resource("/api/devices/self/heartbeat").route(web::post().to(heartbeat)))
-    .service(web::resource("/api/devices/self/claim").route(web::post().to(claim)))
-    .service(web::resource("/api/devices/self/jobs/{id}/progress").route(web::post().to(progress)))
-    .service(web::resource("/api/devices/self/jobs/{id}/complete").route(web::post().to(complete)))
-    .service(web::resource("/api/devices/self/jobs/{id}/reattach").route(web::post().to(reattach)))
-    .service(web::resource("/api/devices/self/jobs/{id}/resume").route(web::post().to(resume)));
+pub(super) fn routes(table: &mut Table) {
+    table
+        .get("/api/devices/self", describe, Access::Device, "This device")
+        .answer::<DeviceSelf>(200, "Its id, name and account.")
+        .errors(&[400]);
+    table
+        .delete(
+            "/api/devices/self",
+            remove,
+            Access::Device,
+            "Remove this device",
+        )
+        .empty(204, "Removed.")
+        .errors(&[400]);
+    table
+        .post(
+            "/api/devices/self/heartbeat",
+            heartbeat,
+            Access::Device,
+            "Report and extend leases",
+        )
+        .body::<HeartbeatParams>()
+        .answer::<HeartbeatResponse>(200, "Leases extended, lost runs, queued work.")
+        .errors(&[400, 413, 415, 422, 429]);
+    table
+        .post(
+            "/api/devices/self/claim",
+            claim,
+            Access::Device,
+            "Claim queued work",
+        )
+        .answer::<ClaimResponse>(200, "A job under a new lease.")
+        .empty(204, "Nothing queued for this device.")
+        .errors(&[400, 429]);
+    table
+        .post(
+            "/api/devices/self/jobs/{id}/progress",
+            progress,
+            Access::Lease,
+            "Report output",
+        )
+        .body::<ProgressParams>()
+        .answer::<ProgressResponse>(200, "The lease, extended.")
+        .errors(&[400, 404, 409, 413, 415, 422]);
+    table
+        .post(
+            "/api/devices/self/jobs/{id}/complete",
+            complete,
+            Access::Lease,
+            "End a run",
+        )
+        .body::<CompleteParams>()
+        .answer::<JobResponse>(200, "The finished job.")
+        .errors(&[400, 404, 409, 413, 415, 422]);
+    table
+        .post(
+            "/api/devices/self/jobs/{id}/reattach",
+            reattach,
+            Access::Device,
+            "Take back a run after an outage",
+        )
+        .body::<ReattachParams>()
+        .answer::<LeaseGrant>(200, "A new lease for the same attempt.")
+        .errors(&[400, 404, 409, 413, 415, 422]);
+    table
+        .post(
+            "/api/devices/self/jobs/{id}/resume",
+            resume,
+            Access::Device,
+            "Carry on a run lost to a restart",
+        )
+        .body::<ResumeParams>()
+        .answer::<ClaimResponse>(200, "A new attempt in the same folder.")
+        .errors(&[400, 404, 409, 413, 415, 422]);
 }
 
 async fn describe(device: DeviceIdentity) -> HttpResponse {

@@ -1,21 +1,44 @@
 //! `GET /api/devices`, `PATCH|DELETE /api/devices/{id}` for the signed-in owner.
 
 use actix_web::{web, HttpResponse};
-use tether_protocol::devices::RenameParams;
+use tether_protocol::devices::{Device, RenameParams};
 use tether_protocol::DeviceId;
 
+use super::table::{Access, Table};
 use crate::auth::Caller;
 use crate::devices::{self, DeviceName};
 use crate::error::ApiError;
 use crate::state::AppState;
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(web::resource("/api/devices").route(web::get().to(list)))
-        .service(
-            web::resource("/api/devices/{id}")
-                .route(web::patch().to(rename))
-                .route(web::delete().to(revoke)),
-        );
+pub(super) fn routes(table: &mut Table) {
+    table
+        .get(
+            "/api/devices",
+            list,
+            Access::User,
+            "The account's computers",
+        )
+        .answer_list::<Device>(200, "Every computer of the account.")
+        .errors(&[]);
+    table
+        .patch(
+            "/api/devices/{id}",
+            rename,
+            Access::User,
+            "Rename a computer",
+        )
+        .body::<RenameParams>()
+        .answer::<Device>(200, "The renamed computer.")
+        .errors(&[400, 404, 413, 415, 422]);
+    table
+        .delete(
+            "/api/devices/{id}",
+            revoke,
+            Access::User,
+            "Revoke a computer",
+        )
+        .empty(204, "Revoked: its token answers 401 from now on.")
+        .errors(&[400, 404]);
 }
 
 async fn list(state: web::Data<AppState>, caller: Caller) -> Result<HttpResponse, ApiError> {

@@ -19,6 +19,7 @@ use actix_ws::{CloseCode, CloseReason, Message, MessageStream, ProtocolError, Se
 use tether_protocol::frames::ServerFrame;
 use tether_protocol::{Code, DeviceId};
 
+use super::table::{Access, Table};
 use crate::devices::secrets;
 use crate::devices::{self, DeviceIdentity};
 use crate::error::ApiError;
@@ -30,8 +31,16 @@ const MAX_INBOUND_FRAME: usize = 4 * 1024;
 /// How often an open stream checks the database for a revocation whose frame was lost.
 const REVOCATION_RECHECK: Duration = Duration::from_secs(60);
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(web::resource("/api/devices/self/events").route(web::get().to(events)));
+pub(super) fn routes(table: &mut Table) {
+    table
+        .get(
+            "/api/devices/self/events",
+            events,
+            Access::Device,
+            "The wake-up stream (WebSocket)",
+        )
+        .empty(101, "Switching to the WebSocket protocol.")
+        .errors(&[400]);
 }
 
 async fn events(

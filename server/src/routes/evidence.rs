@@ -13,6 +13,7 @@ use tether_protocol::{Code, JobId};
 use tokio::io::AsyncReadExt;
 
 use super::lease::Lease;
+use super::table::{Access, Table};
 use crate::auth::Caller;
 use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
@@ -23,11 +24,31 @@ use crate::store::blobs::Blobs;
 /// Size of the chunks a download is sent in.
 const READ_CHUNK: usize = 64 * 1024;
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(
-        web::resource("/api/devices/self/jobs/{id}/evidence").route(web::post().to(upload)),
-    )
-    .service(web::resource("/api/jobs/{id}/evidence/{evidence_id}").route(web::get().to(download)));
+pub(super) fn routes(table: &mut Table) {
+    table
+        .post(
+            "/api/devices/self/jobs/{id}/evidence",
+            upload,
+            Access::Lease,
+            "Attach a file to a run",
+        )
+        .header(
+            EVIDENCE_HEADER,
+            "base64url of the JSON description `{id, kind, name, size, sha256, mime?, caption?}`.",
+        )
+        .raw_body("The file's bytes.")
+        .answer::<Evidence>(201, "Stored.")
+        .answer::<Evidence>(200, "The same id again: already stored.")
+        .errors(&[400, 404, 409, 413, 415, 422]);
+    table
+        .get(
+            "/api/jobs/{id}/evidence/{evidence_id}",
+            download,
+            Access::User,
+            "Download evidence",
+        )
+        .bytes("The stored bytes.")
+        .errors(&[400, 404, 409]);
 }
 
 /// 201 with the stored item, 200 when this id was stored already with the same content.

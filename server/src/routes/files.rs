@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
-use tether_protocol::files::{FileAnswer, FileOp};
+use tether_protocol::files::{FileAnswer, FileContent, FileOp, Tree};
 use tether_protocol::JobId;
 
 use super::input::json_config_with_limit;
+use super::table::{Access, Table};
 use crate::auth::Caller;
 use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
@@ -21,15 +22,55 @@ use crate::state::AppState;
 /// Largest answer body: 1 MiB of text, JSON-escaped, plus the listing or metadata.
 pub const ANSWER_LIMIT_BYTES: usize = 1536 * 1024;
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(web::resource("/api/jobs/{id}/tree").route(web::get().to(tree)))
-        .service(web::resource("/api/jobs/{id}/file").route(web::get().to(file)))
-        .service(web::resource("/api/jobs/{id}/diff").route(web::get().to(diff)))
-        .service(
-            web::resource("/api/devices/self/file-requests/{id}")
-                .app_data(json_config_with_limit(ANSWER_LIMIT_BYTES))
-                .route(web::post().to(answer)),
-        );
+pub(super) fn routes(table: &mut Table) {
+    table
+        .get(
+            "/api/jobs/{id}/tree",
+            tree,
+            Access::User,
+            "List a job's folder",
+        )
+        .query(
+            "path",
+            "Relative to the job's folder; empty for the folder itself.",
+        )
+        .answer::<Tree>(200, "One folder, read live from the computer.")
+        .errors(&[400, 404, 409, 422, 429, 504]);
+    table
+        .get(
+            "/api/jobs/{id}/file",
+            file,
+            Access::User,
+            "Read a file of a job's folder",
+        )
+        .query("path", "Relative to the job's folder.")
+        .answer::<FileContent>(200, "The file, read live from the computer, redacted.")
+        .errors(&[400, 404, 409, 422, 429, 504]);
+    table
+        .get(
+            "/api/jobs/{id}/diff",
+            diff,
+            Access::User,
+            "What the run changed in one file",
+        )
+        .query("path", "Relative to the job's folder.")
+        .stream(
+            "text/plain",
+            "The unified diff between the run's start and now, read live from the computer, \
+             redacted, at most 256 KiB (then cut, saying so).",
+        )
+        .errors(&[400, 404, 409, 422, 429, 504]);
+    table
+        .post(
+            "/api/devices/self/file-requests/{id}",
+            answer,
+            Access::Device,
+            "Answer a file request",
+        )
+        .resource_data(json_config_with_limit(ANSWER_LIMIT_BYTES))
+        .body::<FileAnswer>()
+        .empty(204, "Passed to the waiting request.")
+        .errors(&[400, 404, 413, 415, 422]);
 }
 
 #[derive(Deserialize)]

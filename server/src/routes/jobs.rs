@@ -3,23 +3,53 @@
 
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
-use tether_protocol::jobs::{JobResponse, JobState, NewJobParams, RerunParams};
+use tether_protocol::jobs::{Job, JobResponse, JobState, NewJobParams, RerunParams};
 use tether_protocol::{Code, DeviceId, JobId};
 
+use super::table::{Access, Table};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::jobs::{self, JobFilter, NewJob};
 use crate::state::AppState;
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(
-        web::resource("/api/jobs")
-            .route(web::post().to(create))
-            .route(web::get().to(list)),
-    )
-    .service(web::resource("/api/jobs/{id}").route(web::get().to(get)))
-    .service(web::resource("/api/jobs/{id}/cancel").route(web::post().to(cancel)))
-    .service(web::resource("/api/jobs/{id}/rerun").route(web::post().to(rerun)));
+pub(super) fn routes(table: &mut Table) {
+    table
+        .post("/api/jobs", create, Access::User, "Assign a job")
+        .body::<NewJobParams>()
+        .answer::<Job>(201, "The queued job.")
+        .errors(&[400, 404, 413, 415, 422, 429]);
+    table
+        .get("/api/jobs", list, Access::User, "The account's jobs")
+        .query("deviceId", "Only this computer's jobs.")
+        .query("state", "Only jobs in this state.")
+        .answer_list::<Job>(200, "Newest first.")
+        .errors(&[400, 422]);
+    table
+        .get("/api/jobs/{id}", get, Access::User, "One job")
+        .answer::<Job>(200, "The job with its events, decisions and evidence.")
+        .errors(&[400, 404]);
+    table
+        .post(
+            "/api/jobs/{id}/cancel",
+            cancel,
+            Access::User,
+            "Cancel a job",
+        )
+        .answer::<JobResponse>(200, "Cancelled, or cancel requested from its computer.")
+        .errors(&[400, 404, 409]);
+    table
+        .post(
+            "/api/jobs/{id}/rerun",
+            rerun,
+            Access::User,
+            "Run a finished job again",
+        )
+        .body::<RerunParams>()
+        .answer::<Job>(
+            201,
+            "The new job, with the same spec (and the new prompt if given).",
+        )
+        .errors(&[400, 404, 409, 413, 422, 429]);
 }
 
 /// `?deviceId=&state=`, both optional; empty means no filter.

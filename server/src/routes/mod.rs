@@ -4,7 +4,7 @@
 //!
 //! Children never use this file's items: what several share lives in a sibling (`input`
 //! for malformed input and error bodies, `lease` for the lease header, `links` for the
-//! links we hand out).
+//! links we hand out, `table` for declaring routes).
 
 use actix_web::{web, HttpResponse};
 
@@ -28,31 +28,47 @@ pub mod openapi;
 mod pairing;
 mod push;
 mod secrets;
+mod table;
 mod tokens;
 
 pub use input::{
     error_bodies, json_config, not_found, path_config, query_config, wants_page, JSON_LIMIT_BYTES,
 };
+pub use table::{Access, Op, Table, Wing};
 
-/// Mounts every API route. Device self-routes and pairing come before `/api/devices/{id}`
-/// so `self`, `pair`, `register` and `link` are never taken for an id.
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/healthz", web::get().to(healthz))
-        .route("/readyz", web::get().to(readyz));
-    openapi::configure(cfg);
-    auth::configure(cfg);
-    tokens::configure(cfg);
-    device_api::configure(cfg);
-    decisions::configure(cfg);
-    events::configure(cfg);
-    evidence::configure(cfg);
-    files::configure(cfg);
-    pairing::configure(cfg);
-    push::configure(cfg);
-    admin::configure(cfg);
-    secrets::configure(cfg);
-    devices::configure(cfg);
-    jobs::configure(cfg);
+/// Mounts every route, the API's and then `pages`', from the one table that also writes
+/// the OpenAPI document served at `/api/openapi.json`.
+pub fn configure(cfg: &mut web::ServiceConfig, pages: Wing) {
+    let wings: [Wing; 2] = [routes, pages];
+    cfg.app_data(web::Data::new(openapi::Served::of(&wings)));
+    Table::mount(cfg, &wings);
+}
+
+/// The API's routes. Device self-routes and pairing come before `/api/devices/{id}` so
+/// `self`, `pair`, `register` and `link` are never taken for an id.
+fn routes(table: &mut Table) {
+    table
+        .get("/healthz", healthz, Access::Public, "Serving")
+        .answer_object(200, "`{\"status\": \"ok\"}`.")
+        .errors(&[]);
+    table
+        .get("/readyz", readyz, Access::Public, "Store and hub reachable")
+        .answer_object(200, "`{\"status\": \"ready\"}`.")
+        .errors(&[503]);
+    openapi::routes(table);
+    auth::routes(table);
+    tokens::routes(table);
+    device_api::routes(table);
+    decisions::routes(table);
+    events::routes(table);
+    evidence::routes(table);
+    files::routes(table);
+    pairing::routes(table);
+    push::routes(table);
+    admin::routes(table);
+    secrets::routes(table);
+    devices::routes(table);
+    jobs::routes(table);
 }
 
 async fn healthz() -> HttpResponse {

@@ -1,20 +1,50 @@
 //! `POST /api/devices/pair`, `/register` (agents, no token) and `/link` (signed-in web).
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use tether_protocol::pairing::{LinkParams, PairParams, RegisterParams};
+use tether_protocol::pairing::{
+    LinkParams, LinkedDevice, PairParams, PairResponse, RegisterParams, RegisterResponse,
+};
 
 use super::client::client_address;
 use super::links::public_base;
+use super::table::{Access, Table};
 use crate::auth::{check_protocol, Caller};
 use crate::devices::pairing::{self, NewPairing};
 use crate::error::ApiError;
 use crate::rate_limits::Bucket;
 use crate::state::AppState;
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(web::resource("/api/devices/pair").route(web::post().to(pair)))
-        .service(web::resource("/api/devices/register").route(web::post().to(register)))
-        .service(web::resource("/api/devices/link").route(web::post().to(link)));
+pub(super) fn routes(table: &mut Table) {
+    table
+        .post(
+            "/api/devices/pair",
+            pair,
+            Access::Agent,
+            "Ask for a code pair",
+        )
+        .body::<PairParams>()
+        .answer::<PairResponse>(201, "The device code and the code the person enters.")
+        .errors(&[400, 413, 415, 422, 429]);
+    table
+        .post(
+            "/api/devices/register",
+            register,
+            Access::Agent,
+            "Redeem a linked code",
+        )
+        .body::<RegisterParams>()
+        .answer::<RegisterResponse>(200, "The device token, once.")
+        .errors(&[400, 413, 415, 422, 429]);
+    table
+        .post(
+            "/api/devices/link",
+            link,
+            Access::User,
+            "Approve a pairing code",
+        )
+        .body::<LinkParams>()
+        .answer::<LinkedDevice>(200, "The computer that was paired.")
+        .errors(&[400, 404, 413, 415, 422, 429]);
 }
 
 async fn pair(

@@ -3,27 +3,81 @@
 //! to Web Push notifications (see `push`).
 
 use actix_web::{web, HttpResponse};
-use tether_protocol::push::{PushKey, SubscribeParams, Subscribed, UpdateSubscriptionParams};
+use tether_protocol::push::{
+    PushKey, SubscribeParams, Subscribed, Subscription, UpdateSubscriptionParams,
+};
 use tether_protocol::SubscriptionId;
 
+use super::table::{Access, Table};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::push::subscriptions::{self, KindsUpdate, NewSubscription, Subscribing};
 use crate::state::AppState;
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(web::resource("/api/push/key").route(web::get().to(key)))
-        .service(
-            web::resource("/api/push/subscriptions")
-                .route(web::post().to(subscribe))
-                .route(web::get().to(list)),
+pub(super) fn routes(table: &mut Table) {
+    table
+        .get(
+            "/api/push/key",
+            key,
+            Access::User,
+            "The server's Web Push (VAPID) public key",
         )
-        .service(
-            web::resource("/api/push/subscriptions/{id}")
-                .route(web::get().to(get))
-                .route(web::patch().to(update))
-                .route(web::delete().to(delete)),
-        );
+        .answer::<PushKey>(200, "The key a browser subscribes with.")
+        .errors(&[]);
+    table
+        .post(
+            "/api/push/subscriptions",
+            subscribe,
+            Access::User,
+            "Subscribe a browser to push notifications",
+        )
+        .body::<SubscribeParams>()
+        .answer::<Subscribed>(201, "Subscribed.")
+        .answer::<Subscribed>(
+            200,
+            "This endpoint was subscribed already: updated, same id.",
+        )
+        .errors(&[400, 409, 413, 415, 422]);
+    table
+        .get(
+            "/api/push/subscriptions",
+            list,
+            Access::User,
+            "The account's push subscriptions",
+        )
+        .answer_list::<Subscription>(
+            200,
+            "Newest first; the endpoint's origin only, never its URL or keys.",
+        )
+        .errors(&[]);
+    table
+        .get(
+            "/api/push/subscriptions/{id}",
+            get,
+            Access::User,
+            "One push subscription",
+        )
+        .answer::<Subscription>(200, "The subscription.")
+        .errors(&[400, 404]);
+    table
+        .patch(
+            "/api/push/subscriptions/{id}",
+            update,
+            Access::User,
+            "Turn kinds of notification on or off",
+        )
+        .body::<UpdateSubscriptionParams>()
+        .answer::<Subscription>(200, "The subscription as it is now.")
+        .errors(&[400, 404, 413, 415, 422]);
+    table
+        .delete(
+            "/api/push/subscriptions/{id}",
+            delete,
+            Access::User,
+            "Unsubscribe a browser",
+        )
+        .empty(204, "Removed: nothing more is sent to it.")
+        .errors(&[400, 404]);
 }
 
 async fn key(state: web::Data<AppState>, _caller: Caller) -> HttpResponse {

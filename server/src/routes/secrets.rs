@@ -2,24 +2,48 @@
 //! `POST /api/devices/self/secret-deliveries/{id}` for the device: the relay of sealed boxes.
 
 use actix_web::{web, HttpResponse};
-use tether_protocol::secrets::{DeliveryAnswer, SendSecretParams, SendSecretResponse};
+use tether_protocol::secrets::{
+    DeliveryAnswer, SecretsListing, SendSecretParams, SendSecretResponse,
+};
 use tether_protocol::{DeliveryId, DeviceId};
 
+use super::table::{Access, Table};
 use crate::auth::Caller;
 use crate::devices::secrets::{self, DeliveryOutcome, NewDelivery};
 use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(
-        web::resource("/api/devices/self/secret-deliveries/{id}").route(web::post().to(answer)),
-    )
-    .service(
-        web::resource("/api/devices/{id}/secrets")
-            .route(web::get().to(list))
-            .route(web::post().to(send)),
-    );
+pub(super) fn routes(table: &mut Table) {
+    table
+        .post(
+            "/api/devices/self/secret-deliveries/{id}",
+            answer,
+            Access::Device,
+            "Report a delivery",
+        )
+        .body::<DeliveryAnswer>()
+        .answer_object(200, "Recorded; the box is dropped.")
+        .errors(&[400, 404, 409, 413, 415, 422]);
+    table
+        .get(
+            "/api/devices/{id}/secrets",
+            list,
+            Access::User,
+            "Saved names and deliveries",
+        )
+        .answer::<SecretsListing>(200, "Names and delivery states, never a value.")
+        .errors(&[400, 404]);
+    table
+        .post(
+            "/api/devices/{id}/secrets",
+            send,
+            Access::User,
+            "Send a sealed secret",
+        )
+        .body::<SendSecretParams>()
+        .answer::<SendSecretResponse>(202, "Kept until the computer takes it.")
+        .errors(&[400, 404, 409, 413, 415, 422]);
 }
 
 async fn send(

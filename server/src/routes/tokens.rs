@@ -3,21 +3,42 @@
 //! make more of itself.
 
 use actix_web::{web, HttpResponse};
-use tether_protocol::auth::{Me, NewTokenParams};
+use tether_protocol::auth::{ApiToken, CreatedToken, Me, NewTokenParams};
 use tether_protocol::{Code, TokenId};
 
+use super::table::{Access, Table};
 use crate::accounts::api_tokens::{self, NewApiToken};
 use crate::auth::{Caller, Via};
 use crate::error::ApiError;
 use crate::state::AppState;
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(
-        web::resource("/api/tokens")
-            .route(web::post().to(create))
-            .route(web::get().to(list)),
-    )
-    .service(web::resource("/api/tokens/{id}").route(web::delete().to(revoke)));
+pub(super) fn routes(table: &mut Table) {
+    table
+        .post(
+            "/api/tokens",
+            create,
+            Access::User,
+            "Create an API token (browser session only: 403 for a token)",
+        )
+        .body::<NewTokenParams>()
+        .answer::<CreatedToken>(201, "The token, shown this once.")
+        .errors(&[400, 403, 413, 415, 422, 429]);
+    table
+        .get("/api/tokens", list, Access::User, "The caller's API tokens")
+        .answer_list::<ApiToken>(
+            200,
+            "Newest first, expired ones included; never the token itself.",
+        )
+        .errors(&[]);
+    table
+        .delete(
+            "/api/tokens/{id}",
+            revoke,
+            Access::User,
+            "Revoke an API token",
+        )
+        .empty(204, "Revoked: it answers 401 from now on.")
+        .errors(&[400, 404]);
 }
 
 async fn create(

@@ -1,8 +1,9 @@
 //! The OpenAPI document: served, complete (every route the server registers is in it, and
-//! nothing else), and true (schemathesis, from PyPI, fuzzes the web and device routes against
-//! it and fails on any 5xx or any answer the document does not describe).
+//! nothing else), valid (openapi-spec-validator, from PyPI, accepts it; operation ids are
+//! unique), and true (schemathesis, from PyPI, fuzzes the web and device routes against it
+//! and fails on any 5xx or any answer the document does not describe).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 
@@ -13,8 +14,8 @@ use crate::both_backends;
 use crate::external;
 use crate::helpers::{spawn_app_with, Backend};
 
-/// `(METHOD, path)` of every route registered in `server/src/routes` and `server/src/pages`,
-/// read from their `configure` functions.
+/// `(METHOD, path)` of every route declared in `server/src/routes` and `server/src/pages`:
+/// the route table's declarations, and any route mounted on actix around the table.
 fn registered_routes() -> BTreeSet<(String, String)> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut routes = BTreeSet::new();
@@ -22,15 +23,41 @@ fn registered_routes() -> BTreeSet<(String, String)> {
         for entry in std::fs::read_dir(src.join(folder)).unwrap() {
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|ext| ext == "rs") {
-                scan(&std::fs::read_to_string(path).unwrap(), &mut routes);
+                let source = std::fs::read_to_string(path).unwrap();
+                scan_table(&source, &mut routes);
+                scan_actix(&source, &mut routes);
             }
         }
     }
     routes
 }
 
-/// Finds `web::resource("P")…route(web::get()` and `.route("P", web::post()` in order.
-fn scan(source: &str, routes: &mut BTreeSet<(String, String)>) {
+/// Finds `table.get("P"`, `.post(`, `.patch(`, `.put(`, `.delete(`, `.page(` and `.asset(`
+/// calls whose first argument is a path literal (`"/…"`, wherever rustfmt breaks the line).
+fn scan_table(source: &str, routes: &mut BTreeSet<(String, String)>) {
+    for (needle, method) in [
+        (".get(", "GET"),
+        (".post(", "POST"),
+        (".patch(", "PATCH"),
+        (".put(", "PUT"),
+        (".delete(", "DELETE"),
+        (".page(", "GET"),
+        (".asset(", "GET"),
+    ] {
+        for (index, _) in source.match_indices(needle) {
+            let after = source[index + needle.len()..].trim_start();
+            let Some(literal) = after.strip_prefix("\"/") else {
+                continue;
+            };
+            let end = literal.find('"').unwrap();
+            routes.insert((method.to_owned(), format!("/{}", &literal[..end])));
+        }
+    }
+}
+
+/// Finds `web::resource("P")…route(web::get()` and `.route("P", web::post()` in order: a route
+/// mounted on actix directly, around the table.
+fn scan_actix(source: &str, routes: &mut BTreeSet<(String, String)>) {
     let mut current: Option<String> = None;
     let mut rest = source;
     while let Some(at) = [
@@ -109,6 +136,127 @@ async fn the_document_lists_every_registered_route_and_nothing_else() {
         assert!(
             document["components"]["schemas"][schema].is_object(),
             "{schema} is described"
+        );
+    }
+}
+
+/// openapi-spec-validator, or `None` (with a reason) when it is not installed and not required.
+fn spec_validator() -> Option<&'static str> {
+    let found = Command::new("openapi-spec-validator")
+        .arg("--version")
+        .output();
+    if found.is_ok_and(|output| output.status.success()) {
+        return Some("openapi-spec-validator");
+    }
+    external::unavailable(
+        "openapi-spec-validator is not installed (pip install openapi-spec-validator)",
+    );
+    None
+}
+
+#[tokio::test]
+async fn the_document_is_valid_openapi_with_unique_operation_ids() {
+    let app = spawn_app_with(Backend::Sqlite, |_| {}).await;
+    let res = reqwest::get(format!("{}/api/openapi.json", app.base))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let text = res.text().await.unwrap();
+    let document: Value = serde_json::from_str(&text).unwrap();
+    let mut ids: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (path, item) in document["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let id = operation["operationId"].as_str();
+            let id = id.unwrap_or_else(|| panic!("{method} {path} has no operation id"));
+            ids.entry(id.to_owned())
+                .or_default()
+                .push(format!("{method} {path}"));
+        }
+    }
+    let shared: Vec<_> = ids.iter().filter(|(_, uses)| uses.len() > 1).collect();
+    assert!(shared.is_empty(), "operation ids used twice: {shared:?}");
+    for (path, method) in [
+        ("/api/jobs", "get"),
+        ("/jobs", "get"),
+        ("/assets/app.js", "get"),
+    ] {
+        let id = &document["paths"][path][method]["operationId"];
+        assert!(id.is_string(), "{method} {path} has an id");
+    }
+    assert_eq!(
+        document["paths"]["/jobs"]["get"]["operationId"],
+        "page_jobs"
+    );
+
+    let Some(program) = spec_validator() else {
+        return;
+    };
+    let scratch = tempfile::tempdir().unwrap();
+    let file = scratch.path().join("openapi.json");
+    std::fs::write(&file, &text).unwrap();
+    let output = Command::new(program)
+        .args(["--validation-errors", "all"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "openapi-spec-validator rejects the document:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The headers the document names where the server needs them: the protocol header on the
+/// device routes and pairing, the lease on lease-bound ones, the CSRF header on cookie changes.
+#[tokio::test]
+async fn the_document_names_the_headers_routes_take() {
+    let app = spawn_app_with(Backend::Sqlite, |_| {}).await;
+    let document: Value = reqwest::get(format!("{}/api/openapi.json", app.base))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let headers = |method: &str, path: &str| -> BTreeMap<String, bool> {
+        let parameters = document["paths"][path][method]["parameters"].as_array();
+        parameters
+            .into_iter()
+            .flatten()
+            .filter(|parameter| parameter["in"] == "header")
+            .map(|parameter| {
+                let name = parameter["name"].as_str().unwrap().to_owned();
+                (name, parameter["required"] == true)
+            })
+            .collect()
+    };
+    for path in ["/api/devices/pair", "/api/devices/register"] {
+        assert_eq!(
+            headers("post", path).get("x-tether-protocol"),
+            Some(&false),
+            "{path}"
+        );
+    }
+    let progress = headers("post", "/api/devices/self/jobs/{id}/progress");
+    assert_eq!(progress.get("x-tether-protocol"), Some(&true));
+    assert_eq!(progress.get("x-tether-lease"), Some(&true));
+    for (method, path) in [
+        ("post", "/api/jobs"),
+        ("post", "/api/auth/logout"),
+        ("patch", "/api/devices/{id}"),
+        ("delete", "/api/tokens/{id}"),
+        ("post", "/api/decisions/{id}/answer"),
+    ] {
+        assert_eq!(
+            headers(method, path).get("x-tether-csrf"),
+            Some(&false),
+            "{method} {path}"
+        );
+    }
+    for (method, path) in [("get", "/api/jobs"), ("post", "/api/auth/login")] {
+        assert!(
+            !headers(method, path).contains_key("x-tether-csrf"),
+            "{method} {path}"
         );
     }
 }
