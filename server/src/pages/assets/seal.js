@@ -2,7 +2,7 @@
 // value never reaches the server. Plain WebCrypto, no build step, no libraries.
 //
 // The box is exactly RFC 9180 HPKE, mode_base, single-shot Seal: DHKEM(P-256, HKDF-SHA256),
-// HKDF-SHA256, AES-256-GCM (KEM 0x0010, KDF 0x0001, AEAD 0x0002), as `tether_protocol::seal`
+// HKDF-SHA256, AES-256-GCM (KEM 0x0010, KDF 0x0001, AEAD 0x0002), as `tether_seal`
 // opens it (DESIGN §5). WebCrypto's HKDF runs Extract and Expand together and cannot take an
 // empty salt, so the labeled Extract and Expand of RFC 9180 §4 are written on HMAC-SHA256.
 //
