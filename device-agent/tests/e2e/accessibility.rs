@@ -101,10 +101,8 @@ async fn every_page_passes_axe() {
     })
     .await;
     let job = web.create_job(&device_id, "greet", "say hello").await;
-    web.wait_for_job(job.id.as_ref(), Duration::from_secs(60), |job| {
-        job.state.is_final()
-    })
-    .await;
+    web.wait_until_ended(job.id.as_ref(), Duration::from_secs(60))
+        .await;
 
     let mut browser = Browser::launch(&chromium).await;
     let signed_out = [format!("{base}/signin"), format!("{base}/signup")];

@@ -746,7 +746,7 @@ async fn acp_cancel_from_the_web_becomes_session_cancel() {
     assert!(res.status().is_success(), "cancel: {}", res.status());
     let job = computer
         .web
-        .wait_for_job(&job_id, Duration::from_secs(30), |job| job.state.is_final())
+        .wait_until_ended(&job_id, Duration::from_secs(30))
         .await;
     assert_eq!(job.state, JobState::Cancelled, "{job:#?}");
     let outcome = job.outcome.clone().unwrap();
@@ -798,7 +798,7 @@ async fn acp_cancel_while_a_decision_is_open_withdraws_it_and_answers_cancelled(
     assert!(res.status().is_success(), "cancel: {}", res.status());
     let job = computer
         .web
-        .wait_for_job(&job_id, Duration::from_secs(30), |job| job.state.is_final())
+        .wait_until_ended(&job_id, Duration::from_secs(30))
         .await;
     assert_eq!(job.state, JobState::Cancelled, "{job:#?}");
     assert_eq!(job.outcome.as_ref().unwrap().summary, "cancelled");

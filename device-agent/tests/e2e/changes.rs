@@ -49,9 +49,7 @@ async fn a_finished_job_lists_its_changes_and_answers_diffs() {
 
     let job = web.create_job(&device_id, "edits", "change things").await;
     let job_id = job.id.to_string();
-    let job = web
-        .wait_for_job(&job_id, Duration::from_secs(60), |job| job.state.is_final())
-        .await;
+    let job = web.wait_until_ended(&job_id, Duration::from_secs(60)).await;
     assert_eq!(
         job.state,
         JobState::Succeeded,

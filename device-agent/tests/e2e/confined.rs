@@ -11,8 +11,8 @@ use std::time::Duration;
 use tether_protocol::jobs::JobState;
 
 use super::{
-    agent_command, agent_ok, backend_works, external, output_lines, pair, spawn_server,
-    wait_until, Daemon, Web,
+    agent_command, agent_ok, backend_works, external, output_lines, pair, spawn_server, wait_until,
+    Daemon, Web,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,12 +52,18 @@ async fn the_default_choice_runs_jobs_under_bubblewrap() {
         &["folders", "share", "work", work.path().to_str().unwrap()],
     )
     .await;
-    agent_ok(home.path(), &["recipe", "add", "looks", "--", "sh", "-c", &looks]).await;
+    agent_ok(
+        home.path(),
+        &["recipe", "add", "looks", "--", "sh", "-c", &looks],
+    )
+    .await;
 
     // Nothing pinned: the agent as a person runs it.
     let unpinned = || {
         let mut command = agent_command(home.path());
-        command.env_remove("TETHER_SANDBOX").env("HOME", person.path());
+        command
+            .env_remove("TETHER_SANDBOX")
+            .env("HOME", person.path());
         command
     };
     let status = unpinned()
@@ -80,9 +86,7 @@ async fn the_default_choice_runs_jobs_under_bubblewrap() {
 
     let job = web.create_job(&device_id, "looks", "look around").await;
     let job = web
-        .wait_for_job(job.id.as_str(), Duration::from_secs(60), |job| {
-            job.state.is_final()
-        })
+        .wait_until_ended(job.id.as_str(), Duration::from_secs(60))
         .await;
     assert_eq!(
         job.state,
@@ -143,7 +147,9 @@ async fn confined_jobs(backend: &str) {
         .unwrap();
     let report: serde_json::Value = serde_json::from_slice(&probe.stdout).unwrap();
     if report["backend"] != backend {
-        external::unavailable(&format!("the {backend} backend does not work here: {report}"));
+        external::unavailable(&format!(
+            "the {backend} backend does not work here: {report}"
+        ));
         return;
     }
 
@@ -212,9 +218,7 @@ async fn confined_jobs(backend: &str) {
     // The escape: the job itself succeeds, and the host is as it was.
     let job = web.create_job(&device_id, "escape", "try to get out").await;
     let job = web
-        .wait_for_job(job.id.as_str(), Duration::from_secs(60), |job| {
-            job.state.is_final()
-        })
+        .wait_until_ended(job.id.as_str(), Duration::from_secs(60))
         .await;
     let output = output_lines(&job);
     assert_eq!(
@@ -259,9 +263,7 @@ async fn confined_jobs(backend: &str) {
     // The hard floor: blocked, naming the rule, and nothing ran.
     let job = web.create_job(&device_id, "floor", "x").await;
     let job = web
-        .wait_for_job(job.id.as_str(), Duration::from_secs(60), |job| {
-            job.state.is_final()
-        })
+        .wait_until_ended(job.id.as_str(), Duration::from_secs(60))
         .await;
     assert_eq!(job.state, JobState::Blocked, "{job:#?}");
     let summary = job.outcome.unwrap().summary;
@@ -308,9 +310,7 @@ async fn confined_jobs(backend: &str) {
         assert!(reasons[0].contains("/nonexistent/bwrap"), "{reasons:?}");
         let job = web.create_job(&device_id, "escape", "x").await;
         let job = web
-            .wait_for_job(job.id.as_str(), Duration::from_secs(60), |job| {
-                job.state.is_final()
-            })
+            .wait_until_ended(job.id.as_str(), Duration::from_secs(60))
             .await;
         assert_eq!(
             job.state,

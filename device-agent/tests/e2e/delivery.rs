@@ -107,10 +107,8 @@ async fn create_job(
 }
 
 async fn finished(web: &Web, job: &Job) -> Job {
-    web.wait_for_job(job.id.as_str(), Duration::from_secs(90), |job| {
-        job.state.is_final()
-    })
-    .await
+    web.wait_until_ended(job.id.as_str(), Duration::from_secs(90))
+        .await
 }
 
 fn summary(job: &Job) -> String {
@@ -205,7 +203,10 @@ async fn work_is_pushed_with_the_computers_sign_in_and_never_forced() {
         "{}",
         summary(&job)
     );
-    let delivery = job.delivery.as_ref().expect("a pushed job reports its delivery");
+    let delivery = job
+        .delivery
+        .as_ref()
+        .expect("a pushed job reports its delivery");
     assert_eq!(
         (delivery.pushed, delivery.branch.as_str()),
         (true, "tether/one"),
@@ -398,7 +399,10 @@ async fn a_pull_request_is_opened_and_merged_once_its_checks_pass() {
     );
     assert_eq!(pulls[0].merged_sha.as_deref(), Some(pushed.as_str()));
     assert!(summary(&job).contains("merged"), "{}", summary(&job));
-    let delivery = job.delivery.as_ref().expect("a merged job reports its delivery");
+    let delivery = job
+        .delivery
+        .as_ref()
+        .expect("a merged job reports its delivery");
     assert_eq!(
         (delivery.pushed, delivery.branch.as_str()),
         (true, "tether/pr"),

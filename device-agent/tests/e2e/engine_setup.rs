@@ -130,7 +130,7 @@ impl Probe {
             .await;
         let id = job.id.to_string();
         self.web
-            .wait_for_job(&id, Duration::from_secs(60), |job| job.state.is_final())
+            .wait_until_ended(&id, Duration::from_secs(60))
             .await
     }
 

@@ -71,9 +71,7 @@ async fn create_job(web: &Web, device_id: &str, seconds: &str, git: Option<Value
 
 async fn finished(web: &Web, job: &Job, daemon: &Daemon) -> Job {
     let job = web
-        .wait_for_job(job.id.as_str(), Duration::from_secs(90), |job| {
-            job.state.is_final()
-        })
+        .wait_until_ended(job.id.as_str(), Duration::from_secs(90))
         .await;
     assert!(job.outcome.is_some(), "{job:#?}\n{}", daemon.stderr());
     job

@@ -186,9 +186,7 @@ async fn a_run_whose_lease_was_lost_is_killed() {
         .unwrap();
 
     daemon.signal("STOP").await;
-    let job = web
-        .wait_for_job(&job_id, Duration::from_secs(30), |job| job.state.is_final())
-        .await;
+    let job = web.wait_until_ended(&job_id, Duration::from_secs(30)).await;
     assert_eq!(job.state, JobState::Interrupted, "{job:#?}");
     assert!(
         process_alive(child),
@@ -211,9 +209,7 @@ async fn a_run_whose_lease_was_lost_is_killed() {
 
     let job = web.create_job(&device_id, "tests", "again").await;
     let job = web
-        .wait_for_job(job.id.as_str(), Duration::from_secs(30), |job| {
-            job.state.is_final()
-        })
+        .wait_until_ended(job.id.as_str(), Duration::from_secs(30))
         .await;
     assert_eq!(
         job.state,
@@ -314,9 +310,7 @@ async fn walking_skeleton(database_url: Option<String>) {
         .create_job(&device_id, "tests", "hello from the web")
         .await;
     let job = web
-        .wait_for_job(job.id.as_str(), Duration::from_secs(60), |job| {
-            job.state.is_final()
-        })
+        .wait_until_ended(job.id.as_str(), Duration::from_secs(60))
         .await;
     assert_eq!(
         job.state,
@@ -339,9 +333,7 @@ async fn walking_skeleton(database_url: Option<String>) {
     // A job that fails with exit code 3.
     let job = web.create_job(&device_id, "fails", "fail please").await;
     let job = web
-        .wait_for_job(job.id.as_str(), Duration::from_secs(60), |job| {
-            job.state.is_final()
-        })
+        .wait_until_ended(job.id.as_str(), Duration::from_secs(60))
         .await;
     assert_eq!(job.state, JobState::Failed, "{job:#?}");
     let outcome = job.outcome.clone().unwrap();
@@ -375,9 +367,7 @@ async fn walking_skeleton(database_url: Option<String>) {
         .post(&format!("/api/jobs/{job_id}/cancel"), &json!({}))
         .await;
     assert!(res.status().is_success(), "cancel: {}", res.status());
-    let job = web
-        .wait_for_job(&job_id, Duration::from_secs(20), |job| job.state.is_final())
-        .await;
+    let job = web.wait_until_ended(&job_id, Duration::from_secs(20)).await;
     assert_eq!(
         job.state,
         JobState::Cancelled,
@@ -685,7 +675,9 @@ async fn backend_works(backend: &str) -> bool {
     if report["backend"] == backend {
         return true;
     }
-    external::unavailable(&format!("the {backend} backend does not work here: {report}"));
+    external::unavailable(&format!(
+        "the {backend} backend does not work here: {report}"
+    ));
     false
 }
 
@@ -852,6 +844,12 @@ impl Web {
         let res = self.get(&format!("/api/jobs/{job_id}")).await;
         assert_eq!(res.status(), StatusCode::OK);
         res.json().await.unwrap()
+    }
+
+    /// Polls the job until it ended (any final state), failing past `limit`.
+    async fn wait_until_ended(&self, job_id: &str, limit: Duration) -> Job {
+        self.wait_for_job(job_id, limit, |job| job.state.is_final())
+            .await
     }
 
     async fn wait_for_job(

@@ -45,10 +45,7 @@ impl Packages {
     /// # Panics
     /// Under `TETHER_REQUIRE_EXTERNAL=1`, when they are not.
     pub async fn installed(&self) -> Option<PathBuf> {
-        let installed = self
-            .installed
-            .get_or_init(|| install(self.name))
-            .await;
+        let installed = self.installed.get_or_init(|| install(self.name)).await;
         match installed {
             Ok(dir) => Some(dir.clone()),
             Err(why) => {
@@ -83,7 +80,13 @@ async fn install(name: &str) -> Result<PathBuf, String> {
     let installed = tokio::time::timeout(
         INSTALL_LIMIT,
         Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error", "--prefix"])
+            .args([
+                "ci",
+                "--no-audit",
+                "--no-fund",
+                "--loglevel=error",
+                "--prefix",
+            ])
             .arg(&dir)
             .kill_on_drop(true)
             .output(),
@@ -91,7 +94,8 @@ async fn install(name: &str) -> Result<PathBuf, String> {
     .await;
     match installed {
         Ok(Ok(output)) if output.status.success() => {
-            std::fs::write(&stamp, &lock).map_err(|err| format!("cannot write {stamp:?}: {err}"))?;
+            std::fs::write(&stamp, &lock)
+                .map_err(|err| format!("cannot write {stamp:?}: {err}"))?;
             Ok(dir)
         }
         Ok(Ok(output)) => Err(format!(

@@ -26,7 +26,7 @@ const DENY: &str = "#needs-me-list button[data-answer=\"deny\"]";
 async fn finished(computer: &Computer, job_id: &str) -> Job {
     computer
         .web
-        .wait_for_job(job_id, Duration::from_secs(60), |job| job.state.is_final())
+        .wait_until_ended(job_id, Duration::from_secs(60))
         .await
 }
 

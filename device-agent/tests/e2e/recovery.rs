@@ -173,9 +173,7 @@ async fn push_starts_a_job_on_an_idle_agent_at_once() {
         let claimed = job.started_at.unwrap() - job.created_at;
         to_claim.push(claimed.to_std().unwrap_or_default());
         rig.web
-            .wait_for_job(job.id.as_str(), Duration::from_secs(10), |job| {
-                job.state.is_final()
-            })
+            .wait_until_ended(job.id.as_str(), Duration::from_secs(10))
             .await;
     }
     eprintln!(
@@ -233,9 +231,7 @@ async fn a_dropped_event_stream_costs_at_most_a_heartbeat() {
         let job = rig.web.create_job(&rig.device_id, "echo", "hi").await;
         let job = rig
             .web
-            .wait_for_job(job.id.as_str(), Duration::from_secs(20), |job| {
-                job.state.is_final()
-            })
+            .wait_until_ended(job.id.as_str(), Duration::from_secs(20))
             .await;
         assert_eq!(job.state, JobState::Succeeded, "{}", daemon.stderr());
         let claimed = (job.started_at.unwrap() - job.created_at)
@@ -310,7 +306,7 @@ async fn the_web_reads_a_jobs_folder_live_within_the_devices_rules() {
     let job = rig.web.create_job(&rig.device_id, "echo", "hi").await;
     let job_id = job.id.to_string();
     rig.web
-        .wait_for_job(&job_id, Duration::from_secs(30), |job| job.state.is_final())
+        .wait_until_ended(&job_id, Duration::from_secs(30))
         .await;
 
     let res = rig.web.get(&format!("/api/jobs/{job_id}/tree?path=")).await;
@@ -418,7 +414,7 @@ async fn an_agent_killed_mid_run_is_interrupted_then_resumed_once(database_url: 
     let killed_at = Instant::now();
     let job = rig
         .web
-        .wait_for_job(&job_id, Duration::from_secs(30), |job| job.state.is_final())
+        .wait_until_ended(&job_id, Duration::from_secs(30))
         .await;
     assert_eq!(job.state, JobState::Interrupted, "{job:#?}");
     eprintln!("interrupted {:?} after the kill", killed_at.elapsed());
@@ -498,9 +494,7 @@ async fn a_network_outage_past_the_lease_is_reattached_and_finishes_once(
     for job in [&short, &long] {
         let seen = rig
             .web
-            .wait_for_job(job.id.as_str(), Duration::from_secs(20), |job| {
-                job.state.is_final()
-            })
+            .wait_until_ended(job.id.as_str(), Duration::from_secs(20))
             .await;
         assert_eq!(seen.state, JobState::Interrupted, "{seen:#?}");
     }

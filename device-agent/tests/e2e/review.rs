@@ -55,8 +55,7 @@ fn git_folder() -> tempfile::TempDir {
 }
 
 async fn finished(web: &Web, job_id: &str) -> Job {
-    web.wait_for_job(job_id, Duration::from_secs(60), |job| job.state.is_final())
-        .await
+    web.wait_until_ended(job_id, Duration::from_secs(60)).await
 }
 
 /// The id in `/jobs/{id}` once the page went to a job other than `from`.
