@@ -59,8 +59,8 @@ impl TryFrom<SignupParams> for NewUser {
 }
 
 /// A sign-in attempt: the email as stored (trimmed, lower case) and the password as typed.
-/// Neither is refused here: a wrong one of either is the same 401. (No `Debug`: it holds the
-/// password.)
+/// Neither is refused here: a wrong one of either is the same 401, and an email the text rule
+/// refuses matches no one. (No `Debug`: it holds the password.)
 pub struct LoginAttempt {
     email: String,
     password: String,
@@ -185,10 +185,16 @@ pub async fn login(
     let ticket = queue.admit()?;
     let email_key = login_failures::key(&email);
     login_failures::charge(store, &email_key).await?;
-    let row = on_read!(store, |pool| sqlx::query_as::<_, UserRow>(USER_BY_EMAIL)
-        .bind(&email)
-        .fetch_optional(pool)
-        .await)?;
+    // Sign-up refuses such an email; one stored before the rule is not signed in to either
+    // (`ann\u{200B}@example.com` would pass for `ann@example.com`).
+    let row = if text::check(&email, TextKind::Name).is_ok() {
+        on_read!(store, |pool| sqlx::query_as::<_, UserRow>(USER_BY_EMAIL)
+            .bind(&email)
+            .fetch_optional(pool)
+            .await)?
+    } else {
+        None
+    };
     let stored_hash = row
         .as_ref()
         .map_or(credentials::DECOY_PASSWORD_HASH.to_owned(), |row| {
@@ -255,12 +261,14 @@ pub async fn by_session(store: &Store, session_token: &str) -> Result<Option<Res
         .transpose()
 }
 
-/// Normalises and checks an email address: trimmed, lower case, `local@domain.tld`.
+/// Normalises and checks an email address: trimmed, lower case, `local@domain.tld`, and held
+/// to the name rule ([`TextKind::Name`]): an address is shown as who a person is.
 ///
 /// # Errors
 /// 422 naming `email`.
 pub fn parse_email(raw: &str) -> Result<String, ApiError> {
     let email = raw.trim().to_lowercase();
+    check_text("email", &email, TextKind::Name)?;
     let shape_ok = email.len() <= 254
         && !email.chars().any(|c| c.is_whitespace() || c.is_control())
         && email.split_once('@').is_some_and(|(local, domain)| {

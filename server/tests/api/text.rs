@@ -1,8 +1,10 @@
-//! Text the server stores (`tether_protocol::text`): names refuse control characters,
-//! direction overrides, invisible characters and noncharacters; multi-line text (prompts)
-//! keeps newlines and tabs and refuses every other control character. Each refusal is 422
-//! `invalid_field` naming the field, and changes nothing. Text a computer reports (questions,
-//! summaries) is kept with those characters replaced by U+FFFD.
+//! Text the server stores (`tether_protocol::text`): names and emails refuse control
+//! characters, direction overrides, invisible and blank characters, noncharacters, every
+//! separator but the plain space, private-use characters and more than 3 combining marks on
+//! a character; multi-line text (prompts) keeps newlines and tabs and refuses every other
+//! control character. Each refusal is 422 `invalid_field` naming the field, and changes
+//! nothing. Text a computer reports (questions, summaries) is kept with those characters
+//! replaced by U+FFFD.
 
 use reqwest::{Response, StatusCode};
 use serde_json::{json, Value};
@@ -10,7 +12,9 @@ use tether_protocol::jobs::JobState;
 use tether_server::rate_limits::RateLimitConfig;
 
 use crate::both_backends;
-use crate::helpers::{assert_error, job_body, seal_key, spawn_app_with, Backend, TestApp};
+use crate::helpers::{
+    assert_error, exec_sql, job_body, query_i64, seal_key, spawn_app_with, Backend, TestApp,
+};
 
 /// What a name may not hold, as the probe sent it: a right-to-left override, a byte-order
 /// mark, a noncharacter, a NUL, a zero-width space and a newline.
@@ -21,6 +25,39 @@ const BAD_NAMES: [&str; 6] = [
     "lap\u{0}top",
     "lap\u{200B}top",
     "lap\ntop",
+];
+
+/// What names refuse beyond the invisible: a line separator, a braille blank (`laptop⠀`
+/// reads as `laptop`), an ideographic space, a private-use character and five combining
+/// marks stacked on one letter.
+const BLANK_AND_STACKED: [&str; 5] = [
+    "lap\u{2028}top",
+    "laptop\u{2800}",
+    "lap\u{3000}top",
+    "laptop\u{E000}",
+    "Z\u{301}\u{302}\u{303}\u{304}\u{305}",
+];
+
+/// Names in other scripts: an accent (composed, and as a combining mark), Japanese, Cyrillic,
+/// an emoji, and Devanagari with its combining virama and vowel sign.
+const OTHER_SCRIPTS: [&str; 6] = [
+    "Café",
+    "Cafe\u{301}",
+    "東京のノート",
+    "ноутбук",
+    "🚀",
+    "नमस्ते",
+];
+
+/// Emails that would pass for `ann@example.com`: a right-to-left override, an isolate, a
+/// zero-width space, a tag, a noncharacter, a braille blank.
+const BAD_EMAILS: [&str; 6] = [
+    "ann\u{202E}@example.com",
+    "ann\u{2066}@example.com",
+    "ann\u{200B}@example.com",
+    "ann@example.com\u{E0041}",
+    "ann@example.com\u{FFFF}",
+    "ann\u{2800}@example.com",
 ];
 
 /// Asserts a 422 `invalid_field` whose message names `field`.
@@ -84,6 +121,63 @@ both_backends! {
         assert_eq!(ann.devices().await[0].name, "laptop");
         let res = ann.patch(&path, &json!({ "name": "Büro 🚀" })).await;
         assert_eq!(res.status(), StatusCode::OK);
+    }
+
+    async fn names_refuse_separators_blanks_private_use_and_stacked_marks(backend) {
+        let app = unlimited(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let device = app.device(&ann, "install-1").await;
+        let path = format!("/api/devices/{}", device.device_id);
+        let titled = |title: &str| {
+            let mut body = job_body(&device.device_id);
+            body["title"] = json!(title);
+            body
+        };
+        for name in BLANK_AND_STACKED {
+            refused(pair_with(&app, json!({ "name": name })).await, "name").await;
+            refused(ann.patch(&path, &json!({ "name": name })).await, "name").await;
+            refused(ann.post("/api/jobs", &titled(name)).await, "title").await;
+            refused(ann.post("/api/tokens", &json!({ "name": name })).await, "name").await;
+            let mut web = app.web();
+            refused(web.signup("bob@example.com", "correct horse battery", name).await, "name").await;
+        }
+        assert_eq!(ann.devices().await[0].name, "laptop");
+        let jobs: Vec<Value> = ann.get("/api/jobs").await.json().await.unwrap();
+        assert!(jobs.is_empty(), "nothing was queued: {jobs:?}");
+        assert_eq!(query_i64(&app.store, "SELECT COUNT(*) FROM users").await, Some(1));
+
+        for (i, name) in OTHER_SCRIPTS.into_iter().enumerate() {
+            let res = pair_with(&app, json!({ "name": name, "installId": format!("install-{}", i + 2) })).await;
+            assert_eq!(res.status(), StatusCode::CREATED, "{name}");
+            let res = ann.patch(&path, &json!({ "name": name })).await;
+            assert_eq!(res.status(), StatusCode::OK, "{name}");
+            let res = ann.post("/api/jobs", &titled(name)).await;
+            assert_eq!(res.status(), StatusCode::CREATED, "{name}");
+            let mut web = app.web();
+            let res = web.signup(&format!("user{i}@example.com"), "correct horse battery", name).await;
+            assert_eq!(res.status(), StatusCode::CREATED, "{name}");
+            assert_eq!(web.me().await.account.name, name);
+        }
+    }
+
+    async fn signup_refuses_emails_with_invisible_characters(backend) {
+        let app = unlimited(backend).await;
+        for email in BAD_EMAILS {
+            let mut web = app.web();
+            refused(web.signup(email, "correct horse battery", "Ann").await, "email").await;
+        }
+        assert_eq!(query_i64(&app.store, "SELECT COUNT(*) FROM users").await, Some(0));
+        let res = app.web().signup("ann@example.com", "correct horse battery", "Ann").await;
+        assert_eq!(res.status(), StatusCode::CREATED);
+    }
+
+    async fn sign_in_with_an_invisible_character_in_the_email_matches_no_one(backend) {
+        let app = unlimited(backend).await;
+        app.user("ann@example.com").await;
+        // As an address stored before the rule: it would pass for Ann's.
+        exec_sql(&app.store, "UPDATE users SET email = 'ann\u{200B}@example.com'").await;
+        let res = app.web().login("ann\u{200B}@example.com", "correct horse battery").await;
+        assert_error(res, 401, "invalid_credentials").await;
     }
 
     async fn job_titles_are_names_and_prompts_refuse_nul(backend) {
