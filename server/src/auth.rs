@@ -123,30 +123,6 @@ pub fn check_protocol(req: &HttpRequest) -> Result<(), ApiError> {
     }
 }
 
-/// Before a session exists (signup, login), a cross-site form is refused by its Origin.
-///
-/// # Errors
-/// 403 `csrf_rejected` when `Origin` is present and names another host.
-pub fn check_origin(req: &HttpRequest) -> Result<(), ApiError> {
-    let Some(origin) = req.headers().get("origin") else {
-        return Ok(());
-    };
-    let host = req.connection_info().host().to_ascii_lowercase();
-    let origin_host = origin
-        .to_str()
-        .ok()
-        .and_then(|origin| origin.split_once("://"))
-        .map(|(_, rest)| rest.trim_end_matches('/').to_ascii_lowercase());
-    if origin_host.as_deref() == Some(host.as_str()) {
-        Ok(())
-    } else {
-        Err(ApiError::new(
-            Code::CsrfRejected,
-            "Cross-site requests are refused.",
-        ))
-    }
-}
-
 fn bearer_token(req: &HttpRequest) -> Option<Result<String, ApiError>> {
     let header = req.headers().get("authorization")?;
     let token = header

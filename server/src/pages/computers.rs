@@ -32,8 +32,7 @@ pub async fn show(
         Ok(jobs) => jobs,
         Err(error) => return error_page(&caller, &error),
     };
-    let server_url =
-        crate::routes::links::public_base(&request, state.config.public_url.as_deref());
+    let server_url = crate::routes::links::public_base(&request, &state.config);
     let now = state.store.clock().now();
     let active: Vec<&Device> = devices.iter().filter(|d| d.revoked_at.is_none()).collect();
     let mut cards = Vec::with_capacity(active.len());

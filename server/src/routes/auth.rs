@@ -1,17 +1,21 @@
 //! `POST /api/auth/signup|login|logout`, `GET /api/me`. Sign-up and sign-in are limited per
 //! client address (the `signup` and `login` buckets); sign-in also per email, in
-//! `accounts::login`.
+//! `accounts::login`. Before a session exists there is no CSRF token, so both refuse a
+//! cross-site form by its `Origin`, compared with the host the request was addressed to
+//! (`links::request_origin`: a forwarded host only from a trusted proxy).
 
 use actix_web::cookie::time::Duration;
 use actix_web::cookie::{Cookie, SameSite};
 use actix_web::{web, HttpRequest, HttpResponse, HttpResponseBuilder};
 use tether_protocol::auth::{LoginParams, LoginResponse, Me, SignupParams};
 use tether_protocol::routes::CSRF_HEADER;
+use tether_protocol::Code;
 
 use super::client::client_address;
+use super::links::request_origin;
 use super::table::{Access, Table};
 use crate::accounts::{self, LoginAttempt, NewSession, NewUser, SESSION_SECS};
-use crate::auth::{check_origin, Caller, Via, CSRF_COOKIE, SESSION_COOKIE};
+use crate::auth::{Caller, Via, CSRF_COOKIE, SESSION_COOKIE};
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::rate_limits::Bucket;
@@ -48,7 +52,7 @@ async fn signup(
     state: web::Data<AppState>,
     params: web::Json<SignupParams>,
 ) -> Result<HttpResponse, ApiError> {
-    check_origin(&req)?;
+    check_origin(&req, &state.config)?;
     state
         .limits
         .check(Bucket::Signup, &client_address(&req, &state.config))?;
@@ -62,7 +66,7 @@ async fn login(
     state: web::Data<AppState>,
     params: web::Json<LoginParams>,
 ) -> Result<HttpResponse, ApiError> {
-    check_origin(&req)?;
+    check_origin(&req, &state.config)?;
     state
         .limits
         .check(Bucket::Login, &client_address(&req, &state.config))?;
@@ -98,6 +102,30 @@ async fn me(caller: Caller) -> HttpResponse {
         user: caller.user,
         account: caller.account,
     })
+}
+
+/// A cross-site form is refused by its `Origin`.
+///
+/// # Errors
+/// 403 `csrf_rejected` when `Origin` is present and names another host.
+fn check_origin(req: &HttpRequest, config: &Config) -> Result<(), ApiError> {
+    let Some(origin) = req.headers().get("origin") else {
+        return Ok(());
+    };
+    let host = request_origin(req, config).host.to_ascii_lowercase();
+    let origin_host = origin
+        .to_str()
+        .ok()
+        .and_then(|origin| origin.split_once("://"))
+        .map(|(_, rest)| rest.trim_end_matches('/').to_ascii_lowercase());
+    if origin_host.as_deref() == Some(host.as_str()) {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            Code::CsrfRejected,
+            "Cross-site requests are refused.",
+        ))
+    }
 }
 
 /// Sets the session cookie (HttpOnly) and the readable CSRF cookie, and sends the CSRF token

@@ -1,4 +1,5 @@
-//! Who sent a request: the one address every per-address limit keys on.
+//! Who sent a request: the one address every per-address limit keys on, and whether its
+//! peer is a trusted proxy whose forwarded headers are believed.
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -17,6 +18,14 @@ const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 /// ignored: the client could have written it.
 pub(crate) fn client_address(req: &HttpRequest, config: &Config) -> String {
     client_ip_of(req, config).to_string()
+}
+
+/// Whether the peer is one of `TETHER_TRUSTED_PROXIES`. Only then is any forwarded header
+/// (the client's address, the host and scheme it asked for) believed: from anyone else it is
+/// whatever the client wrote.
+pub(crate) fn from_trusted_proxy(req: &HttpRequest, config: &Config) -> bool {
+    req.peer_addr()
+        .is_some_and(|addr| config.trusted_proxies.contains(addr.ip()))
 }
 
 /// [`client_address`] as an address.

@@ -57,7 +57,7 @@ async fn pair(
         .limits
         .check(Bucket::Pairing, &client_address(&req, &state.config))?;
     let pairing = NewPairing::try_from(params.into_inner())?;
-    let base = public_base(&req, state.config.public_url.as_deref());
+    let base = public_base(&req, &state.config);
     let answer = pairing::start(&state.store, pairing, &base, &state.config).await?;
     Ok(HttpResponse::Created()
         .insert_header(("cache-control", "no-store"))
