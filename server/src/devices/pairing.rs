@@ -168,6 +168,9 @@ pub async fn register(store: &Store, device_code: &str) -> Result<RegisterRespon
 /// same row again for the same `installId`, revocation cleared, the new seal key pinned, the
 /// old token dead until the agent redeems its new one).
 ///
+/// A code this account linked already (a second tap of Approve) is answered like any used
+/// code but is not a wrong one.
+///
 /// # Errors
 /// 429 `too_many_attempts` (with `Retry-After`: until the oldest of them leaves the window)
 /// after [`MAX_LINK_FAILURES`] wrong codes in 15 minutes,
@@ -179,6 +182,9 @@ pub async fn link(
 ) -> Result<LinkedDevice, ApiError> {
     let now = store.now();
     let mut tx = store.begin().await?;
+    // An account's links take turns, so each counts every wrong code typed before it (the
+    // limit holds under a burst), and a second approval of one code sees the first's link.
+    tx.lock_account(account_id).await?;
     let (failures, oldest) = recent_link_failures(&mut tx, account_id, now).await?;
     if failures >= MAX_LINK_FAILURES {
         let frees_at = oldest.unwrap_or(now) + secs(LINK_WINDOW_SECS);
@@ -194,11 +200,20 @@ pub async fn link(
         )
         .with_retry_after(wait));
     }
-    let pending = match normalize_user_code(typed_code) {
-        Some(code) => pending_for_link(&mut tx, &code, now).await?,
+    let code = normalize_user_code(typed_code);
+    let pending = match &code {
+        Some(code) => pending_for_link(&mut tx, code, now).await?,
         None => None,
     };
     let Some(pending) = pending else {
+        if let Some(code) = &code {
+            if linked_by(&mut tx, account_id, code).await? {
+                return Err(ApiError::new(
+                    Code::UnknownCode,
+                    "This code was approved already.",
+                ));
+            }
+        }
         record_link_failure(&mut tx, account_id, now).await?;
         tx.commit().await?;
         return Err(ApiError::new(
@@ -385,6 +400,18 @@ async fn record_link_failure(
     .await
     .map(|done| done.rows_affected()))?;
     Ok(())
+}
+
+/// Whether this account linked the pairing of `code` already.
+async fn linked_by(tx: &mut Tx, account_id: &AccountId, code: &str) -> Result<bool, ApiError> {
+    let linked = on_tx!(tx, |conn| sqlx::query_scalar::<_, String>(
+        "SELECT id FROM pairings WHERE user_code = $1 AND account_id = $2"
+    )
+    .bind(code)
+    .bind(account_id.as_str())
+    .fetch_optional(conn)
+    .await)?;
+    Ok(linked.is_some())
 }
 
 async fn pending_for_link(

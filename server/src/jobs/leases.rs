@@ -34,7 +34,7 @@ use crate::jobs::claim_gates::ClaimGates;
 use crate::jobs::delivery::{self, ReportedDelivery};
 use crate::store::job_rows::{self, truncate, EndCause, JobRow, OpenDecisions};
 use crate::store::ledger::{self, LedgerKind};
-use crate::store::{on_tx, stored_id, InTx, Store, Tx};
+use crate::store::{stored_id, InTx, Store, Tx};
 
 /// Most held runs one heartbeat may report.
 pub const MAX_RUNNING_PER_HEARTBEAT: usize = 100;
@@ -300,9 +300,10 @@ pub async fn claim(
     let attempt = job_rows::claim(&mut tx, &job, &lease_token, lease_until, now).await?;
     let continues = earlier_run(&mut tx, &job).await?;
     // The run limit is checked last, under the account's lock, so that lock is held for one
-    // count and the commit only: every claim of the account passes through it. The count
-    // includes this claim; over the limit, the whole claim rolls back.
-    lock_account_claims(&mut tx, device).await?;
+    // count and the commit only: every claim of the account passes through it, and so the
+    // limit holds across devices. The count includes this claim; over the limit, the whole
+    // claim rolls back.
+    tx.lock_account(&device.account_id).await?;
     let running = job_rows::running_in_account(&mut tx, &device.account_id).await?;
     if running > i64::from(limit) {
         return Ok(None);
@@ -345,22 +346,6 @@ async fn earlier_run(tx: &mut Tx, job: &JobRow) -> Result<Option<EarlierRun>, Ap
             .map_or_else(String::new, |o| cut(&o.summary)),
         outcome: outcome.map(|o| o.outcome),
     }))
-}
-
-/// Serialises the run-limit check of one account's claims on PostgreSQL (its `accounts`
-/// row), so the concurrent-run limit holds across devices: each count then sees every
-/// claim that passed it before. SQLite's one writer serialises them already.
-async fn lock_account_claims(tx: &mut Tx, device: &DeviceIdentity) -> Result<(), ApiError> {
-    if matches!(tx, Tx::Sqlite(_)) {
-        return Ok(());
-    }
-    let lock = format!("SELECT id FROM accounts WHERE id = $1{}", tx.lock_clause());
-    on_tx!(tx, |conn| sqlx::query(&lock)
-        .bind(device.account_id.as_str())
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
-    Ok(())
 }
 
 /// Appends output lines and a status, and extends the lease. A `seq` at or below the last

@@ -102,6 +102,10 @@ pub async fn subscribe(
 ) -> Result<(SubscriptionId, Subscribing), ApiError> {
     let now = store.now();
     let mut tx = store.begin().await?;
+    // Subscribing takes turns per account, so the count below sees every subscription made
+    // before it and the cap holds under a burst (and the same endpoint twice at once is
+    // made once, then updated).
+    tx.lock_account(account_id).await?;
     let find = format!(
         "SELECT id FROM push_subscriptions WHERE account_id = $1 AND endpoint = $2{}",
         tx.lock_clause()

@@ -29,6 +29,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{
     Connection, PgConnection, PgPool, Postgres, Sqlite, SqliteConnection, SqlitePool, Transaction,
 };
+use tether_protocol::AccountId;
 
 use crate::clock::{Clock, Millis};
 use crate::config::Config;
@@ -331,6 +332,29 @@ impl Tx {
             Tx::Sqlite(_) => "",
             Tx::Postgres(_) => " FOR NO KEY UPDATE SKIP LOCKED",
         }
+    }
+
+    /// Locks the account's row until the transaction ends, on PostgreSQL. A cap on the
+    /// account's rows (the run limit, push subscriptions, wrong pairing codes) takes it
+    /// before it counts, so each count sees every row inserted under it before and a burst
+    /// cannot overrun the cap. SQLite's one writer serialises them already.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn lock_account(&mut self, account_id: &AccountId) -> Result<(), ApiError> {
+        if matches!(self, Tx::Sqlite(_)) {
+            return Ok(());
+        }
+        let lock = format!(
+            "SELECT id FROM accounts WHERE id = $1{}",
+            self.lock_clause()
+        );
+        on_tx!(self, |conn| sqlx::query(&lock)
+            .bind(account_id.as_str())
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected()))?;
+        Ok(())
     }
 }
 
