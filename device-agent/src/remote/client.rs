@@ -134,11 +134,22 @@ pub struct DeviceClient {
 /// (suspended, or too busy to heartbeat): only the first may be reattached.
 ///
 /// Outages are kept as episodes: from the first failed call after a success to the next
-/// success. A few recent episodes are enough, since a lease is minutes long.
+/// success. An episode starts when its first failed call was **sent**, not when it failed:
+/// a partition that holds connections open fails a call only at its timeout, which can be
+/// later than the lease it ran out. It never starts before the last answer, which proves
+/// the server was reachable then. A few recent episodes are enough, since a lease is
+/// minutes long.
 #[derive(Debug, Default)]
 pub struct Connectivity {
     /// A std mutex: held only to read or change a few `Instant`s.
-    episodes: Mutex<VecDeque<Outage>>,
+    seen: Mutex<Seen>,
+}
+
+#[derive(Debug, Default)]
+struct Seen {
+    episodes: VecDeque<Outage>,
+    /// When a call last got an answer.
+    last_answer: Option<Instant>,
 }
 
 /// Most outage episodes remembered.
@@ -152,9 +163,22 @@ struct Outage {
 }
 
 impl Connectivity {
-    /// Records that a call found the server unreachable now.
-    pub fn note_outage(&self) {
-        self.note_outage_at(Instant::now());
+    /// Records that a call sent at `sent` found the server unreachable (no answer, or a 5xx).
+    pub fn note_outage(&self, sent: Instant) {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let started = seen.last_answer.map_or(sent, |answered| answered.max(sent));
+        if let Some(open) = seen.episodes.back_mut().filter(|last| last.ended.is_none()) {
+            // A call sent earlier than the one that opened the episode failed later.
+            open.started = open.started.min(started);
+            return;
+        }
+        seen.episodes.push_back(Outage {
+            started,
+            ended: None,
+        });
+        while seen.episodes.len() > MAX_OUTAGES {
+            seen.episodes.pop_front();
+        }
     }
 
     /// Records that a call got an answer now (any answer: the server is reachable).
@@ -162,32 +186,20 @@ impl Connectivity {
         self.note_answer_at(Instant::now());
     }
 
-    fn note_outage_at(&self, at: Instant) {
-        let mut episodes = self.episodes.lock().unwrap_or_else(PoisonError::into_inner);
-        if episodes.back().is_some_and(|last| last.ended.is_none()) {
-            return;
-        }
-        episodes.push_back(Outage {
-            started: at,
-            ended: None,
-        });
-        while episodes.len() > MAX_OUTAGES {
-            episodes.pop_front();
-        }
-    }
-
     fn note_answer_at(&self, at: Instant) {
-        let mut episodes = self.episodes.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(last) = episodes.back_mut().filter(|last| last.ended.is_none()) {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.last_answer = Some(seen.last_answer.map_or(at, |last| last.max(at)));
+        if let Some(last) = seen.episodes.back_mut().filter(|last| last.ended.is_none()) {
             last.ended = Some(at);
         }
     }
 
     /// Whether the server was unreachable at some moment between `from` and `to`.
     pub fn unreachable_between(&self, from: Instant, to: Instant) -> bool {
-        self.episodes
+        self.seen
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .episodes
             .iter()
             .any(|outage| outage.started <= to && outage.ended.is_none_or(|ended| ended >= from))
     }
@@ -538,7 +550,8 @@ impl DeviceClient {
 
 /// Sends a request; a non-2xx answer becomes an [`RemoteError`]. A 429 is waited out (its
 /// `Retry-After`, when short) and retried a few times before it is handed to the caller;
-/// unreachable servers and 5xx answers are noted on `connectivity`.
+/// unreachable servers and 5xx answers are noted on `connectivity`, dated from when the
+/// request went out.
 async fn send(
     request: RequestBuilder,
     connectivity: Option<&Connectivity>,
@@ -548,6 +561,7 @@ async fn send(
     loop {
         // Bodies here are JSON, so a request can be cloned for a retry; if not, no retry.
         let again = request.try_clone();
+        let sent = Instant::now();
         let result = send_once(request).await;
         match &result {
             Err(RemoteError::RateLimited { retry_after })
@@ -564,7 +578,7 @@ async fn send(
             Err(err) => {
                 if let Some(connectivity) = connectivity {
                     if err.is_outage() {
-                        connectivity.note_outage();
+                        connectivity.note_outage(sent);
                     } else {
                         connectivity.note_answer();
                     }
@@ -815,11 +829,12 @@ mod tests {
         let at = |secs: u64| t0 + Duration::from_secs(secs);
         let connectivity = Connectivity::default();
         assert!(!connectivity.unreachable_between(at(0), at(100)));
-        // Down from 10 to 20 (the failures at 12 and 15 belong to the same episode).
+        // Down from 10 to 20 (the failures of calls sent at 12 and 15 belong to the same
+        // episode).
         connectivity.note_answer_at(at(5));
-        connectivity.note_outage_at(at(10));
-        connectivity.note_outage_at(at(12));
-        connectivity.note_outage_at(at(15));
+        connectivity.note_outage(at(10));
+        connectivity.note_outage(at(12));
+        connectivity.note_outage(at(15));
         connectivity.note_answer_at(at(20));
         assert!(connectivity.unreachable_between(at(0), at(10)));
         assert!(connectivity.unreachable_between(at(12), at(13)));
@@ -827,9 +842,34 @@ mod tests {
         assert!(!connectivity.unreachable_between(at(0), at(9)));
         assert!(!connectivity.unreachable_between(at(21), at(30)));
         // Down again from 40, still down.
-        connectivity.note_outage_at(at(40));
+        connectivity.note_outage(at(40));
         assert!(connectivity.unreachable_between(at(100), at(200)));
         assert!(!connectivity.unreachable_between(at(25), at(39)));
+    }
+
+    /// A partition that holds connections open: the calls sent at 31 and 30 fail only at
+    /// their timeout, long after a lease confirmed at 30 ran out (at 33). The outage is
+    /// dated from the first send, so the lease is seen to have run out while cut off.
+    #[test]
+    fn an_outage_dates_from_when_the_failed_call_went_out() {
+        let t0 = Instant::now();
+        let at = |secs: u64| t0 + Duration::from_secs(secs);
+        let connectivity = Connectivity::default();
+        connectivity.note_answer_at(at(30));
+        assert!(!connectivity.unreachable_between(at(30), at(33)));
+        // Noted at 61 and 62, when they timed out.
+        connectivity.note_outage(at(31));
+        connectivity.note_outage(at(30));
+        assert!(connectivity.unreachable_between(at(30), at(33)));
+        connectivity.note_answer_at(at(62));
+        assert!(!connectivity.unreachable_between(at(0), at(29)));
+        assert!(!connectivity.unreachable_between(at(63), at(80)));
+        // A call sent at 65 failed after another got an answer at 70: the server was
+        // reachable at 70, so this outage starts there, not at the send.
+        connectivity.note_answer_at(at(70));
+        connectivity.note_outage(at(65));
+        assert!(!connectivity.unreachable_between(at(63), at(69)));
+        assert!(connectivity.unreachable_between(at(70), at(71)));
     }
 
     #[test]

@@ -4,9 +4,10 @@
 //! A lease can run out for two reasons the server cannot tell apart: the computer could not
 //! reach the server (a network or server outage), or the agent went silent (suspended,
 //! stopped, starved). Only the first is the agent's to repair: when a write is refused as
-//! `stale_lease` (or the heartbeat lists the run as `lost`) and calls to the server failed
-//! while the lease was still running, the run is **reattached** — the same attempt under a
-//! new lease — and carries on. Otherwise, or when the server refuses, the run stops at once.
+//! `stale_lease` (or the heartbeat lists the run as `lost`) and a call sent to the server
+//! while the lease was still running found no server (however late it failed), the run is
+//! **reattached** — the same attempt under a new lease — and carries on. Otherwise, or when
+//! the server refuses, the run stops at once.
 //!
 //! **Architecture Invariant:** a run never acts under two leases: the token is replaced in
 //! one place, under one lock, and every writer reads it from here.
@@ -144,8 +145,11 @@ impl RunLease {
         }
     }
 
-    /// Whether calls failed for want of a server while the lease was still running, i.e.
-    /// whether the lease may have run out because this computer was cut off.
+    /// Whether a call sent while the lease was still running found no server (an outage is
+    /// dated from the send, see [`Connectivity`]), i.e. whether the lease may have run out
+    /// because this computer was cut off.
+    ///
+    /// [`Connectivity`]: crate::remote::client::Connectivity
     pub fn cut_off(&self) -> bool {
         let confirmed_at = self.held().confirmed_at;
         let expired_at = confirmed_at + self.period.get();

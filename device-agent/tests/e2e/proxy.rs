@@ -1,10 +1,12 @@
 //! A TCP proxy between the agent and the server that a test can cut: to make a network
-//! outage, or to drop the event stream only, while the server itself keeps running.
+//! outage, to drop the event stream only, or to hold every connection open and silent (a
+//! partition nobody is told of), while the server itself keeps running.
 
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 /// What the proxy lets through.
@@ -31,6 +33,9 @@ struct State {
     connections: Mutex<Vec<(bool, AbortHandle)>>,
     /// How many event-stream connections were let through.
     events_opened: Mutex<usize>,
+    /// While true, nothing goes either way and no connection is closed: open ones fall
+    /// silent, new ones are accepted and never answered.
+    held: watch::Sender<bool>,
 }
 
 impl Proxy {
@@ -43,6 +48,7 @@ impl Proxy {
             mode: Mutex::new(Mode::Open),
             connections: Mutex::new(Vec::new()),
             events_opened: Mutex::new(0),
+            held: watch::Sender::new(false),
         });
         let accepting = state.clone();
         let accept = tokio::spawn(async move {
@@ -70,6 +76,18 @@ impl Proxy {
     /// Drops the event stream (and refuses it from now on); everything else goes through.
     pub fn drop_events(&self) {
         self.set(Mode::NoEvents, |is_events| is_events);
+    }
+
+    /// A partition that holds connections open: every call waits for an answer that does
+    /// not come, until [`Proxy::release`].
+    pub fn hold(&self) {
+        self.state.held.send_replace(true);
+    }
+
+    /// Ends the hold: the connections it held are closed (their calls fail, as when a
+    /// partition heals), new ones go through.
+    pub fn release(&self) {
+        self.state.held.send_replace(false);
     }
 
     /// Lets everything through again.
@@ -106,6 +124,9 @@ async fn forward(state: Arc<State>, mut client: TcpStream) {
     if *state.mode.lock().unwrap() == Mode::Down {
         return;
     }
+    if *state.held.borrow() {
+        return hold(&state, client).await;
+    }
     // Read the request head to tell the event stream from the other calls.
     let mut head = Vec::new();
     let mut buffer = [0u8; 4096];
@@ -120,17 +141,27 @@ async fn forward(state: Arc<State>, mut client: TcpStream) {
     if mode == Mode::Down || (is_events && mode == Mode::NoEvents) {
         return;
     }
+    if *state.held.borrow() {
+        return hold(&state, client).await;
+    }
     let Ok(mut server) = TcpStream::connect(&state.upstream).await else {
         return;
     };
     if is_events {
         *state.events_opened.lock().unwrap() += 1;
     }
+    let mut held = state.held.subscribe();
     let task = tokio::spawn(async move {
         if server.write_all(&head).await.is_err() {
             return;
         }
-        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+        tokio::select! {
+            _ = tokio::io::copy_bidirectional(&mut client, &mut server) => return,
+            _ = held.wait_for(|held| *held) => {}
+        }
+        // Held: the server's side goes, the agent's stays open and silent until released.
+        drop(server);
+        let _ = held.wait_for(|held| !*held).await;
     });
     state
         .connections
@@ -141,5 +172,16 @@ async fn forward(state: Arc<State>, mut client: TcpStream) {
     let mode = *state.mode.lock().unwrap();
     if mode == Mode::Down || (is_events && mode == Mode::NoEvents) {
         task.abort();
+    }
+}
+
+/// Keeps `client` open, reading and answering nothing, until the hold ends (or the client
+/// gives up); then closes it.
+async fn hold(state: &State, mut client: TcpStream) {
+    let mut held = state.held.subscribe();
+    let mut sink = [0u8; 4096];
+    tokio::select! {
+        _ = async { while matches!(client.read(&mut sink).await, Ok(n) if n > 0) {} } => {}
+        _ = held.wait_for(|held| !*held) => {}
     }
 }

@@ -630,6 +630,66 @@ async fn a_server_killed_mid_run_and_restarted_finishes_the_runs_once(
     assert_eq!(effects, ["end 0", "end 0", "start 0", "start 0"]);
 }
 
+/// A partition that holds every connection open and silent (nothing answers, nothing is
+/// closed) for longer than the lease, the server up: the job is interrupted; when the hold
+/// ends, the calls that waited through it fail, and the agent reattaches the run (same
+/// attempt), which finishes once. The calls went out while the lease still ran, so the
+/// outage is dated from then, not from when they failed.
+async fn a_partition_that_holds_calls_past_the_lease_is_reattached_and_finishes_once(
+    database_url: Option<String>,
+) {
+    let server = spawn_server_with(database_url, |config| {
+        config.lease_secs = 3;
+        config.heartbeat_secs = 1;
+    })
+    .await;
+    let proxy = Proxy::start(&server.base).await;
+    let rig = Rig::new(&server.base, &proxy.base, &[12]).await;
+    let daemon = rig.start_daemon().await;
+    let job = rig
+        .web
+        .create_job(&rig.device_id, "counted-12", "held")
+        .await;
+    let job_id = job.id.to_string();
+    rig.web
+        .wait_for_job(&job_id, Duration::from_secs(30), |job| {
+            output_lines(job).contains(&"started 0".to_owned())
+        })
+        .await;
+
+    proxy.hold();
+    let seen = rig
+        .web
+        .wait_until_ended(&job_id, Duration::from_secs(20))
+        .await;
+    assert_eq!(seen.state, JobState::Interrupted, "{seen:#?}");
+    proxy.release();
+
+    let done = rig
+        .web
+        .wait_for_job(&job_id, Duration::from_secs(40), |job| {
+            job.state.is_final() && job.state != JobState::Interrupted
+        })
+        .await;
+    assert_eq!(
+        done.state,
+        JobState::Succeeded,
+        "{done:#?}\n{}",
+        daemon.stderr()
+    );
+    assert_eq!(done.attempt, 1, "reattached, not resumed");
+    assert!(output_lines(&done).contains(&"finished 0".to_owned()));
+    assert!(
+        done.events
+            .iter()
+            .any(|event| event.text.contains("Reattached")),
+        "{:#?}",
+        done.events
+    );
+    assert_eq!(rig.side_effects(), ["start 0", "end 0"]);
+    assert!(daemon.stderr().contains("reattached after an outage"));
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -765,4 +825,5 @@ on_both_databases!(
     an_agent_killed_mid_run_is_interrupted_then_resumed_once,
     a_network_outage_past_the_lease_is_reattached_and_finishes_once,
     a_server_killed_mid_run_and_restarted_finishes_the_runs_once,
+    a_partition_that_holds_calls_past_the_lease_is_reattached_and_finishes_once,
 );
