@@ -28,6 +28,7 @@ use tether_protocol::credential_files::credential_kind;
 use tether_protocol::jobs::{
     ClaimedJob, EvidenceKind, EvidenceMeta, MAX_EVIDENCE_BYTES, MAX_EVIDENCE_FILES,
 };
+use tether_protocol::text::{sanitize, TextKind};
 use tether_protocol::JobId;
 use tokio::sync::mpsc;
 
@@ -305,7 +306,7 @@ pub fn prepare(
     let meta = EvidenceMeta {
         id: evidence_id(job_id, attempt, name),
         kind: kind_of(name, text),
-        name: name.clone(),
+        name: shown_name(name),
         size: body.len() as u64,
         sha256: hex(&Sha256::digest(&body)),
         mime: None,
@@ -314,6 +315,17 @@ pub fn prepare(
     };
     let body = if upload { body } else { Vec::new() };
     Ok(Ready { meta, body })
+}
+
+/// The file's name as the server keeps it: any space (macOS puts U+202F before "AM" in its
+/// screenshots' names) is a plain space, and what the name rule refuses (invisible,
+/// direction-changing or blank characters) is U+FFFD, so no file is refused for its name.
+fn shown_name(name: &str) -> String {
+    let spaced: String = name
+        .chars()
+        .map(|c| if c.is_whitespace() { ' ' } else { c })
+        .collect();
+    sanitize(&spaced, TextKind::Name).into_owned()
 }
 
 /// Stable for one file name of one attempt of a job: 32 hex digits.
@@ -662,6 +674,23 @@ mod tests {
         std::os::unix::fs::symlink("/etc/hostname", &path)?;
         assert!(prepare(&found, &job_id(), 1, &[], true).is_err());
         Ok(())
+    }
+
+    #[test]
+    fn names_are_sent_as_the_name_rule_keeps_them() {
+        for (name, shown) in [
+            (
+                "Screenshot 2026-12-02 at 9.41.03\u{202f}AM.png",
+                "Screenshot 2026-12-02 at 9.41.03 AM.png",
+            ),
+            ("a\u{a0}b.log", "a b.log"),
+            ("x\u{202e}gnp.exe", "x\u{fffd}gnp.exe"),
+            ("plain.txt", "plain.txt"),
+        ] {
+            assert_eq!(shown_name(name), shown, "{name:?}");
+            let checked = tether_protocol::text::check(&shown_name(name), TextKind::Name);
+            assert!(checked.is_ok(), "{name:?}: {checked:?}");
+        }
     }
 
     #[test]
