@@ -1,5 +1,10 @@
 //! What malformed input is answered with: the JSON, path and query extractors'
 //! configuration, unknown routes, and error bodies for the answers actix makes itself.
+//!
+//! A JSON body must say it is JSON (`application/json`, or a `+json` type): any other
+//! content type, or none, is 415 `unsupported_media_type` before the body is read. A
+//! cross-site form can send only `text/plain`, form and multipart bodies, so no change can
+//! ride one even past the CSRF check.
 
 use actix_web::body::{BoxBody, EitherBody};
 use actix_web::dev::ServiceResponse;
@@ -8,6 +13,7 @@ use actix_web::http::header::{Accept, CONTENT_TYPE};
 use actix_web::http::StatusCode;
 use actix_web::middleware::{ErrorHandlerResponse, ErrorHandlers};
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
+use serde::de::DeserializeOwned;
 use tether_protocol::{Code, ErrorBody};
 
 use crate::error::ApiError;
@@ -16,7 +22,7 @@ use crate::error::ApiError;
 pub const JSON_LIMIT_BYTES: usize = 256 * 1024;
 
 /// JSON bodies: size-limited; every parse failure is a 400 naming the problem, an oversized
-/// body a 413.
+/// body a 413, another content type a 415.
 pub fn json_config() -> web::JsonConfig {
     json_config_with_limit(JSON_LIMIT_BYTES)
 }
@@ -26,6 +32,30 @@ pub fn json_config_with_limit(limit: usize) -> web::JsonConfig {
     web::JsonConfig::default()
         .limit(limit)
         .error_handler(|error, _req| json_error(&error).into())
+}
+
+/// A body that may be left out (`POST /api/jobs/{id}/rerun`): empty or blank is
+/// `T::default()`, whatever its content type; any other must be JSON, as [`json_config`]
+/// has it.
+///
+/// # Errors
+/// 415 `unsupported_media_type` for a body that does not say it is JSON; 400
+/// `invalid_request` for one that does not parse.
+pub fn optional_json<T: DeserializeOwned + Default>(
+    req: &HttpRequest,
+    body: &[u8],
+) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    let is_json = req.mime_type().ok().flatten().is_some_and(|mime| {
+        mime.subtype() == actix_web::mime::JSON || mime.suffix() == Some(actix_web::mime::JSON)
+    });
+    if !is_json {
+        return Err(json_error(&JsonPayloadError::ContentType));
+    }
+    serde_json::from_slice(body)
+        .map_err(|err| ApiError::new(Code::InvalidRequest, format!("Bad JSON body: {err}.")))
 }
 
 /// A path segment that is not a plausible id names nothing: 404.
@@ -42,9 +72,10 @@ pub fn query_config() -> web::QueryConfig {
 }
 
 /// Whether an unknown route should answer a page: a browser asking for a page outside
-/// `/api/` (the crate root sends those to `pages::not_found`).
+/// `/api/` (the crate root sends those to `pages::not_found`). The path is the decoded one
+/// routing saw, so `/%61pi/…` is under `/api/` too.
 pub fn wants_page(req: &HttpRequest) -> bool {
-    !req.path().starts_with("/api/") && prefers_html(req)
+    !req.match_info().as_str().starts_with("/api/") && prefers_html(req)
 }
 
 /// Unknown routes answer the error body too.
@@ -108,8 +139,8 @@ fn json_error(error: &JsonPayloadError) -> ApiError {
             format!("The body is larger than {limit} bytes."),
         ),
         JsonPayloadError::ContentType => ApiError::new(
-            Code::InvalidRequest,
-            "The body must be JSON with Content-Type: application/json.",
+            Code::UnsupportedMediaType,
+            "The body must be JSON, sent with Content-Type: application/json.",
         ),
         JsonPayloadError::Deserialize(error) => ApiError::new(
             Code::InvalidRequest,

@@ -1,11 +1,12 @@
 //! `POST|GET /api/jobs`, `GET /api/jobs/{id}`, `POST /api/jobs/{id}/cancel`,
 //! `POST /api/jobs/{id}/rerun`.
 
-use actix_web::{web, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use tether_protocol::jobs::{Job, JobResponse, JobState, NewJobParams, RerunParams};
-use tether_protocol::{Code, DeviceId, JobId};
+use tether_protocol::{DeviceId, JobId};
 
+use super::input::optional_json;
 use super::table::{Access, Table};
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -49,7 +50,7 @@ pub(super) fn routes(table: &mut Table) {
             201,
             "The new job, with the same spec (and the new prompt if given).",
         )
-        .errors(&[400, 404, 409, 413, 422, 429]);
+        .errors(&[400, 404, 409, 413, 415, 422, 429]);
 }
 
 /// `?deviceId=&state=`, both optional; empty means no filter.
@@ -113,18 +114,14 @@ async fn get(
 }
 
 async fn rerun(
+    req: HttpRequest,
     state: web::Data<AppState>,
     caller: Caller,
     job_id: web::Path<JobId>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    // The body is optional (a plain re-run), but one that is there must parse.
-    let params: RerunParams = if body.iter().all(u8::is_ascii_whitespace) {
-        RerunParams::default()
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|err| ApiError::new(Code::InvalidRequest, format!("Bad JSON body: {err}.")))?
-    };
+    // The body is optional (a plain re-run), but one that is there must be JSON and parse.
+    let params: RerunParams = optional_json(&req, &body)?;
     let prompt = params.prompt;
     let job = jobs::rerun(&state.store, &caller.account.id, &job_id, prompt).await?;
     state.notices.job_queued(&job.device_id).await;

@@ -348,6 +348,10 @@ impl Op<'_> {
         if self.has_body || self.verb != Verb::Get {
             all.extend([400, 408, 413]);
         }
+        // A body of another content type than the route takes.
+        if self.has_body {
+            all.push(415);
+        }
         // Past the connection cap every route but the liveness check answers 503.
         if self.path != "/healthz" {
             all.push(503);
@@ -459,7 +463,7 @@ fn operation(verb: Verb, path: &str, access: Access, summary: &str) -> Operation
     match access {
         Access::Public => builder,
         Access::Agent => builder.parameter(protocol_header(Required::False)),
-        Access::User | Access::Admin if verb != Verb::Get && path.starts_with("/api/") => builder
+        Access::User | Access::Admin if verb != Verb::Get => builder
             .security(SecurityRequirement::new("session", none))
             .security(SecurityRequirement::new("userToken", none))
             .parameter(csrf_header()),
@@ -531,7 +535,7 @@ fn protocol_header(required: Required) -> ParameterBuilder {
 }
 
 /// The CSRF header of a change made with the session cookie (`auth` checks it for every
-/// unsafe method under `/api/`). Optional, because an API token needs none.
+/// unsafe method, on whatever path). Optional, because an API token needs none.
 fn csrf_header() -> ParameterBuilder {
     parameter(
         CSRF_HEADER,

@@ -7,7 +7,7 @@ use crate::both_backends;
 use crate::helpers::{assert_error, spawn_app};
 
 both_backends! {
-    async fn malformed_bodies_are_400_and_big_ones_413(backend) {
+    async fn malformed_bodies_are_400_big_ones_413_and_other_types_415(backend) {
         let app = spawn_app(backend).await;
         let ann = app.user("ann@example.com").await;
         let device = app.device(&ann, "install-1").await;
@@ -20,7 +20,7 @@ both_backends! {
         }
         let res = http.post(format!("{}/api/auth/login", app.base)).header("content-type", "text/plain")
             .body("email=a").send().await.unwrap();
-        assert_error(res, 400, "invalid_request").await;
+        assert_error(res, 415, "unsupported_media_type").await;
         let huge = json!({ "email": "a@b.co", "password": "x".repeat(300 * 1024), "name": "n" });
         assert_error(http.post(format!("{}/api/auth/signup", app.base)).json(&huge).send().await.unwrap(), 413, "payload_too_large").await;
         let nested = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));

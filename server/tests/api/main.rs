@@ -13,6 +13,7 @@ mod helpers;
 mod app_shell;
 mod auth;
 mod computers_page;
+mod csrf;
 mod decisions;
 mod delivery;
 mod delivery_page;
