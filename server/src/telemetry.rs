@@ -2,7 +2,15 @@
 //!
 //! **Invariant:** logs carry ids, methods, paths and statuses; never a token, password,
 //! cookie, query string or body.
+//!
+//! A request head actix-http cannot parse (answered 400), or one past its buffer (431), is
+//! logged by actix-http itself at error level: `stream error: request parse error: …`, target
+//! `actix_http::h1::dispatcher`. It is the client's doing, and a filter directive can only
+//! drop a line, not lower it: the logs ([`ClientFaults`]) write it at warn instead, target
+//! `tether_server::telemetry`, with actix's words in the message. The filter still decides
+//! on actix's line: `RUST_LOG=…,actix_http::h1::dispatcher=off` silences it.
 
+use std::fmt;
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -17,8 +25,17 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
 use rand::RngCore;
 use tether_protocol::routes::REQUEST_ID_HEADER;
-use tracing_subscriber::layer::SubscriberExt as _;
+use tracing::callsite::{DefaultCallsite, Identifier};
+use tracing::field::{Field, FieldSet, Value, Visit};
+use tracing::level_filters::LevelFilter;
+use tracing::metadata::Kind;
+use tracing::span::{Attributes, Id, Record};
+use tracing::subscriber::Interest;
+use tracing::{Dispatch, Event, Level, Metadata, Subscriber};
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt as _};
 use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::EnvFilter;
 
 /// What `init` installed; `shutdown` flushes the OpenTelemetry exporters, if any.
 #[must_use = "dropping it early loses the last spans and metrics"]
@@ -56,29 +73,168 @@ pub fn init() -> Telemetry {
     } else {
         (None, None)
     };
-    let trace_layer = tracer
-        .as_ref()
-        .map(|provider| tracing_opentelemetry::layer().with_tracer(provider.tracer(SERVICE_NAME)));
     if let Some(meter) = &meter {
         opentelemetry::global::set_meter_provider(meter.clone());
         make_request_instruments();
     }
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let json = std::env::var("TETHER_LOG_FORMAT").as_deref() == Ok("json");
-    let text_logs = (!json).then(tracing_subscriber::fmt::layer);
-    let json_logs = json.then(|| {
-        tracing_subscriber::fmt::layer()
+    install(filter, json, std::io::stdout, tracer.as_ref());
+    Telemetry { tracer, meter }
+}
+
+/// Installs the global subscriber: `filter`, the logs (text, or one JSON object per line,
+/// through [`ClientFaults`]) written by `writer`, and spans to `tracer` when given. `init` writes to
+/// stdout; a test can write to a buffer. `false` when a subscriber was installed already.
+pub fn install<W>(
+    filter: EnvFilter,
+    json: bool,
+    writer: W,
+    tracer: Option<&SdkTracerProvider>,
+) -> bool
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    let (text_logs, json_logs) = if json {
+        let json_logs = tracing_subscriber::fmt::layer()
             .json()
             .with_current_span(true)
-    });
-    let _ = tracing_subscriber::registry()
+            .with_writer(writer);
+        (None, Some(json_logs))
+    } else {
+        (
+            Some(tracing_subscriber::fmt::layer().with_writer(writer)),
+            None,
+        )
+    };
+    let trace_layer = tracer
+        .map(|provider| tracing_opentelemetry::layer().with_tracer(provider.tracer(SERVICE_NAME)));
+    tracing_subscriber::registry()
         .with(filter)
-        .with(text_logs)
-        .with(json_logs)
+        .with(ClientFaults(Layer::and_then(text_logs, json_logs)))
         .with(trace_layer)
-        .try_init();
-    Telemetry { tracer, meter }
+        .try_init()
+        .is_ok()
+}
+
+/// The log output `L`, which writes actix-http's error line about a malformed request head
+/// as a warning: the client's fault, not the server's. Everything else passes unchanged.
+pub struct ClientFaults<L>(L);
+
+impl<S, L> Layer<S> for ClientFaults<L>
+where
+    S: Subscriber,
+    L: Layer<S>,
+{
+    fn on_register_dispatch(&self, subscriber: &Dispatch) {
+        self.0.on_register_dispatch(subscriber);
+    }
+
+    fn on_layer(&mut self, subscriber: &mut S) {
+        self.0.on_layer(subscriber);
+    }
+
+    fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
+        self.0.register_callsite(metadata)
+    }
+
+    fn enabled(&self, metadata: &Metadata<'_>, ctx: Context<'_, S>) -> bool {
+        self.0.enabled(metadata, ctx)
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        self.0.max_level_hint()
+    }
+
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        self.0.on_new_span(attrs, id, ctx);
+    }
+
+    fn on_record(&self, span: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        self.0.on_record(span, values, ctx);
+    }
+
+    fn on_follows_from(&self, span: &Id, follows: &Id, ctx: Context<'_, S>) {
+        self.0.on_follows_from(span, follows, ctx);
+    }
+
+    fn event_enabled(&self, event: &Event<'_>, ctx: Context<'_, S>) -> bool {
+        self.0.event_enabled(event, ctx)
+    }
+
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        let Some(message) = client_fault(event) else {
+            self.0.on_event(event, ctx);
+            return;
+        };
+        // Written only where a warning would be.
+        if LevelFilter::current() < LevelFilter::WARN {
+            return;
+        }
+        let fields = CLIENT_FAULT.fields();
+        let Some(field) = fields.field("message") else {
+            return;
+        };
+        let text = format!("malformed request: {message}");
+        let text = text.as_str();
+        let values = [(&field, Some(&text as &dyn Value))];
+        let values = fields.value_set(&values);
+        self.0.on_event(&Event::new(&CLIENT_FAULT, &values), ctx);
+    }
+
+    fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
+        self.0.on_enter(id, ctx);
+    }
+
+    fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
+        self.0.on_exit(id, ctx);
+    }
+
+    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        self.0.on_close(id, ctx);
+    }
+
+    fn on_id_change(&self, old: &Id, new: &Id, ctx: Context<'_, S>) {
+        self.0.on_id_change(old, new, ctx);
+    }
+}
+
+/// Where the warning about a malformed request head is said to come from. It is handed
+/// straight to the log output, never dispatched, so it needs no registration.
+static CLIENT_FAULT_CALLSITE: DefaultCallsite = DefaultCallsite::new(&CLIENT_FAULT);
+static CLIENT_FAULT: Metadata<'static> = Metadata::new(
+    "malformed request",
+    "tether_server::telemetry",
+    Level::WARN,
+    Some(file!()),
+    Some(line!()),
+    Some(module_path!()),
+    FieldSet::new(&["message"], Identifier(&CLIENT_FAULT_CALLSITE)),
+    Kind::EVENT,
+);
+
+/// The message of actix-http's error line about a request head it refused.
+fn client_fault(event: &Event<'_>) -> Option<String> {
+    let meta = event.metadata();
+    if *meta.level() != Level::ERROR || !meta.target().starts_with("actix_http::h1") {
+        return None;
+    }
+    let mut message = Message(None);
+    event.record(&mut message);
+    message
+        .0
+        .filter(|message| message.starts_with("stream error: request parse error"))
+}
+
+/// An event's `message` field, as text.
+struct Message(Option<String>);
+
+impl Visit for Message {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = Some(format!("{value:?}"));
+        }
+    }
 }
 
 /// The name spans and metrics are exported under, unless `OTEL_SERVICE_NAME` says otherwise.

@@ -28,6 +28,7 @@ mod job_page;
 mod jobs;
 mod leases;
 mod limits;
+mod logs;
 mod migrations;
 mod openapi;
 mod operations;
