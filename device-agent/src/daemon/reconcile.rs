@@ -6,7 +6,7 @@
 //!
 //! | the record says | what happens |
 //! |---|---|
-//! | finished, completion not acknowledged | the completion is sent again under its lease (complete is idempotent); if that lease is stale, the run is reattached (`/reattach`, same attempt) and then completed |
+//! | ended or finished, completion not acknowledged | the completion is sent again under its lease (complete is idempotent); if that lease is stale, the run is reattached (`/reattach`, same attempt) and then completed. A run that only ended (its process done, its output, evidence or delivery not) is reported as journaled and never run again: [`RunRecord::completion`] |
 //! | claimed or running, not finished | the run was cut off by the restart: whatever is left of its process group is stopped (its output pipe and exit status died with the old agent, so nobody can supervise it), then it is carried on (`/resume`): a new attempt in the same folder, started from the beginning with `TETHER_RESUMED=n` (an ACP agent that can load its stored session carries on in it: [`crate::engines::acp::continuation`]) |
 //!
 //! The server has the last word: a 409 (`stale_lease`, `resume_refused`) or 404 drops the
@@ -168,7 +168,7 @@ async fn stop_group(pgid: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::local::journal::RunState;
+    use crate::local::journal::{DeliveryStage, RunState};
     use tether_protocol::jobs::{JobSpec, Mode, Outcome};
     use tether_protocol::{JobId, LeaseToken};
 
@@ -211,10 +211,11 @@ mod tests {
             outcome: Outcome::Failed,
             summary: "exit code 2".into(),
             exit_code: Some(2),
+            report: None,
             changes: None,
             delivery: None,
         };
-        // Finished: report, whatever its process.
+        // Ended or finished: report, whatever its process; never run again.
         let plan_of = |state: RunState, process, group: &dyn Fn(&ProcessMark) -> bool| {
             plan(&record(state, process), group)
         };
@@ -223,6 +224,21 @@ mod tests {
             Plan::Report(completion) if matches!(*completion, CompleteParams {
                 outcome: Outcome::Failed,
                 exit_code: Some(2),
+                ..
+            })
+        ));
+        let ended = RunState::Ended {
+            outcome: Outcome::Succeeded,
+            summary: "exit code 0".into(),
+            exit_code: Some(0),
+            report: None,
+            delivery: DeliveryStage::NotAsked,
+        };
+        assert!(matches!(
+            plan_of(ended, Some(mark), &alive),
+            Plan::Report(completion) if matches!(*completion, CompleteParams {
+                outcome: Outcome::Succeeded,
+                exit_code: Some(0),
                 ..
             })
         ));

@@ -100,6 +100,20 @@ async fn execute(recipe: &Recipe, ctx: RunContext<'_>) -> Result<CompleteParams,
     let ended = supervise(command, time_limit(job), stop, line_sender, spawned).await;
     // Nothing of the run is left to use its secrets by reference.
     drop(broker);
+    // What the sandbox kept from the repository (its hooks, its configuration) is put back
+    // as soon as nothing of the run is left, whatever becomes of the report.
+    let notes = prepared.finish();
+    for note in &notes {
+        tracing::warn!(job = %job.id, "{note}");
+    }
+    let outcome = completion(ended, job, recipe, stop.current())
+        .map(|params| sandbox_checked(params, &notes));
+    // Journaled the moment the program ended, before its output, evidence and delivery go
+    // anywhere (the server may be unreachable for long): a restarted agent reports it and
+    // never runs it again.
+    if let Ok(params) = &outcome {
+        lease.ended(params, &secrets.hidden);
+    }
     // Evidence goes up after the program ended and before the run completes; what is left
     // out is said in the output.
     if let Some(evidence) = evidence {
@@ -117,11 +131,14 @@ async fn execute(recipe: &Recipe, ctx: RunContext<'_>) -> Result<CompleteParams,
     drop(evidence_notes);
     // The reporter ends once every line is sent (or the lease is gone).
     let _ = reporter.await;
-    let notes = prepared.finish();
-    for note in &notes {
-        tracing::warn!(job = %job.id, "{note}");
-    }
-    let mut params = completion(ended, job, recipe, stop.current())?;
+    let params = outcome?;
+    stop.reportable()?;
+    Ok(params)
+}
+
+/// A run whose launcher could not apply the sandbox is `blocked`, nothing having run; the
+/// sandbox's own `notes` close the summary.
+fn sandbox_checked(mut params: CompleteParams, notes: &[String]) -> CompleteParams {
     if params.exit_code == Some(sandbox::SANDBOX_FAILED) {
         params = blocked(format!(
             "the sandbox could not be applied, so nothing ran (see the output): {}",
@@ -131,7 +148,7 @@ async fn execute(recipe: &Recipe, ctx: RunContext<'_>) -> Result<CompleteParams,
     if !notes.is_empty() {
         params.summary = format!("{}; {}", params.summary, notes.join("; "));
     }
-    Ok(params)
+    params
 }
 
 /// Everything checked before anything runs, whatever the backend: the hard floor on the

@@ -3,10 +3,12 @@
 //!
 //! One small JSON file per run, `runs/<jobId>.json` in the data dir (mode 0600, written
 //! atomically). A run's record is written **before** its process starts, updated once the
-//! process exists (its pid and start time) and once it ended (the completion to report),
-//! and removed when the server acknowledged the completion or refused the run for good. A
-//! record left behind by an earlier agent process is what [`crate::daemon::reconcile`] settles at
-//! start-up.
+//! process exists (its pid and start time), the moment it ended (its outcome, before any of
+//! its output, evidence or delivery goes anywhere), once its completion is made (the change
+//! list and delivery added), and removed when the server acknowledged the completion or
+//! refused the run for good. A record left behind by an earlier agent process is what
+//! [`crate::daemon::reconcile`] settles at start-up: a run whose process ended is reported,
+//! never run again.
 //!
 //! `job-folders.json` remembers which shared folder (by label) each recent job worked in,
 //! so the web can still browse a job's files after it ended (`file.request`).
@@ -74,6 +76,21 @@ pub enum RunState {
     Starting,
     /// The process exists.
     Running,
+    /// The process ended with this outcome; what follows it (the rest of its output, its
+    /// evidence, its change list, its git delivery) may not have happened. A restarted
+    /// agent reports it as it stands and runs nothing again.
+    #[serde(rename_all = "camelCase")]
+    Ended {
+        outcome: Outcome,
+        summary: String,
+        exit_code: Option<i32>,
+        /// The engine's report (an ACP turn's stop reason and choices).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        report: Option<serde_json::Value>,
+        /// How far the job's git delivery got.
+        #[serde(default)]
+        delivery: DeliveryStage,
+    },
     /// The process ended; this completion is to be reported (complete is idempotent with
     /// the same lease, so sending it again is always safe).
     #[serde(rename_all = "camelCase")]
@@ -81,6 +98,9 @@ pub enum RunState {
         outcome: Outcome,
         summary: String,
         exit_code: Option<i32>,
+        /// The engine's report (an ACP turn's stop reason and choices).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        report: Option<serde_json::Value>,
         /// What the run changed in its folder, as reported with the completion.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         changes: Option<serde_json::Value>,
@@ -88,6 +108,19 @@ pub enum RunState {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         delivery: Option<serde_json::Value>,
     },
+}
+
+/// How far the git delivery of a run that ended got, while its completion was not made yet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryStage {
+    /// The job asks for none.
+    #[default]
+    NotAsked,
+    /// Asked, not begun.
+    Pending,
+    /// Begun: commits, a push, a pull request may have been made.
+    Begun,
 }
 
 impl RunRecord {
@@ -114,19 +147,62 @@ impl RunRecord {
                 outcome,
                 summary,
                 exit_code,
+                report,
                 changes,
                 delivery,
             } => Some(CompleteParams {
                 outcome: *outcome,
                 summary: summary.clone(),
                 exit_code: *exit_code,
-                report: None,
+                report: report.clone(),
                 changes: changes.clone(),
                 delivery: delivery.clone(),
             }),
+            RunState::Ended {
+                outcome,
+                summary,
+                exit_code,
+                report,
+                delivery,
+            } => {
+                let (outcome, summary) = undelivered(*outcome, summary, *delivery);
+                Some(CompleteParams {
+                    outcome,
+                    summary,
+                    exit_code: *exit_code,
+                    report: report.clone(),
+                    changes: None,
+                    delivery: None,
+                })
+            }
             RunState::Starting | RunState::Running => None,
         }
     }
+}
+
+/// The outcome and summary of a run that ended but whose git delivery did not finish, as
+/// a restarted agent reports them. The delivery is not retried: what it commits and pushes
+/// is judged against the folder as the run left it, which nobody has watched since, and a
+/// push or a merge half made must not be made twice. Work the job asked to have delivered
+/// and that was not is no success: `blocked`, saying what to look at.
+fn undelivered(outcome: Outcome, summary: &str, stage: DeliveryStage) -> (Outcome, String) {
+    let note = match stage {
+        DeliveryStage::NotAsked => return (outcome, summary.to_owned()),
+        DeliveryStage::Pending => {
+            "the agent restarted after the run ended and before its work was delivered: \
+             Tether made no commit, push or merge for it (nor undid any), and the work is in \
+             the folder as the run left it"
+        }
+        DeliveryStage::Begun => {
+            "the agent restarted while the run's work was being delivered, and the delivery \
+             was not retried: see the branch for what was committed or pushed"
+        }
+    };
+    let outcome = match outcome {
+        Outcome::Succeeded => Outcome::Blocked,
+        other => other,
+    };
+    (outcome, format!("{note}\n{summary}"))
 }
 
 /// The journal in the data dir. Each run's file is written only by the task of that run
@@ -449,6 +525,7 @@ mod tests {
                 outcome: Outcome::Succeeded,
                 summary: "exit code 0".into(),
                 exit_code: Some(0),
+                report: None,
                 changes: Some(serde_json::json!({"files": []})),
                 delivery: Some(serde_json::json!({"branch": "main"})),
             };
@@ -481,6 +558,74 @@ mod tests {
         // A change to a settled run changes nothing.
         journal.update(&record.job_id, |record| record.attempt = 9)?;
         assert_eq!(journal.get(&record.job_id)?, None);
+        Ok(())
+    }
+
+    /// A run whose process ended is reported after a restart, never carried on: its
+    /// outcome as journaled, or, when the delivery it asked for did not finish, `blocked`
+    /// with what to look at (a failure stays a failure).
+    #[test]
+    fn an_ended_run_is_reported_as_it_stands() -> Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let data_dir = DataDir::resolve(Some(tmp.path().to_path_buf()))?;
+        let journal = Journal::new(&data_dir);
+        let record = RunRecord::claimed(&job("ended"));
+        journal.record(&record)?;
+        assert!(journal
+            .get(&record.job_id)?
+            .is_some_and(|r| r.completion().is_none()));
+        let ended = |outcome, delivery| RunState::Ended {
+            outcome,
+            summary: "exit code 3".into(),
+            exit_code: Some(3),
+            report: Some(serde_json::json!({"engine": "acp"})),
+            delivery,
+        };
+        let reported = |state: RunState| -> Result<_> {
+            journal.update(&record.job_id, |record| record.state = state)?;
+            let completion = journal.get(&record.job_id)?.and_then(|r| r.completion());
+            Ok(completion.map(|c| (c.outcome, c.summary, c.exit_code, c.report, c.delivery)))
+        };
+        assert_eq!(
+            reported(ended(Outcome::Failed, DeliveryStage::NotAsked))?,
+            Some((
+                Outcome::Failed,
+                "exit code 3".into(),
+                Some(3),
+                Some(serde_json::json!({"engine": "acp"})),
+                None
+            ))
+        );
+        let pending = reported(ended(Outcome::Succeeded, DeliveryStage::Pending))?;
+        assert!(
+            pending
+                .as_ref()
+                .is_some_and(|(outcome, summary, ..)| *outcome == Outcome::Blocked
+                    && summary.contains("no commit, push or merge")
+                    && summary.ends_with("\nexit code 3")),
+            "{pending:?}"
+        );
+        let begun = reported(ended(Outcome::Succeeded, DeliveryStage::Begun))?;
+        assert!(
+            begun
+                .as_ref()
+                .is_some_and(|(outcome, summary, ..)| *outcome == Outcome::Blocked
+                    && summary.contains("see the branch")),
+            "{begun:?}"
+        );
+        let failed = reported(ended(Outcome::Failed, DeliveryStage::Pending))?;
+        assert_eq!(failed.map(|(outcome, ..)| outcome), Some(Outcome::Failed));
+        // Written before the delivery field existed: nothing was asked.
+        let written_before = serde_json::json!({
+            "jobId": "old", "attempt": 1, "leaseToken": "lease-a", "folder": "work",
+            "engine": "tests", "startedAt": "2025-01-01T00:00:00Z", "agentPid": 1,
+            "state": {"state": "ended", "outcome": "succeeded", "summary": "exit code 0", "exitCode": 0},
+        });
+        let old: RunRecord = serde_json::from_value(written_before)?;
+        assert_eq!(
+            old.completion().map(|c| (c.outcome, c.summary)),
+            Some((Outcome::Succeeded, "exit code 0".into()))
+        );
         Ok(())
     }
 

@@ -13,14 +13,15 @@
 //! one place, under one lock, and every writer reads it from here.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use tether_protocol::jobs::{ClaimedJob, CompleteParams};
 use tether_protocol::{JobId, LeaseToken};
 
-use crate::local::journal::{mark_process, Journal, RunRecord, RunState};
+use crate::local::journal::{mark_process, DeliveryStage, Journal, RunRecord, RunState};
+use crate::local::vault::redact;
 use crate::remote::client::{DeviceClient, RemoteError};
 
 /// The lease period until the server's heartbeat answer says otherwise (DESIGN §3.3).
@@ -82,6 +83,8 @@ pub struct RunLease {
     /// The last progress `seq` taken in this attempt: one count for every progress call of
     /// the run (its output, and what the run says before and after its engine).
     progress_seq: Arc<AtomicU64>,
+    /// Whether the job's git delivery follows the engine.
+    delivers: AtomicBool,
 }
 
 #[derive(Debug, Clone)]
@@ -109,6 +112,7 @@ impl RunLease {
             }),
             reattaching: tokio::sync::Mutex::new(()),
             progress_seq: Arc::new(AtomicU64::new(0)),
+            delivers: AtomicBool::new(false),
         })
     }
 
@@ -167,6 +171,40 @@ impl RunLease {
         });
     }
 
+    /// The job's git delivery will follow the engine: an end journaled from now on says so.
+    pub fn will_deliver(&self) {
+        self.delivers.store(true, Ordering::Relaxed);
+    }
+
+    /// The run's process ended with `params` (its summary with the `hidden` values hidden
+    /// here): journaled at once, before its output, evidence and delivery go anywhere, so
+    /// that an agent restarted from here on reports it and runs nothing again.
+    pub fn ended(&self, params: &CompleteParams, hidden: &[String]) {
+        let delivery = if self.delivers.load(Ordering::Relaxed) {
+            DeliveryStage::Pending
+        } else {
+            DeliveryStage::NotAsked
+        };
+        let state = RunState::Ended {
+            outcome: params.outcome,
+            summary: redact(&params.summary, hidden),
+            exit_code: params.exit_code,
+            report: params.report.clone(),
+            delivery,
+        };
+        self.journal_update(|record| record.state = state);
+    }
+
+    /// The git delivery of a run that ended begins: a restart from here on cannot tell
+    /// what it made, and says so.
+    pub fn delivering(&self) {
+        self.journal_update(|record| {
+            if let RunState::Ended { delivery, .. } = &mut record.state {
+                *delivery = DeliveryStage::Begun;
+            }
+        });
+    }
+
     /// The run ended with `params` to report: journal it before reporting, so the report
     /// survives a restart of the agent.
     pub fn finished(&self, params: &CompleteParams) {
@@ -174,6 +212,7 @@ impl RunLease {
             outcome: params.outcome,
             summary: params.summary.clone(),
             exit_code: params.exit_code,
+            report: params.report.clone(),
             changes: params.changes.clone(),
             delivery: params.delivery.clone(),
         };
@@ -240,5 +279,59 @@ impl RunLease {
         if let Err(err) = self.journal.update(&self.job_id, change) {
             tracing::error!(job = %self.job_id, "cannot update the run journal: {err:#}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::local::state::DataDir;
+    use crate::remote::client::ServerClient;
+    use crate::run::engine::blocked;
+    use crate::run::grant::tests::claimed_job;
+    use tether_protocol::jobs::Outcome;
+
+    /// The end is journaled with its summary's saved values hidden and how far the delivery
+    /// got; the completion made after the delivery replaces it.
+    #[test]
+    fn the_end_is_journaled_before_the_delivery_and_replaced_by_the_completion(
+    ) -> anyhow::Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let data_dir = DataDir::resolve(Some(tmp.path().to_path_buf()))?;
+        let journal = Arc::new(Journal::new(&data_dir));
+        let job = claimed_job("p", 1);
+        journal.record(&RunRecord::claimed(&job))?;
+        let client = DeviceClient::new(ServerClient::new("http://127.0.0.1:9")?, "tdt_x".into());
+        let lease = RunLease::new(client, journal.clone(), Arc::default(), &job);
+        let state = || -> anyhow::Result<Option<RunState>> {
+            Ok(journal.get(&job.id)?.map(|record| record.state))
+        };
+
+        // Nothing ended yet: a delivery beginning changes nothing.
+        lease.delivering();
+        assert_eq!(state()?, Some(RunState::Starting));
+        lease.will_deliver();
+        let mut params = blocked("printed hunter22 on the way out".into());
+        params.outcome = Outcome::Succeeded;
+        lease.ended(&params, &["hunter22".to_owned()]);
+        let ended = |delivery| RunState::Ended {
+            outcome: Outcome::Succeeded,
+            summary: "printed [hidden] on the way out".into(),
+            exit_code: None,
+            report: None,
+            delivery,
+        };
+        assert_eq!(state()?, Some(ended(DeliveryStage::Pending)));
+        lease.delivering();
+        assert_eq!(state()?, Some(ended(DeliveryStage::Begun)));
+        lease.finished(&params);
+        assert!(matches!(
+            state()?,
+            Some(RunState::Finished {
+                outcome: Outcome::Succeeded,
+                ..
+            })
+        ));
+        Ok(())
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! - [`run_job`] (here): resolve the job against this computer's configuration, record the
 //!   folder's start ([`crate::changes`]), hand it to its [`Engine`] with a [`RunContext`],
-//!   add what the run changed, hide every saved value in the summary, journal the outcome
-//!   and report it; what every run of the process shares (the data dir and its guard, the
+//!   add what the run changed, hide every saved value in the summary, journal the
+//!   completion (the engine journaled the outcome the moment its process ended, so a
+//!   restart never runs it again) and report it; what every run of the process shares (the data dir and its guard, the
 //!   decision hub, the folder claims) comes in its [`Common`], never from a global;
 //! - [`stop`]: how a run stops ([`RunStop`], [`StopReason`]) and how a run task ended;
 //! - [`grant`]: what it is granted ([`RunSecrets`], [`Granted`], the broker's start);
@@ -204,9 +205,15 @@ async fn execute<E: Engine>(
         delivery::Preparation::Ready(prepared) => Some(*prepared),
         delivery::Preparation::Blocked(why) => return Ok(blocked(why)),
     };
+    if prepared.is_some() {
+        run.lease.will_deliver();
+    }
     record_start(data_dir, run.job, &folder.path).await;
+    // The engine journals the outcome the moment its process ends; the completion made
+    // here replaces it, with the delivery and the change list.
     let mut params = engine.run(ctx).await?;
     if let Some(prepared) = prepared {
+        run.lease.delivering();
         deliver(run, prepared, data_dir, &mut params).await;
     }
     params.changes = report_changes(data_dir, run.job, &folder.path, run.secrets).await;

@@ -70,6 +70,17 @@ impl RunStop {
         *self.sender.borrow()
     }
 
+    /// Whether the run may still report: not once its lease or the device's token is gone.
+    ///
+    /// # Errors
+    /// The reason nothing more may be reported.
+    pub fn reportable(&self) -> Result<(), StopReason> {
+        match self.current() {
+            Some(reason) if reason >= StopReason::LeaseLost => Err(reason),
+            _ => Ok(()),
+        }
+    }
+
     /// Resolves once any reason is raised.
     pub async fn raised(&self) -> StopReason {
         let mut receiver = self.sender.subscribe();

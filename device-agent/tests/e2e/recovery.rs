@@ -630,6 +630,85 @@ async fn a_server_killed_mid_run_and_restarted_finishes_the_runs_once(
     assert_eq!(effects, ["end 0", "end 0", "start 0", "start 0"]);
 }
 
+/// The recipe ends while the server is down, and the agent is killed before the server
+/// comes back: the outcome was journaled when the process ended, so the agent started
+/// again reports it (exit code 3, attempt 1) and runs nothing a second time.
+async fn a_run_that_ended_while_the_server_was_down_is_reported_after_a_restart_not_run_again(
+    database_url: Option<String>,
+) {
+    let data_dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut server = ServerProcess::start(data_dir.path(), port, database_url.as_deref(), 3).await;
+    let rig = Rig::new(&server.base, &server.base, &[]).await;
+    // Counted like `counted-N`, and failing, so the outcome reported is told from a run again.
+    agent_ok(
+        rig.home.path(),
+        &[
+            "recipe", "add", "counted-fail", "--", "sh", "-c",
+            r#"n=${TETHER_RESUMED:-0}; echo "start $n" >> runs.txt; echo "started $n"; sleep 3; echo "end $n" >> runs.txt; echo "finished $n"; exit 3"#,
+        ],
+    )
+    .await;
+    let mut daemon = rig.start_daemon().await;
+    let job = rig
+        .web
+        .create_job(&rig.device_id, "counted-fail", "once")
+        .await;
+    let job_id = job.id.to_string();
+    rig.web
+        .wait_for_job(&job_id, Duration::from_secs(30), |job| {
+            output_lines(job).contains(&"started 0".to_owned())
+        })
+        .await;
+    server.kill9().await;
+    // The recipe ends while the server is down; its last line cannot be delivered.
+    wait_until(Duration::from_secs(20), || {
+        rig.side_effects().contains(&"end 0".to_owned())
+    })
+    .await;
+    assert_eq!(rig.side_effects(), ["start 0", "end 0"]);
+    // Give the agent the moment it needs to journal the end (it never comes without the fix:
+    // the kill goes ahead anyway).
+    let record = rig.home.path().join("runs").join(format!("{job_id}.json"));
+    wait_until(Duration::from_secs(10), || {
+        std::fs::read_to_string(&record).is_ok_and(|text| !text.contains("\"running\""))
+    })
+    .await;
+    daemon.signal("KILL").await;
+    let _ = daemon.wait(Duration::from_secs(10)).await;
+    let first = daemon.stderr();
+
+    let server = ServerProcess::start(data_dir.path(), port, database_url.as_deref(), 3).await;
+    let daemon = rig.start_daemon().await;
+    let done = rig
+        .web
+        .wait_for_job(&job_id, Duration::from_secs(60), |job| {
+            job.state.is_final() && job.state != JobState::Interrupted
+        })
+        .await;
+    let context = || {
+        format!(
+            "{done:#?}\n--- first agent:\n{first}\n--- second agent:\n{}\n--- server:\n{}",
+            daemon.stderr(),
+            server.log()
+        )
+    };
+    assert_eq!(done.state, JobState::Failed, "{}", context());
+    assert_eq!(done.attempt, 1, "{}", context());
+    assert_eq!(
+        done.outcome.as_ref().map(|outcome| outcome.exit_code),
+        Some(Some(3)),
+        "{}",
+        context()
+    );
+    // Nothing more happens: no carry-on, the record settled.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(rig.side_effects(), ["start 0", "end 0"], "{}", context());
+    let job = rig.web.job(&job_id).await;
+    assert_eq!((job.state, job.attempt), (JobState::Failed, 1));
+    assert!(!record.exists(), "{}", context());
+}
+
 /// A partition that holds every connection open and silent (nothing answers, nothing is
 /// closed) for longer than the lease, the server up: the job is interrupted; when the hold
 /// ends, the calls that waited through it fail, and the agent reattaches the run (same
@@ -825,5 +904,6 @@ on_both_databases!(
     an_agent_killed_mid_run_is_interrupted_then_resumed_once,
     a_network_outage_past_the_lease_is_reattached_and_finishes_once,
     a_server_killed_mid_run_and_restarted_finishes_the_runs_once,
+    a_run_that_ended_while_the_server_was_down_is_reported_after_a_restart_not_run_again,
     a_partition_that_holds_calls_past_the_lease_is_reattached_and_finishes_once,
 );

@@ -229,8 +229,30 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         },
     };
     let turn = converse(&session, pipes, &conversation).await;
-    let ended = end(agent, &session, &turn, stop).await;
+    let Ended {
+        status,
+        notes,
+        stderr_tail,
+    } = end(agent, &session, &turn, stop).await;
     drop(broker);
+    outfit::forget_written_key(engine, &outfit.state_home);
+    let (rest, final_message) = session.finish_transcript();
+    let outcome = completion(Completion {
+        turn,
+        final_message,
+        choices: session.gate().unattended_choices(),
+        denied: session.denied(),
+        exit: status,
+        stderr_tail,
+        timeout_minutes: job.spec.timeout_minutes,
+        stop: stop.current(),
+    });
+    // The session's end is the run's: journaled now, before its last lines, evidence and
+    // delivery go anywhere (the server may be unreachable for long), so a restarted agent
+    // reports it and starts no session for it again.
+    if let Ok(params) = &outcome {
+        lease.ended(params, &secrets.hidden);
+    }
     if let Some(refused) = outfit
         .model_network
         .as_ref()
@@ -238,10 +260,8 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
     {
         let _ = lines.send(refused).await;
     }
-    outfit::forget_written_key(engine, &outfit.state_home);
     drop(outfit);
-    let (rest, final_message) = session.finish_transcript();
-    for line in rest.into_iter().chain(ended.notes.iter().cloned()) {
+    for line in rest.into_iter().chain(notes) {
         let _ = lines.send(line).await;
     }
     if let Some(evidence) = evidence {
@@ -249,22 +269,12 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
             .deliver(client, lease, config, &secrets.hidden, stop, &lines)
             .await;
     }
-    let choices = session.gate().unattended_choices();
-    let denied = session.denied();
     drop(session);
     drop(lines);
     // The reporter ends once every line is sent (or the lease is gone).
     let _ = reporter.await;
-    let params = completion(Completion {
-        turn,
-        final_message,
-        choices,
-        denied,
-        exit: ended.status,
-        stderr_tail: ended.stderr_tail,
-        timeout_minutes: job.spec.timeout_minutes,
-        stop: stop.current(),
-    })?;
+    let params = outcome?;
+    stop.reportable()?;
     tracing::info!(job = %job.id, engine = %engine.name, outcome = ?params.outcome, "acp run ended");
     Ok(params)
 }
