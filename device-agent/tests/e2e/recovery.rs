@@ -630,6 +630,11 @@ async fn a_server_killed_mid_run_and_restarted_finishes_the_runs_once(
     assert_eq!(effects, ["end 0", "end 0", "start 0", "start 0"]);
 }
 
+/// Appends `start N`, prints `started N`, and after 3 seconds appends `end N`, prints
+/// `finished N` and exits 3 (N = TETHER_RESUMED): the last line cannot be delivered when the
+/// server is down by then, and the outcome reported is told from a run again.
+const COUNTED_FAILING: &str = r#"n=${TETHER_RESUMED:-0}; echo "start $n" >> runs.txt; echo "started $n"; sleep 3; echo "end $n" >> runs.txt; echo "finished $n"; exit 3"#;
+
 /// The recipe ends while the server is down, and the agent is killed before the server
 /// comes back: the outcome was journaled when the process ended, so the agent started
 /// again reports it (exit code 3, attempt 1) and runs nothing a second time.
@@ -638,48 +643,35 @@ async fn a_run_that_ended_while_the_server_was_down_is_reported_after_a_restart_
 ) {
     let data_dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let mut server = ServerProcess::start(data_dir.path(), port, database_url.as_deref(), 3).await;
+    let server = ServerProcess::start(data_dir.path(), port, database_url.as_deref(), 3).await;
     let rig = Rig::new(&server.base, &server.base, &[]).await;
-    // Counted like `counted-N`, and failing, so the outcome reported is told from a run again.
     agent_ok(
         rig.home.path(),
         &[
-            "recipe", "add", "counted-fail", "--", "sh", "-c",
-            r#"n=${TETHER_RESUMED:-0}; echo "start $n" >> runs.txt; echo "started $n"; sleep 3; echo "end $n" >> runs.txt; echo "finished $n"; exit 3"#,
+            "recipe",
+            "add",
+            "counted-fail",
+            "--",
+            "sh",
+            "-c",
+            COUNTED_FAILING,
         ],
     )
     .await;
-    let mut daemon = rig.start_daemon().await;
+    let daemon = rig.start_daemon().await;
     let job = rig
         .web
         .create_job(&rig.device_id, "counted-fail", "once")
         .await;
     let job_id = job.id.to_string();
-    rig.web
-        .wait_for_job(&job_id, Duration::from_secs(30), |job| {
-            output_lines(job).contains(&"started 0".to_owned())
-        })
+    let restarted = Restart {
+        data_dir: data_dir.path(),
+        port,
+        database_url: database_url.as_deref(),
+    };
+    let (server, daemon, first) = restarted
+        .after_the_run_ended(&rig, &job_id, server, daemon)
         .await;
-    server.kill9().await;
-    // The recipe ends while the server is down; its last line cannot be delivered.
-    wait_until(Duration::from_secs(20), || {
-        rig.side_effects().contains(&"end 0".to_owned())
-    })
-    .await;
-    assert_eq!(rig.side_effects(), ["start 0", "end 0"]);
-    // Give the agent the moment it needs to journal the end (it never comes without the fix:
-    // the kill goes ahead anyway).
-    let record = rig.home.path().join("runs").join(format!("{job_id}.json"));
-    wait_until(Duration::from_secs(10), || {
-        std::fs::read_to_string(&record).is_ok_and(|text| !text.contains("\"running\""))
-    })
-    .await;
-    daemon.signal("KILL").await;
-    let _ = daemon.wait(Duration::from_secs(10)).await;
-    let first = daemon.stderr();
-
-    let server = ServerProcess::start(data_dir.path(), port, database_url.as_deref(), 3).await;
-    let daemon = rig.start_daemon().await;
     let done = rig
         .web
         .wait_for_job(&job_id, Duration::from_secs(60), |job| {
@@ -706,7 +698,152 @@ async fn a_run_that_ended_while_the_server_was_down_is_reported_after_a_restart_
     assert_eq!(rig.side_effects(), ["start 0", "end 0"], "{}", context());
     let job = rig.web.job(&job_id).await;
     assert_eq!((job.state, job.attempt), (JobState::Failed, 1));
-    assert!(!record.exists(), "{}", context());
+    assert!(!record_of(&rig, &job_id).exists(), "{}", context());
+}
+
+/// The same with a git delivery (`commit`) that had not begun when the agent was killed:
+/// the restarted agent neither runs the recipe again nor delivers. The run, which
+/// succeeded, is reported `blocked`, saying Tether made no commit; the repository has
+/// none but its first.
+async fn a_delivery_cut_off_by_a_restart_is_reported_not_made(database_url: Option<String>) {
+    if !crate::external::git() {
+        return;
+    }
+    let data_dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let server = ServerProcess::start(data_dir.path(), port, database_url.as_deref(), 3).await;
+    let rig = Rig::new(&server.base, &server.base, &[]).await;
+    let work = rig.work.path();
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &["commit", "-q", "--allow-empty", "-m", "first"],
+    ] {
+        let status = std::process::Command::new("git")
+            .args(args)
+            .current_dir(work)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_AUTHOR_NAME", "Owner")
+            .env("GIT_AUTHOR_EMAIL", "owner@example.com")
+            .env("GIT_COMMITTER_NAME", "Owner")
+            .env("GIT_COMMITTER_EMAIL", "owner@example.com")
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args:?}");
+    }
+    // Succeeds, so a delivery would commit what it appended.
+    let script = COUNTED_FAILING.replace("; exit 3", "");
+    agent_ok(
+        rig.home.path(),
+        &["recipe", "add", "counted-ok", "--", "sh", "-c", &script],
+    )
+    .await;
+    let daemon = rig.start_daemon().await;
+    let body = json!({
+        "deviceId": rig.device_id, "title": "deliver once", "prompt": "once",
+        "folder": "work", "engine": "counted-ok", "mode": "unattended", "network": false,
+        "timeoutMinutes": 5, "git": {"delivery": "commit"},
+    });
+    let res = rig.web.post("/api/jobs", &body).await;
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let job: Job = res.json().await.unwrap();
+    let job_id = job.id.to_string();
+    let restarted = Restart {
+        data_dir: data_dir.path(),
+        port,
+        database_url: database_url.as_deref(),
+    };
+    let (server, daemon, first) = restarted
+        .after_the_run_ended(&rig, &job_id, server, daemon)
+        .await;
+    let done = rig
+        .web
+        .wait_for_job(&job_id, Duration::from_secs(60), |job| {
+            job.state.is_final() && job.state != JobState::Interrupted
+        })
+        .await;
+    let context = || {
+        format!(
+            "{done:#?}\n--- first agent:\n{first}\n--- second agent:\n{}\n--- server:\n{}",
+            daemon.stderr(),
+            server.log()
+        )
+    };
+    assert_eq!(
+        (done.state, done.attempt),
+        (JobState::Blocked, 1),
+        "{}",
+        context()
+    );
+    let summary = done
+        .outcome
+        .as_ref()
+        .map(|outcome| outcome.summary.clone())
+        .unwrap_or_default();
+    assert!(
+        summary.contains("no commit, push or merge"),
+        "{}",
+        context()
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(rig.side_effects(), ["start 0", "end 0"], "{}", context());
+    let commits = std::process::Command::new("git")
+        .args(["rev-list", "--count", "HEAD"])
+        .current_dir(work)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&commits.stdout).trim(), "1");
+    assert!(!record_of(&rig, &job_id).exists(), "{}", context());
+}
+
+/// Where a server killed and started again keeps its data, and on which port.
+struct Restart<'a> {
+    data_dir: &'a Path,
+    port: u16,
+    database_url: Option<&'a str>,
+}
+
+impl Restart<'_> {
+    /// Kills the server once `job_id` printed `started 0`, lets its recipe end while the
+    /// server is down, kills the agent, then starts both again: the new server, the new
+    /// agent, and what the first agent said.
+    async fn after_the_run_ended(
+        &self,
+        rig: &Rig,
+        job_id: &str,
+        mut server: ServerProcess,
+        mut daemon: Daemon,
+    ) -> (ServerProcess, Daemon, String) {
+        rig.web
+            .wait_for_job(job_id, Duration::from_secs(30), |job| {
+                output_lines(job).contains(&"started 0".to_owned())
+            })
+            .await;
+        server.kill9().await;
+        wait_until(Duration::from_secs(20), || {
+            rig.side_effects().contains(&"end 0".to_owned())
+        })
+        .await;
+        assert_eq!(rig.side_effects(), ["start 0", "end 0"]);
+        // Give the agent the moment it needs to journal the end (it never comes without
+        // the fix: the kill goes ahead anyway).
+        let record = record_of(rig, job_id);
+        wait_until(Duration::from_secs(10), || {
+            std::fs::read_to_string(&record).is_ok_and(|text| !text.contains("\"running\""))
+        })
+        .await;
+        daemon.signal("KILL").await;
+        let _ = daemon.wait(Duration::from_secs(10)).await;
+        let first = daemon.stderr();
+        let server = ServerProcess::start(self.data_dir, self.port, self.database_url, 3).await;
+        (server, rig.start_daemon().await, first)
+    }
+}
+
+/// The agent's journal record of `job_id`.
+fn record_of(rig: &Rig, job_id: &str) -> PathBuf {
+    rig.home.path().join("runs").join(format!("{job_id}.json"))
 }
 
 /// A partition that holds every connection open and silent (nothing answers, nothing is
@@ -905,5 +1042,6 @@ on_both_databases!(
     a_network_outage_past_the_lease_is_reattached_and_finishes_once,
     a_server_killed_mid_run_and_restarted_finishes_the_runs_once,
     a_run_that_ended_while_the_server_was_down_is_reported_after_a_restart_not_run_again,
+    a_delivery_cut_off_by_a_restart_is_reported_not_made,
     a_partition_that_holds_calls_past_the_lease_is_reattached_and_finishes_once,
 );
