@@ -21,6 +21,7 @@ use crate::devices::pairing;
 use crate::error::ApiError;
 use crate::jobs::decisions::{self, Settled};
 use crate::notices::Notices;
+use crate::store::idempotency;
 use crate::store::job_rows::{self, EndCause};
 use crate::store::{on_read, on_tx, stored_id, Store, Tx};
 
@@ -167,6 +168,7 @@ async fn sweep_once(
     pairing::delete_stale(&mut tx, now_ms).await?;
     login_failures::delete_stale(&mut tx, now_ms).await?;
     delete_expired_sessions(&mut tx, now_ms).await?;
+    idempotency::delete_stale(&mut tx, now_ms).await?;
     tx.commit().await?;
     Ok((swept, expired_decisions))
 }

@@ -16,6 +16,7 @@ use crate::state::AppState;
 pub(super) fn routes(table: &mut Table) {
     table
         .post("/api/jobs", create, Access::User, "Assign a job")
+        .idempotent()
         .body::<NewJobParams>()
         .answer::<Job>(201, "The queued job.")
         .errors(&[400, 404, 413, 415, 422, 429]);
@@ -45,6 +46,7 @@ pub(super) fn routes(table: &mut Table) {
             Access::User,
             "Run a finished job again",
         )
+        .idempotent()
         .body::<RerunParams>()
         .answer::<Job>(
             201,

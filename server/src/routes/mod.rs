@@ -20,6 +20,7 @@ pub mod edge;
 mod events;
 mod evidence;
 mod files;
+mod idempotency;
 mod input;
 mod jobs;
 mod lease;

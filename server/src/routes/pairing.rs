@@ -42,6 +42,7 @@ pub(super) fn routes(table: &mut Table) {
             Access::User,
             "Approve a pairing code",
         )
+        .idempotent()
         .body::<LinkParams>()
         .answer::<LinkedDevice>(200, "The computer that was paired.")
         .errors(&[400, 404, 413, 415, 422, 429]);

@@ -18,6 +18,7 @@ use utoipa::openapi::security::SecurityRequirement;
 use utoipa::openapi::{Content, KnownFormat, Paths, Ref, RefOr, Required, SchemaFormat};
 use utoipa::ToSchema;
 
+use super::idempotency::{self, IDEMPOTENCY_HEADER};
 use crate::auth::CSRF_COOKIE;
 
 /// A part of the server that declares routes: the API's modules, and the pages.
@@ -168,12 +169,12 @@ impl Table {
         access: Access,
         summary: &str,
     ) -> Op<'_> {
-        let builder = match &mut self.sink {
+        let (builder, route) = match &mut self.sink {
             Sink::Mount(mounts) => {
-                add_route(mounts, verb, path, route);
-                None
+                add_resource(mounts, verb, path);
+                (None, Some(route))
             }
-            Sink::Document { .. } => Some(operation(verb, path, access, summary)),
+            Sink::Document { .. } => (Some(operation(verb, path, access, summary)), None),
         };
         Op {
             table: self,
@@ -181,6 +182,7 @@ impl Table {
             path,
             access,
             builder,
+            route,
             has_body: false,
         }
     }
@@ -194,25 +196,27 @@ fn declare_all(sink: Sink, wings: &[Wing]) -> Sink {
     table.sink
 }
 
-/// Adds `route` to its path's resource (an `/api/` path), or to a resource of its own.
-fn add_route(mounts: &mut Vec<Mount>, verb: Verb, path: &'static str, route: Route) {
+/// Makes the resource a route of `path` joins: its path's (an `/api/` path, made by the
+/// first route of it), or one of its own. It is always the last mount of `path`.
+fn add_resource(mounts: &mut Vec<Mount>, verb: Verb, path: &'static str) {
     let shared = path.starts_with("/api/");
-    let index = match mounts.iter().position(|mount| shared && mount.path == path) {
-        Some(index) => index,
-        None => {
-            let resource = if shared {
-                web::resource(path)
-            } else {
-                web::resource(path).guard(guard::Method(verb.method()))
-            };
-            mounts.push(Mount {
-                path,
-                resource: Some(resource),
-            });
-            mounts.len() - 1
-        }
+    if shared && mounts.iter().any(|mount| mount.path == path) {
+        return;
+    }
+    let resource = if shared {
+        web::resource(path)
+    } else {
+        web::resource(path).guard(guard::Method(verb.method()))
     };
-    if let Some(mount) = mounts.get_mut(index) {
+    mounts.push(Mount {
+        path,
+        resource: Some(resource),
+    });
+}
+
+/// Adds `route` to the resource [`add_resource`] made for `path`.
+fn add_route(mounts: &mut [Mount], path: &'static str, route: Route) {
+    if let Some(mount) = mounts.iter_mut().rev().find(|mount| mount.path == path) {
         mount.resource = mount.resource.take().map(|resource| resource.route(route));
     }
 }
@@ -225,6 +229,9 @@ pub struct Op<'a> {
     access: Access,
     /// `None` while mounting: then only [`Op::resource_data`] does anything.
     builder: Option<OperationBuilder>,
+    /// While mounting, the route, added to its resource when the operation is dropped (so
+    /// [`Op::idempotent`] can wrap it first); `None` while documenting.
+    route: Option<Route>,
     has_body: bool,
 }
 
@@ -280,6 +287,24 @@ impl Op<'_> {
                     .build(),
             ))
         })
+    }
+
+    /// A route that creates: it takes `Idempotency-Key`, so a retried request answers the
+    /// first result instead of creating again (see `idempotency`). Documents the header and
+    /// the answers it adds.
+    pub fn idempotent(&mut self) -> &mut Self {
+        self.route = self
+            .route
+            .take()
+            .map(|route| route.wrap(actix_web::middleware::from_fn(idempotency::idempotent)));
+        let parameter = parameter(
+            IDEMPOTENCY_HEADER,
+            ParameterIn::Header,
+            Required::False,
+            &idempotency::description(),
+        );
+        self.map(|builder| builder.parameter(parameter))
+            .error_answers(vec![400, 409, 422])
     }
 
     /// An optional query parameter.
@@ -361,6 +386,11 @@ impl Op<'_> {
         if self.path.starts_with("/api/") {
             all.push(405);
         }
+        self.error_answers(all)
+    }
+
+    /// An error answer for each of `statuses`.
+    fn error_answers(&mut self, mut all: Vec<u16>) -> &mut Self {
         all.sort_unstable();
         all.dedup();
         let Some(error) = self.schema::<ErrorBody>() else {
@@ -400,6 +430,9 @@ impl Op<'_> {
 
 impl Drop for Op<'_> {
     fn drop(&mut self) {
+        if let (Some(route), Sink::Mount(mounts)) = (self.route.take(), &mut self.table.sink) {
+            add_route(mounts, self.path, route);
+        }
         let Some(builder) = self.builder.take() else {
             return;
         };

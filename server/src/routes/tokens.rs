@@ -20,6 +20,7 @@ pub(super) fn routes(table: &mut Table) {
             Access::User,
             "Create an API token (browser session only: 403 for a token)",
         )
+        .idempotent()
         .body::<NewTokenParams>()
         .answer::<CreatedToken>(201, "The token, shown this once.")
         .errors(&[400, 403, 413, 415, 422, 429]);

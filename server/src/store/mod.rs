@@ -16,6 +16,7 @@
 //! writes and compares stored times with, so a test can move it.
 
 pub mod blobs;
+pub mod idempotency;
 pub mod job_rows;
 pub mod ledger;
 

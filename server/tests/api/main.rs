@@ -23,6 +23,7 @@ mod events;
 mod evidence;
 mod files;
 mod follow_ups;
+mod idempotency;
 mod hostile;
 mod job_page;
 mod jobs;
