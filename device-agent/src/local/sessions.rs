@@ -3,7 +3,9 @@
 //! load it again (`session/load`) instead of starting from nothing.
 //!
 //! Only ids are kept: the job, the engine's name, the agent's session id, the folder's label
-//! and canonical path, and when. The conversation itself stays with the agent. The newest
+//! and canonical path, when, and the folders the owner allowed that run to change (a
+//! follow-up of it in the same folder starts with them; the server is never asked which).
+//! The conversation itself stays with the agent. The newest
 //! [`MAX_SESSIONS`] jobs are kept, the oldest dropped first. A missing, unreadable or partly
 //! unreadable file costs only the sessions it held: a run then starts a new session.
 
@@ -44,6 +46,9 @@ pub struct StoredSession {
     /// the folder it was made in.
     pub cwd: PathBuf,
     pub at: DateTime<Utc>,
+    /// The folders the owner allowed the run to change ("allow for this run"), canonical.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub granted: Vec<PathBuf>,
 }
 
 /// The sessions file of one data dir.
@@ -79,7 +84,29 @@ impl Sessions {
         while sessions.len() > max {
             sessions.pop_front();
         }
-        let bytes = serde_json::to_vec(&sessions)?;
+        self.write(&sessions)
+    }
+
+    /// Records `granted` as the folders `job_id`'s run was allowed to change, when its
+    /// session is stored (a run that started none ran nothing there).
+    ///
+    /// # Errors
+    /// When the file cannot be read or written.
+    pub fn keep_granted(&self, job_id: &JobId, granted: &[PathBuf]) -> Result<()> {
+        let _guard = FILE_LOCK.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut sessions = self.read()?;
+        let Some(stored) = sessions.iter_mut().find(|known| &known.job_id == job_id) else {
+            return Ok(());
+        };
+        if stored.granted == granted {
+            return Ok(());
+        }
+        stored.granted = granted.to_vec();
+        self.write(&sessions)
+    }
+
+    fn write(&self, sessions: &VecDeque<StoredSession>) -> Result<()> {
+        let bytes = serde_json::to_vec(sessions)?;
         write_atomic(&self.path, &bytes)
             .with_context(|| format!("cannot write {}", self.path.display()))
     }
@@ -132,6 +159,7 @@ mod tests {
             folder: "work".to_owned(),
             cwd: PathBuf::from("/work"),
             at: Utc::now(),
+            granted: Vec::new(),
         }
     }
 
@@ -162,6 +190,39 @@ mod tests {
                 .mode();
             assert_eq!(mode & 0o777, 0o600);
         }
+        Ok(())
+    }
+
+    #[test]
+    fn the_folders_a_run_was_allowed_are_kept_with_its_session() -> Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let sessions = Sessions::in_dir(tmp.path());
+        let granted = [PathBuf::from("/srv/other"), PathBuf::from("/srv/more")];
+        // No session stored: nothing to keep them with.
+        sessions.keep_granted(&id("job1"), &granted)?;
+        assert_eq!(sessions.find(&id("job1")), None);
+        sessions.remember(session("job1", "claude"))?;
+        sessions.remember(session("job2", "claude"))?;
+        sessions.keep_granted(&id("job1"), &granted)?;
+        assert_eq!(
+            sessions.find(&id("job1")).map(|found| found.granted),
+            Some(granted.to_vec())
+        );
+        assert_eq!(
+            sessions.find(&id("job2")).map(|found| found.granted),
+            Some(Vec::new())
+        );
+        // A file written before grants were kept reads as none granted.
+        let path = tmp.path().join(SESSIONS_FILE);
+        let mut old = serde_json::to_value(session("job3", "claude"))?;
+        if let Some(entry) = old.as_object_mut() {
+            entry.remove("granted");
+        }
+        fs::write(&path, serde_json::to_vec(&serde_json::json!([old]))?)?;
+        assert_eq!(
+            sessions.find(&id("job3")).map(|found| found.granted),
+            Some(Vec::new())
+        );
         Ok(())
     }
 

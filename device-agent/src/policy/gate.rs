@@ -124,9 +124,10 @@ impl Gate {
                 scope,
                 on,
             } => {
-                // An answer lives as long as the run: it never becomes local trust.
+                // An answer lives as long as the run (and the runs that continue it): it
+                // never becomes local trust.
                 if scope == Scope::Session {
-                    self.policy.add_run_rule(&judgement);
+                    self.policy.add_answered_rule(&judgement);
                 }
                 let reach = match scope {
                     Scope::Once => "once",
@@ -211,6 +212,74 @@ mod tests {
 
     fn write(path: PathBuf) -> Action {
         Action::WriteFile { path }
+    }
+
+    /// Answers every question allow, for `scope`.
+    #[derive(Debug)]
+    struct Allowing(Scope);
+
+    impl Ask for Allowing {
+        fn ask<'a>(
+            &'a self,
+            _question: &'a Question,
+        ) -> std::pin::Pin<Box<dyn Future<Output = Outcome> + Send + 'a>> {
+            Box::pin(std::future::ready(Outcome::Answered {
+                answer: Answer::Allow,
+                scope: self.0,
+                on: crate::policy::asking::AnsweredOn::Web,
+            }))
+        }
+    }
+
+    #[tokio::test]
+    async fn only_a_folder_answered_for_the_run_reaches_its_commands() {
+        let fx = fixture();
+        let notes = fx.home.join("notes");
+        let once = Gate::new(
+            gate(&fx, Mode::Review).policy,
+            Some(Box::new(Allowing(Scope::Once))),
+        );
+        let allowed = once.check(write(notes.join("a.md"))).await;
+        assert!(matches!(allowed, Passage::Allowed { .. }), "{allowed:?}");
+        assert!(once.policy().granted_folders().is_empty());
+        let for_run = Gate::new(
+            gate(&fx, Mode::Review).policy,
+            Some(Box::new(Allowing(Scope::Session))),
+        );
+        let allowed = for_run.check(write(notes.join("a.md"))).await;
+        assert!(matches!(allowed, Passage::Allowed { .. }), "{allowed:?}");
+        assert_eq!(for_run.policy().granted_folders(), vec![notes.clone()]);
+        // What unattended mode took by itself lets the agent's own writes through, never
+        // its commands' sandbox.
+        let unattended = gate(&fx, Mode::Unattended);
+        let allowed = unattended.check(write(notes.join("a.md"))).await;
+        assert!(matches!(allowed, Passage::Allowed { .. }), "{allowed:?}");
+        assert!(unattended.policy().granted_folders().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_run_that_continues_another_starts_with_its_folders() {
+        let fx = fixture();
+        let gate = gate(&fx, Mode::Review);
+        let notes = fx.home.join("notes");
+        let taken = gate.policy().inherit_folders(&[
+            notes.clone(),
+            // Protected, gone, the run's own folder, or not canonical: left out.
+            fx.home.join(".ssh"),
+            fx.home.join("gone"),
+            fx.home.join("work"),
+            fx.home.join("notes/../notes"),
+        ]);
+        assert_eq!(taken, vec![notes.clone()]);
+        assert_eq!(gate.policy().granted_folders(), vec![notes.clone()]);
+        // Nobody can be asked here: the write goes ahead only because the folder is granted.
+        let allowed = gate.check(write(notes.join("b.md"))).await;
+        assert!(matches!(allowed, Passage::Allowed { .. }), "{allowed:?}");
+        let elsewhere = gate.check(write(fx.home.join("other/c.md"))).await;
+        assert!(
+            matches!(elsewhere, Passage::Refused { .. }),
+            "{elsewhere:?}"
+        );
     }
 
     #[tokio::test]

@@ -344,6 +344,9 @@ pub struct RunPolicy {
     delivery: Option<Delivery>,
     /// What "allow for this run" answers granted. A std mutex: held only to read or push.
     run_rules: Mutex<Vec<Grant>>,
+    /// The folders among them the owner answered for (or the run this one continues had):
+    /// the run's commands may write there too. Never what unattended mode took by itself.
+    granted_folders: Mutex<Vec<PathBuf>>,
 }
 
 impl RunPolicy {
@@ -359,6 +362,7 @@ impl RunPolicy {
             temporary: zones::with_canonical(settings.temporary),
             delivery: settings.delivery,
             run_rules: Mutex::new(Vec::new()),
+            granted_folders: Mutex::new(Vec::new()),
         }
     }
 
@@ -405,15 +409,64 @@ impl RunPolicy {
 
     /// Records what an "allow for this run" answer to `judgement` grants.
     pub fn add_run_rule(&self, judgement: &Judgement) {
-        let Some(grant) = &judgement.grant else {
-            return;
-        };
+        if let Some(grant) = &judgement.grant {
+            self.push_rule(grant.clone());
+        }
+    }
+
+    fn push_rule(&self, grant: Grant) {
         let mut rules = self
             .run_rules
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if !rules.contains(grant) {
-            rules.push(grant.clone());
+        if !rules.contains(&grant) {
+            rules.push(grant);
+        }
+    }
+
+    /// Records what the owner's "allow for this run" answer to `judgement` grants: a folder
+    /// also becomes writable by the run's commands.
+    pub fn add_answered_rule(&self, judgement: &Judgement) {
+        self.add_run_rule(judgement);
+        if let Some(Grant::Folder(folder)) = &judgement.grant {
+            self.keep_granted_folder(folder.clone());
+        }
+    }
+
+    /// Starts the run with the folders the owner allowed for the run it continues (as this
+    /// computer stored them). A folder that is gone, or that the guard now refuses to hand
+    /// over, is left out; the folders taken.
+    pub fn inherit_folders(&self, folders: &[PathBuf]) -> Vec<PathBuf> {
+        let mut taken = Vec::new();
+        for folder in folders {
+            let Ok(canonical) = self.guard.check_folder(folder) else {
+                continue;
+            };
+            if &canonical != folder || canonical.starts_with(&self.folder) {
+                continue;
+            }
+            self.push_rule(Grant::Folder(canonical.clone()));
+            self.keep_granted_folder(canonical.clone());
+            taken.push(canonical);
+        }
+        taken
+    }
+
+    /// The folders the owner allowed this run to change, in the order granted.
+    pub fn granted_folders(&self) -> Vec<PathBuf> {
+        self.granted_folders
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn keep_granted_folder(&self, folder: PathBuf) {
+        let mut folders = self
+            .granted_folders
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !folders.contains(&folder) {
+            folders.push(folder);
         }
     }
 

@@ -187,6 +187,16 @@ impl Computer {
         follow_answering(&self.web, &self.daemon, job_id, decide).await
     }
 
+    /// [`Computer::run`], answering each decision for `scope` ("once" or "session").
+    async fn run_answering_for(
+        &self,
+        job_id: &str,
+        scope: &str,
+        decide: impl Fn(&Value) -> Answer,
+    ) -> (Job, Vec<Value>) {
+        follow_answering_for(&self.web, &self.daemon, job_id, scope, decide).await
+    }
+
     fn readyz(&self) -> String {
         format!("{}/readyz", self.server.base)
     }
@@ -199,6 +209,17 @@ pub(crate) async fn follow_answering(
     web: &Web,
     daemon: &Daemon,
     job_id: &str,
+    decide: impl Fn(&Value) -> Answer,
+) -> (Job, Vec<Value>) {
+    follow_answering_for(web, daemon, job_id, "once", decide).await
+}
+
+/// [`follow_answering`], each answer given for `scope`.
+async fn follow_answering_for(
+    web: &Web,
+    daemon: &Daemon,
+    job_id: &str,
+    scope: &str,
     decide: impl Fn(&Value) -> Answer,
 ) -> (Job, Vec<Value>) {
     let deadline = Instant::now() + Duration::from_secs(90);
@@ -219,7 +240,7 @@ pub(crate) async fn follow_answering(
             let res = web
                 .post(
                     &format!("/api/decisions/{}/answer", decision["id"].as_str().unwrap()),
-                    &json!({ "answer": answer, "scope": "once" }),
+                    &json!({ "answer": answer, "scope": scope }),
                 )
                 .await;
             assert_eq!(res.status(), reqwest::StatusCode::OK, "{decision}");
@@ -570,6 +591,83 @@ async fn acp_in_review_mode_under_bubblewrap() {
     check_everyday_work(&computer, &job);
     check_evidence(&computer, &job).await;
     assert_eq!(asked.len(), 1, "{asked:#?}");
+}
+
+/// "Allow for this run" on another folder reaches the run's commands too: once the owner
+/// allowed the agent's write there for the run, a later terminal command writes there as
+/// well. The same command in a run without the grant (its question answered for once)
+/// cannot, and a follow-up that continues the granted run starts with the grant.
+async fn check_a_folder_allowed_for_the_run(backend: &str) {
+    let computer = Computer::start_with(backend).await;
+    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::create_dir_all(scratch).unwrap();
+    let scratch = tempfile::tempdir_in(scratch).unwrap();
+    // A repository of its own, so the question names exactly this folder.
+    let second = scratch.path().canonicalize().unwrap().join("second");
+    std::fs::create_dir_all(second.join(".git")).unwrap();
+    let command_writing = |name: &str| json!({"terminal": {"command": format!("echo {name} > {}", second.join(name).display())}});
+
+    let steps = json!([
+        {"write": {"path": second.join("agent.txt"), "content": "from the agent\n"}},
+        command_writing("granted.txt"),
+        {"say": "Wrote in the second folder."}
+    ]);
+    let granted_id = computer.create("review", false, steps).await;
+    let (granted, asked) = computer
+        .run_answering_for(&granted_id, "session", |_| Answer::Allow)
+        .await;
+    let daemon_said = || computer.daemon.stderr();
+    assert_eq!(asked.len(), 1, "{asked:#?}");
+    assert_eq!(asked[0]["kind"], "folder", "{asked:#?}");
+    assert_eq!(
+        std::fs::read_to_string(second.join("agent.txt")).unwrap(),
+        "from the agent\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(second.join("granted.txt")).ok(),
+        Some("granted.txt\n".to_owned()),
+        "{granted:#?}\n{}",
+        daemon_said()
+    );
+    assert_eq!(granted.state, JobState::Succeeded, "{granted:#?}");
+
+    // Without the grant the same command cannot write there, even with its own question
+    // (if any) allowed once: once is not for the run.
+    let steps = json!([command_writing("ungranted.txt"), {"say": "Tried."}]);
+    let ungranted_id = computer.create("review", false, steps).await;
+    let (ungranted, _) = computer
+        .run_answering_for(&ungranted_id, "once", |_| Answer::Allow)
+        .await;
+    assert!(!second.join("ungranted.txt").exists(), "{ungranted:#?}");
+    let terminals = reports(&ungranted, "terminal");
+    assert_eq!(terminals.len(), 1, "{ungranted:#?}");
+    assert_ne!(terminals[0]["exit"]["exitCode"], json!(0), "{terminals:?}");
+
+    // A follow-up of the granted run (unattended: it asks nobody) writes there too.
+    let steps = json!([command_writing("follow-up.txt"), {"say": "Continued."}]);
+    let follow_up_id = computer.create_follow_up(&granted_id, steps).await;
+    let (follow_up, asked) = computer.run(&follow_up_id, |_| Answer::Deny).await;
+    assert!(asked.is_empty(), "{asked:#?}");
+    assert_eq!(
+        std::fs::read_to_string(second.join("follow-up.txt")).ok(),
+        Some("follow-up.txt\n".to_owned()),
+        "{follow_up:#?}\n{}",
+        daemon_said()
+    );
+    assert_eq!(follow_up.state, JobState::Succeeded, "{follow_up:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_a_folder_allowed_for_the_run_is_writable_by_its_commands() {
+    check_a_folder_allowed_for_the_run("landlock").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_a_folder_allowed_for_the_run_is_writable_by_its_commands_under_bubblewrap() {
+    if !backend_works("bwrap").await {
+        return;
+    }
+    check_a_folder_allowed_for_the_run("bwrap").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

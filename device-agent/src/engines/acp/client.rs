@@ -348,14 +348,18 @@ impl Session {
             .map(|variable| (variable.name.clone(), variable.value.clone()))
             .collect();
         self.say(what).await;
+        let granted = self.gate.policy().granted_folders();
         let id = self
             .terminals
-            .create(CommandRequest {
-                argv,
-                cwd,
-                env,
-                output_limit,
-            })
+            .create(
+                CommandRequest {
+                    argv,
+                    cwd,
+                    env,
+                    output_limit,
+                },
+                &granted,
+            )
             .await
             .map_err(|why| refused(&why))?;
         Ok(CreateTerminalResponse::new(TerminalId::new(id)))

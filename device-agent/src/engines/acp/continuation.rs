@@ -13,6 +13,10 @@
 //!   would.
 //!
 //! The history an agent replays while loading is not output ([`super::client::Session`]).
+//!
+//! Either kind also starts with the folders the owner allowed the earlier run to change
+//! ([`inherited`]), as this computer stored them beside that run's session, for the same
+//! shared folder only: what the server says about the earlier run never grants anything.
 
 use std::path::{Path, PathBuf};
 
@@ -69,7 +73,12 @@ pub struct Place {
 
 impl Place {
     fn admits(&self, stored: &StoredSession) -> bool {
-        stored.engine == self.engine && stored.folder == self.folder && stored.cwd == self.cwd
+        stored.engine == self.engine && self.same_folder(stored)
+    }
+
+    /// A grant is the owner's for the folder's runs, whichever engine worked in it.
+    fn same_folder(&self, stored: &StoredSession) -> bool {
+        stored.folder == self.folder && stored.cwd == self.cwd
     }
 }
 
@@ -93,8 +102,14 @@ impl Recall {
         opening(job, &self.place, |job_id| self.sessions.find(job_id))
     }
 
-    /// Stores the run's session (new or loaded), so a follow-up or a carry-on can load it.
-    pub fn remember(&self, session_id: &SessionId) {
+    /// The folders `job` starts allowed to change, from what is stored.
+    pub fn inherited(&self, job: &ClaimedJob) -> Vec<PathBuf> {
+        inherited(job, &self.place, |job_id| self.sessions.find(job_id))
+    }
+
+    /// Stores the run's session (new or loaded) with the folders it may change so far, so a
+    /// follow-up or a carry-on can load it.
+    pub fn remember(&self, session_id: &SessionId, granted: Vec<PathBuf>) {
         let stored = StoredSession {
             job_id: self.place.job_id.clone(),
             engine: self.place.engine.clone(),
@@ -102,11 +117,42 @@ impl Recall {
             folder: self.place.folder.clone(),
             cwd: self.place.cwd.clone(),
             at: Utc::now(),
+            granted,
         };
         if let Err(err) = self.sessions.remember(stored) {
             tracing::warn!(job = %self.place.job_id, "the run's ACP session is not stored: {err:#}");
         }
     }
+
+    /// Stores the folders the run may change, beside its session.
+    pub fn keep_granted(&self, granted: &[PathBuf]) {
+        if let Err(err) = self.sessions.keep_granted(&self.place.job_id, granted) {
+            tracing::warn!(job = %self.place.job_id, "the run's allowed folders are not stored: {err:#}");
+        }
+    }
+}
+
+/// The folders `job` at `place` starts allowed to change: those of the run it continues,
+/// and for a carry-on its own run's, when stored for the same shared folder.
+pub fn inherited(
+    job: &ClaimedJob,
+    place: &Place,
+    stored: impl Fn(&JobId) -> Option<StoredSession>,
+) -> Vec<PathBuf> {
+    let earlier = job.continues.as_ref().map(|earlier| &earlier.job_id);
+    let own = job.resumed.map(|_| &job.id);
+    let mut folders: Vec<PathBuf> = Vec::new();
+    for job_id in earlier.into_iter().chain(own) {
+        let Some(session) = stored(job_id).filter(|session| place.same_folder(session)) else {
+            continue;
+        };
+        for folder in session.granted {
+            if folder.is_absolute() && !folders.contains(&folder) {
+                folders.push(folder);
+            }
+        }
+    }
+    folders
 }
 
 /// How `job` opens its session at `place`; `stored` gives a job's stored session.
@@ -215,7 +261,57 @@ mod tests {
             folder: "work".to_owned(),
             cwd: PathBuf::from("/home/me/work"),
             at: Utc::now(),
+            granted: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_follow_up_starts_with_the_folders_allowed_its_earlier_run_in_the_same_folder() {
+        let granted = |job: &str, folders: &[&str]| StoredSession {
+            granted: folders.iter().map(PathBuf::from).collect(),
+            ..stored(job, "s")
+        };
+        let check = |job: &ClaimedJob, known: &[StoredSession]| {
+            inherited(job, &place(), |job_id| {
+                known.iter().find(|s| &s.job_id == job_id).cloned()
+            })
+        };
+        let earlier = granted("earlier", &["/srv/other", "relative"]);
+        let paths = |folders: &[&str]| folders.iter().map(PathBuf::from).collect::<Vec<_>>();
+        // A plain run inherits nothing, whatever is stored.
+        assert!(check(&claimed_job("p", 5), std::slice::from_ref(&earlier)).is_empty());
+        assert_eq!(
+            check(&follow_up("p"), std::slice::from_ref(&earlier)),
+            paths(&["/srv/other"])
+        );
+        // Another engine in the same folder: the grant was the owner's for the folder.
+        let other_engine = StoredSession {
+            engine: "codex".to_owned(),
+            ..earlier.clone()
+        };
+        assert_eq!(
+            check(&follow_up("p"), &[other_engine]),
+            paths(&["/srv/other"])
+        );
+        // Another shared folder (or the same label elsewhere): nothing.
+        let elsewhere = StoredSession {
+            cwd: PathBuf::from("/home/me/elsewhere"),
+            ..earlier.clone()
+        };
+        assert!(check(&follow_up("p"), &[elsewhere]).is_empty());
+        let relabelled = StoredSession {
+            folder: "other".to_owned(),
+            ..earlier.clone()
+        };
+        assert!(check(&follow_up("p"), &[relabelled]).is_empty());
+        // A carry-on of a follow-up keeps its own run's grants as well.
+        let mut carry_on = follow_up("p");
+        carry_on.resumed = Some(1);
+        let own = granted("job1", &["/srv/more", "/srv/other"]);
+        assert_eq!(
+            check(&carry_on, &[earlier, own]),
+            paths(&["/srv/other", "/srv/more"])
+        );
     }
 
     fn follow_up(prompt: &str) -> ClaimedJob {
@@ -357,7 +453,7 @@ mod tests {
     fn the_runs_session_is_stored_for_its_job() {
         let tmp = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
         let recall = Recall::new(tmp.path(), place());
-        recall.remember(&SessionId::new("s-new"));
+        recall.remember(&SessionId::new("s-new"), Vec::new());
         let found = Sessions::in_dir(tmp.path()).find(&id("job1"));
         assert_eq!(
             found.map(|s| (s.session_id, s.engine, s.folder)),

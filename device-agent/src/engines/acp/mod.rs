@@ -204,6 +204,16 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         hub,
     };
     let gate = decisions::gate(asking, guard, &work_folder, flusher);
+    // A follow-up (or a carry-on) starts with the folders the owner allowed the run it
+    // continues to change, its commands' sandbox included.
+    for folder in gate.policy().inherit_folders(&recall.inherited(job)) {
+        let _ = lines
+            .send(format!(
+                "allowed for this run, as for the run it continues: changes inside {}",
+                folder.display()
+            ))
+            .await;
+    }
     let terminals = Terminals::new(launch, lines.clone());
     let session = Arc::new(Session::new(
         work_folder,
@@ -229,6 +239,7 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         },
     };
     let turn = converse(&session, pipes, &conversation).await;
+    recall.keep_granted(&session.gate().policy().granted_folders());
     let Ended {
         status,
         notes,
@@ -523,7 +534,7 @@ async fn talk(
         () = tokio::time::sleep_until(deadline) => return Turn::TimedOut,
     };
     let session_id = opened.session_id;
-    recall.remember(&session_id);
+    recall.remember(&session_id, session.gate().policy().granted_folders());
     if let Some(info) = &opened.agent.agent_info {
         session
             .say(format!("agent: {} {}", info.name, info.version))

@@ -41,11 +41,30 @@ pub struct Launch {
     /// The run's environment (allow-listed, plus the job's named secrets and the evidence
     /// folder).
     pub env: Vec<(String, String)>,
-    /// Folders every program of the run may write besides the job's (the evidence folder).
+    /// Folders every program of the run may write besides the job's (the evidence folder,
+    /// the worktree's git folders). A terminal also writes the folders the owner allowed for
+    /// the run so far ([`Launch::writable_with`]).
     pub writable: Vec<PathBuf>,
     /// Paths every program of the run may read besides the system's (the secrets broker's
     /// socket and this agent's program, for `secret-http`).
     pub readable: Vec<PathBuf>,
+}
+
+impl Launch {
+    /// What a command started now may write besides the job's folder: the run's own
+    /// folders, then each folder the owner allowed for this run (`granted`) that is still a
+    /// folder and that the guard still lets a run be given (a protected path never is).
+    pub fn writable_with(&self, granted: &[PathBuf]) -> Vec<PathBuf> {
+        let mut writable = self.writable.clone();
+        for folder in granted {
+            let covered = folder.starts_with(&self.folder) || writable.contains(folder);
+            if covered || !folder.is_dir() || self.guard.check_access(folder).is_err() {
+                continue;
+            }
+            writable.push(folder.clone());
+        }
+        writable
+    }
 }
 
 /// A command to start, as the agent asked for it.
@@ -108,12 +127,17 @@ impl Terminals {
         &self.launch.folder
     }
 
-    /// Starts `request` confined; the new terminal's id.
+    /// Starts `request` confined, also writing the folders the owner allowed for this run so
+    /// far (`granted`); the new terminal's id.
     ///
     /// # Errors
     /// A sentence for the agent: a folder outside the job's, too many terminals, or a
     /// refusal of the sandbox.
-    pub async fn create(&self, request: CommandRequest) -> Result<String, String> {
+    pub async fn create(
+        &self,
+        request: CommandRequest,
+        granted: &[PathBuf],
+    ) -> Result<String, String> {
         if lock(&self.open).len() >= MAX_TERMINALS {
             return Err(format!(
                 "at most {MAX_TERMINALS} terminals may be open at once; release some"
@@ -127,7 +151,7 @@ impl Terminals {
         }
         let policy = sandbox::Policy {
             work_folder: self.launch.folder.clone(),
-            writable: self.launch.writable.clone(),
+            writable: self.launch.writable_with(granted),
             readable: self.launch.readable.clone(),
             denied: Vec::new(),
             network: self.launch.network,
@@ -380,6 +404,43 @@ mod tests {
             output.push(chunk.as_bytes());
         }
         (output.text(), output.truncated)
+    }
+
+    #[test]
+    fn a_folder_allowed_for_the_run_is_writable_unless_the_guard_refuses_it() -> std::io::Result<()>
+    {
+        let tmp = tempfile::tempdir()?;
+        let root = tmp.path().canonicalize()?;
+        let data = root.join("data");
+        for dir in ["work/sub", "evidence", "other", "data/keys"] {
+            std::fs::create_dir_all(root.join(dir))?;
+        }
+        let launch = Launch {
+            guard: Guard::new(Some(root.join("home")), &data),
+            folder: root.join("work"),
+            network: false,
+            env: Vec::new(),
+            writable: vec![root.join("evidence")],
+            readable: Vec::new(),
+        };
+        assert_eq!(launch.writable_with(&[]), [root.join("evidence")]);
+        let granted = [
+            root.join("other"),
+            // Already writable: the job's folder (and what is in it), the run's own.
+            root.join("work/sub"),
+            root.join("evidence"),
+            // Gone since it was granted.
+            root.join("removed"),
+            // The agent's own data, and a folder holding it, stay refused.
+            data.join("keys"),
+            root.clone(),
+            root.join("other"),
+        ];
+        assert_eq!(
+            launch.writable_with(&granted),
+            [root.join("evidence"), root.join("other")]
+        );
+        Ok(())
     }
 
     #[test]
