@@ -655,6 +655,16 @@ async fn check_a_folder_allowed_for_the_run(backend: &str) {
         daemon_said()
     );
     assert_eq!(follow_up.state, JobState::Succeeded, "{follow_up:#?}");
+    assert!(
+        has_line(
+            &follow_up,
+            &format!(
+                "allowed for this run, as for the run it continues: changes inside {}",
+                second.display()
+            )
+        ),
+        "{follow_up:#?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
