@@ -6,11 +6,24 @@
 //! creates; the primary key (account, key) makes that one request even when several arrive
 //! at once. It then stores its answer (a 2xx) or deletes the row (anything else, so a
 //! failed attempt can be tried again with the same key).
+//!
+//! An answer can hold a secret (a new API token), so the row holds neither the key nor the
+//! answer in the clear: the key's SHA-256, and the answer sealed with AES-256-GCM under a
+//! key derived from the Idempotency-Key (HKDF-SHA256, the account as salt). Only a client
+//! that sends the key again can read it; it is as hard to guess as the key.
 
+use aes_gcm::aead::{Aead, KeyInit};
+use aes_gcm::{Aes256Gcm, Nonce};
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use hkdf::Hkdf;
+use rand::RngCore;
+use sha2::Sha256;
 use tether_protocol::AccountId;
 
 use super::{on_tx, Store, Tx};
 use crate::clock::{secs, Millis};
+use crate::credentials::hash_token;
 use crate::error::ApiError;
 
 /// How long an answer is kept: a retry within this time gets it.
@@ -46,6 +59,7 @@ pub async fn claim(
     request_hash: &str,
 ) -> Result<Claim, ApiError> {
     let now = store.now();
+    let stored_key = hash_token(key);
     let mut tx = store.begin().await?;
     // On PostgreSQL an insert that meets another's uncommitted row waits for it to commit.
     let inserted = on_tx!(&mut tx, |conn| sqlx::query(
@@ -53,7 +67,7 @@ pub async fn claim(
          VALUES ($1, $2, $3, $4, $5) ON CONFLICT (account_id, idem_key) DO NOTHING"
     )
     .bind(account_id.as_str())
-    .bind(key)
+    .bind(&stored_key)
     .bind(route)
     .bind(request_hash)
     .bind(now)
@@ -63,12 +77,19 @@ pub async fn claim(
     let claim = if inserted == 1 {
         Claim::Create
     } else {
-        existing(&mut tx, account_id, key, route, request_hash, now).await?
+        existing(&mut tx, account_id, &stored_key, route, request_hash, now).await?
     };
     tx.commit().await?;
-    Ok(claim)
+    Ok(match claim {
+        Claim::Answered { status, answer } => Claim::Answered {
+            status,
+            answer: open(account_id, key, &answer)?,
+        },
+        other => other,
+    })
 }
 
+/// The row of `key` (its stored form), the answer still sealed.
 async fn existing(
     tx: &mut Tx,
     account_id: &AccountId,
@@ -134,15 +155,16 @@ pub async fn remember(
     status: u16,
     answer: &str,
 ) -> Result<(), ApiError> {
+    let sealed = seal(account_id, key, answer)?;
     let mut tx = store.begin().await?;
     on_tx!(&mut tx, |conn| sqlx::query(
         "UPDATE idempotency_keys SET status = $3, answer = $4 \
          WHERE account_id = $1 AND idem_key = $2 AND status IS NULL"
     )
     .bind(account_id.as_str())
-    .bind(key)
+    .bind(hash_token(key))
     .bind(i64::from(status))
-    .bind(answer)
+    .bind(sealed)
     .execute(conn)
     .await
     .map(|done| done.rows_affected()))?;
@@ -160,11 +182,44 @@ pub async fn forget(store: &Store, account_id: &AccountId, key: &str) -> Result<
          WHERE account_id = $1 AND idem_key = $2 AND status IS NULL"
     )
     .bind(account_id.as_str())
-    .bind(key)
+    .bind(hash_token(key))
     .execute(conn)
     .await
     .map(|done| done.rows_affected()))?;
     tx.commit().await
+}
+
+/// The cipher only the Idempotency-Key itself opens, one per account and key.
+fn cipher(account_id: &AccountId, key: &str) -> Result<Aes256Gcm, ApiError> {
+    let mut derived = [0u8; 32];
+    Hkdf::<Sha256>::new(Some(account_id.as_str().as_bytes()), key.as_bytes())
+        .expand(b"tether idempotent answer", &mut derived)
+        .map_err(|error| ApiError::internal(&error))?;
+    Aes256Gcm::new_from_slice(&derived).map_err(|error| ApiError::internal(&error))
+}
+
+/// Base64 of a random nonce and the answer sealed under it.
+fn seal(account_id: &AccountId, key: &str, answer: &str) -> Result<String, ApiError> {
+    let mut nonce = [0u8; 12];
+    rand::rngs::OsRng.fill_bytes(&mut nonce);
+    let sealed = cipher(account_id, key)?
+        .encrypt(&Nonce::from(nonce), answer.as_bytes())
+        .map_err(|error| ApiError::internal(&error))?;
+    Ok(STANDARD.encode([nonce.as_slice(), &sealed].concat()))
+}
+
+fn open(account_id: &AccountId, key: &str, sealed: &str) -> Result<String, ApiError> {
+    let bytes = STANDARD
+        .decode(sealed)
+        .map_err(|error| ApiError::internal(&error))?;
+    let (nonce, sealed) = bytes
+        .split_at_checked(12)
+        .ok_or_else(|| ApiError::internal(&"a kept answer too short to hold its nonce"))?;
+    let nonce = <[u8; 12]>::try_from(nonce).map_err(|error| ApiError::internal(&error))?;
+    let answer = cipher(account_id, key)?
+        .decrypt(&Nonce::from(nonce), sealed)
+        .map_err(|error| ApiError::internal(&error))?;
+    String::from_utf8(answer).map_err(|error| ApiError::internal(&error))
 }
 
 /// Deletes the keys older than [`KEPT_SECS`] (the sweeper's housekeeping): each is free again.

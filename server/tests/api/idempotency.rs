@@ -10,7 +10,7 @@ use tether_protocol::jobs::Job;
 use tether_server::store::idempotency;
 
 use crate::both_backends;
-use crate::helpers::{assert_error, job_body, seal_key, spawn_app, TestApp, WebClient};
+use crate::helpers::{assert_error, job_body, query_i64, seal_key, spawn_app, TestApp, WebClient};
 
 const KEY: &str = "c1d2e3f4-retry-of-the-same-job";
 
@@ -163,6 +163,12 @@ both_backends! {
         let again: Value = again.json().await.unwrap();
         assert_eq!(again["id"], first["id"]);
         assert_eq!(again["token"], first["token"], "the same token works");
+        let token = first["token"].as_str().unwrap();
+        let in_clear = format!(
+            "SELECT COUNT(*) FROM idempotency_keys WHERE answer LIKE '%{token}%' OR idem_key = 'token-1'"
+        );
+        assert_eq!(query_i64(&app.store, &in_clear).await, Some(0), "neither the token nor the key in the clear");
+        assert_eq!(query_i64(&app.store, "SELECT COUNT(*) FROM idempotency_keys WHERE answer IS NOT NULL").await, Some(2), "the rerun and the token");
         let tokens: Vec<Value> = ann.get("/api/tokens").await.json().await.unwrap();
         assert_eq!(tokens.len(), 1);
 
