@@ -31,6 +31,7 @@ use agent_client_protocol::v1::schema::{
 use agent_client_protocol::{Error, ErrorCode, RequestCancellation};
 use tokio::sync::{mpsc, watch};
 
+use super::continuation::Recall;
 use super::files;
 use super::permissions::{self, CallFacts, ToolCalls};
 use super::preview::{self, Proposal};
@@ -86,6 +87,10 @@ pub struct Session {
     /// What the gate refused (the owner's or the policy's deny), in the order asked: a turn
     /// that ends after one did not do what it was asked.
     denied: Mutex<Vec<Denial>>,
+    /// Where the run's session and the folders it may change are stored.
+    recall: Recall,
+    /// How many granted folders are stored so far.
+    grants_kept: Mutex<usize>,
 }
 
 impl Session {
@@ -96,6 +101,7 @@ impl Session {
         gate: Gate,
         terminals: Terminals,
         said: Said,
+        recall: Recall,
     ) -> Session {
         Session {
             folder,
@@ -111,6 +117,8 @@ impl Session {
             allowed: Mutex::new(Vec::new()),
             cancelled: watch::channel(false).0,
             denied: Mutex::new(Vec::new()),
+            recall,
+            grants_kept: Mutex::new(0),
         }
     }
 
@@ -470,7 +478,9 @@ impl Session {
         if self.take_allowed(&action) {
             return Ok(());
         }
-        match self.gate.check_previewed(action, preview).await {
+        let passage = self.gate.check_previewed(action, preview).await;
+        self.keep_grants();
+        match passage {
             Passage::Allowed { note: None } => Ok(()),
             Passage::Allowed { note: Some(note) } => {
                 self.say(format!("allowed: {what} ({note})")).await;
@@ -481,6 +491,20 @@ impl Session {
                 self.say(format!("refused: {what}: {reason}")).await;
                 Err(refused(&reason))
             }
+        }
+    }
+
+    /// Stores the folders the run may change beside its session as soon as the owner grants
+    /// another, so a carry-on after a restart starts with it too.
+    fn keep_grants(&self) {
+        let granted = self.gate.policy().granted_folders();
+        let mut kept = self
+            .grants_kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if granted.len() > *kept {
+            self.recall.keep_granted(&granted);
+            *kept = granted.len();
         }
     }
 
@@ -498,7 +522,9 @@ impl Session {
                 self.preview(&files::resolve_for_write(&path).ok()?, &text)
                     .await
             };
-            match self.gate.check_previewed(action.clone(), preview).await {
+            let passage = self.gate.check_previewed(action.clone(), preview).await;
+            self.keep_grants();
+            match passage {
                 Passage::Allowed { note } => notes.extend(note),
                 refused @ Passage::Refused { .. } => return refused,
             }

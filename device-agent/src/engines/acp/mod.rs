@@ -224,6 +224,7 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
             lines: lines.clone(),
             hidden: secrets.hidden.clone(),
         },
+        recall.clone(),
     ));
     let deadline = Instant::now() + time_limit(job);
     let conversation = Conversation {
@@ -239,7 +240,6 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         },
     };
     let turn = converse(&session, pipes, &conversation).await;
-    recall.keep_granted(&session.gate().policy().granted_folders());
     let Ended {
         status,
         notes,
