@@ -16,7 +16,7 @@
 //! overlapped another of the same job, none was lost (every job ended), none moved computers,
 //! no 5xx (answers to the soak, and the server's own log), each attempt's side effect happened
 //! once and a finished run never ran again. It prints the figures and a verdict, and exits 1
-//! if the promise did not hold (the work dir is then kept).
+//! if the promise did not hold (the work dir is then kept; `--keep` keeps it always).
 //!
 //! The seed fixes every choice (which fault, on which computer, for how long, which job goes
 //! where and runs how long); the timing of real processes does not repeat exactly.
@@ -100,6 +100,9 @@ struct Options {
     /// Where the data dirs, folders and logs go (default: a new one under the temp dir).
     #[arg(long)]
     work_dir: Option<PathBuf>,
+    /// Keep the work dir (logs, folders, databases) when the promise held, too.
+    #[arg(long)]
+    keep: bool,
 }
 
 /// Prints a line with the seconds since the soak of this backend started.
@@ -158,7 +161,7 @@ async fn main() -> anyhow::Result<()> {
             work: work.clone(),
         };
         let verdict = soak.run(rng).await?;
-        if verdict {
+        if verdict && !options.keep {
             let _ = std::fs::remove_dir_all(&work);
         } else {
             println!("work dir kept: {}", work.display());
@@ -282,8 +285,10 @@ impl Soak<'_> {
         });
         let bound = Duration::from_secs_f64(options.minutes * 60.0);
         let deadline = Instant::now() + bound;
+        let web = Arc::new(web);
         let faults = tokio::spawn(inject_faults(
             shared.clone(),
+            web.clone(),
             StdRng::seed_from_u64(rng.gen()),
             options.lease_secs,
             options.fault_gap,
@@ -371,6 +376,7 @@ async fn assign(
 /// holds) still under way, for the caller to wait out.
 async fn inject_faults(
     shared: Arc<Shared>,
+    web: Arc<Web>,
     mut rng: StdRng,
     lease_secs: u64,
     mean_gap: f64,
@@ -389,13 +395,14 @@ async fn inject_faults(
         let pause = rng.gen_range(0.5..=3.0);
         let past_lease = rng.gen_range(lease + 3.0..=lease + 10.0);
         let say = |text: String| shared.clock.say(&format!("fault: {text}"));
+        let doing = web.doing(&shared, computer).await;
         if roll < 40 {
             if shared.agent_busy[computer].load(Ordering::SeqCst) {
                 continue;
             }
             let mut agent = shared.agents[computer].lock().await;
             say(format!(
-                "SIGKILL computer {computer} (pid {}), back in {pause:.1} s",
+                "SIGKILL computer {computer} (pid {}, {doing}), back in {pause:.1} s",
                 agent.pid()
             ));
             shared.count("agent SIGKILL");
@@ -420,7 +427,7 @@ async fn inject_faults(
             }
             let pid = shared.agents[computer].lock().await.pid();
             say(format!(
-                "SIGSTOP computer {computer} (pid {pid}) for {past_lease:.1} s (lease {lease_secs} s)"
+                "SIGSTOP computer {computer} (pid {pid}, {doing}) for {past_lease:.1} s (lease {lease_secs} s)"
             ));
             shared.count("agent SIGSTOP past the lease");
             signal("STOP", pid).await;
@@ -437,17 +444,19 @@ async fn inject_faults(
             if shared.proxy_busy.load(Ordering::SeqCst) {
                 continue;
             }
+            let doing = web.doing(&shared, 0).await;
             let cut = shared.proxy.reset();
             say(format!(
-                "proxy resets computer 0's connections ({cut} open)"
+                "proxy resets computer 0's connections ({cut} open; {doing})"
             ));
             shared.count("proxy reset");
         } else {
             if shared.proxy_busy.swap(true, Ordering::SeqCst) {
                 continue;
             }
+            let doing = web.doing(&shared, 0).await;
             say(format!(
-                "proxy holds computer 0's connections open and silent for {past_lease:.1} s"
+                "proxy holds computer 0's connections open and silent for {past_lease:.1} s ({doing})"
             ));
             shared.count("proxy hold past the lease");
             shared.proxy.hold(true);
@@ -828,6 +837,30 @@ impl Web {
                 .and_then(|job| job["id"].as_str())
                 .map(str::to_owned)
         }))
+    }
+
+    /// What `computer` is doing, as the server sees it, for the fault's line: a run under
+    /// way is what a fault is meant to meet.
+    async fn doing(&self, shared: &Shared, computer: usize) -> String {
+        let device_id = shared.agents[computer].lock().await.device_id.clone();
+        let path = format!("/api/jobs?deviceId={device_id}");
+        let Ok(Ok(jobs)) =
+            tokio::time::timeout(Duration::from_secs(2), self.get(Some(shared), &path)).await
+        else {
+            return "its runs unknown".to_owned();
+        };
+        let running: Vec<&str> = jobs
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|job| matches!(job["state"].as_str(), Some("running" | "waiting")))
+            .filter_map(|job| job["title"].as_str())
+            .collect();
+        if running.is_empty() {
+            "idle".to_owned()
+        } else {
+            format!("running {}", running.join(", "))
+        }
     }
 
     /// Whether every assigned job is in a final state (false while the server is down).
