@@ -3,27 +3,35 @@
 //! these, so they cannot skip authentication.
 
 use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr};
 use std::pin::Pin;
 
 use actix_web::dev::Payload;
+use actix_web::http::header::{HeaderName, FORWARDED, USER_AGENT};
 use actix_web::http::Method;
 use actix_web::{web, FromRequest, HttpRequest};
 use tether_protocol::auth::{Account, User};
 use tether_protocol::routes::{
     CSRF_HEADER, DEVICE_TOKEN_PREFIX, PROTOCOL_HEADER, USER_TOKEN_PREFIX,
 };
-use tether_protocol::{Code, PROTOCOL_VERSION};
+use tether_protocol::{Code, SessionId, PROTOCOL_VERSION};
 
+use crate::accounts::sessions::Seen;
 use crate::accounts::{self, api_tokens};
+use crate::config::Config;
 use crate::credentials;
 use crate::devices::{self, DeviceIdentity};
 use crate::error::ApiError;
+use crate::proxies::{client_ip, Forwarded};
 use crate::state::AppState;
 
 /// The session cookie's name.
 pub const SESSION_COOKIE: &str = "tether_session";
 /// A readable cookie holding the session's CSRF token, for scripts that send the header.
 pub const CSRF_COOKIE: &str = "tether_csrf";
+
+/// `X-Forwarded-For`, which the shipped nginx appends to.
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// How a web caller proved who they are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +51,8 @@ pub struct Caller {
     pub account: Account,
     /// The session's CSRF token; `None` for API tokens, which need none.
     pub csrf_token: Option<String>,
+    /// The session's id; `None` for API tokens.
+    pub session_id: Option<SessionId>,
     pub via: Via,
 }
 
@@ -64,6 +74,19 @@ impl Caller {
                 "This change needs the page's CSRF token (header x-tether-csrf).",
             )),
         }
+    }
+
+    /// The caller's session, for what only a person at a browser may do.
+    ///
+    /// # Errors
+    /// 403 `forbidden` for an API token.
+    pub fn require_session(&self) -> Result<&SessionId, ApiError> {
+        self.session_id.as_ref().ok_or_else(|| {
+            ApiError::new(
+                Code::Forbidden,
+                "An API token cannot do this; do it on the Account page, signed in.",
+            )
+        })
     }
 
     /// # Errors
@@ -157,7 +180,8 @@ async fn caller_from_request(req: &HttpRequest) -> Result<Caller, ApiError> {
         return Ok(caller(resolved, Via::ApiToken));
     }
     let cookie = req.cookie(SESSION_COOKIE).ok_or_else(unauthorized)?;
-    let resolved = accounts::by_session(&state.store, cookie.value())
+    let seen = seen(req, &state.config);
+    let resolved = accounts::by_session(&state.store, cookie.value(), &seen)
         .await?
         .ok_or_else(unauthorized)?;
     let caller = caller(resolved, Via::Session);
@@ -173,8 +197,45 @@ fn caller(resolved: accounts::Resolved, via: Via) -> Caller {
         user: resolved.me.user,
         account: resolved.me.account,
         csrf_token: resolved.csrf_token,
+        session_id: resolved.session_id,
         via,
     }
+}
+
+/// Where a request came from, as coarse as a session keeps it.
+pub(crate) fn seen(req: &HttpRequest, config: &Config) -> Seen {
+    let user_agent = req
+        .headers()
+        .get(USER_AGENT)
+        .and_then(|value| value.to_str().ok());
+    Seen::new(user_agent, client_ip_of(req, config))
+}
+
+/// The client's address: the peer, or — when the peer is one of `TETHER_TRUSTED_PROXIES` —
+/// the right-most address in its `X-Forwarded-For` (or, without one, `Forwarded`) that is
+/// not itself a trusted proxy (`routes::client::client_address`).
+pub(crate) fn client_ip_of(req: &HttpRequest, config: &Config) -> IpAddr {
+    // actix gives no peer only for requests built in tests; they share one key.
+    let peer = req
+        .peer_addr()
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |addr| addr.ip());
+    if config.trusted_proxies.is_empty() {
+        return peer.to_canonical();
+    }
+    let values = |name: &HeaderName| -> Vec<&str> {
+        req.headers()
+            .get_all(name)
+            .filter_map(|value| value.to_str().ok())
+            .collect()
+    };
+    let x_forwarded_for = values(&X_FORWARDED_FOR);
+    let forwarded = values(&FORWARDED);
+    let chain = if x_forwarded_for.is_empty() && !forwarded.is_empty() {
+        Forwarded::Rfc7239(&forwarded)
+    } else {
+        Forwarded::XForwardedFor(&x_forwarded_for)
+    };
+    client_ip(peer, chain, &config.trusted_proxies)
 }
 
 /// Whether a cookie-authenticated request must carry the CSRF header: by its method alone.

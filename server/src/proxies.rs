@@ -1,6 +1,6 @@
 //! Which peers are trusted proxies (`TETHER_TRUSTED_PROXIES`), and the client address a
 //! request came from once their `X-Forwarded-For` / `Forwarded` headers are taken into
-//! account. No HTTP types here: `routes::client::client_address` reads the headers and calls
+//! account. No HTTP types here: `auth::client_ip_of` reads the headers and calls
 //! [`client_ip`].
 //!
 //! **Invariant:** a forwarded header counts only when the peer itself is trusted, and then

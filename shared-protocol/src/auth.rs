@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::ids::{AccountId, TokenId, UserId};
+use crate::ids::{AccountId, SessionId, TokenId, UserId};
 
 /// `POST /api/auth/signup`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -95,4 +95,36 @@ pub struct ApiToken {
     pub last_used_at: Option<DateTime<Utc>>,
     /// When it stops working (past: it answers 401 now); null when it works until revoked.
     pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// `POST /api/auth/password` (from a browser session). Every other session of the account
+/// ends; so do its API tokens unless `keepApiTokens`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangePasswordParams {
+    pub current_password: String,
+    pub new_password: String,
+    /// Keep the account's API tokens working; absent or false: they are revoked.
+    #[serde(default)]
+    pub keep_api_tokens: bool,
+}
+
+/// One browser session as `GET /api/auth/sessions` lists it: never its cookie or its hash.
+/// Where it was last used is coarse on purpose: a browser family, a platform and the
+/// address's network (IPv4 /24, IPv6 /48).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Session {
+    pub id: SessionId,
+    /// The session this request came with.
+    pub current: bool,
+    pub created_at: DateTime<Utc>,
+    /// Its last request, to the minute.
+    pub last_used_at: DateTime<Utc>,
+    /// `Firefox`, `Chrome`, `Safari`, `Edge`, `Opera`, or `Other`.
+    pub browser: String,
+    /// `Windows`, `macOS`, `iOS`, `Android`, `ChromeOS`, `Linux`, or `Other`.
+    pub platform: String,
+    /// The network it was last used from, like `203.0.113.0/24` or `2001:db8:1::/48`.
+    pub address: String,
 }

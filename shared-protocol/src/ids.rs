@@ -115,6 +115,10 @@ id_type!(
     TokenId
 );
 id_type!(
+    /// A browser session (its id, never its cookie).
+    SessionId
+);
+id_type!(
     /// One sealed secret on its way to a device (`secret_deliveries`).
     DeliveryId
 );

@@ -27,7 +27,8 @@ pub mod text;
 
 pub use error::{Code, ErrorBody, ErrorDetail};
 pub use ids::{
-    AccountId, DecisionId, DeliveryId, DeviceId, IdError, JobId, SubscriptionId, TokenId, UserId,
+    AccountId, DecisionId, DeliveryId, DeviceId, IdError, JobId, SessionId, SubscriptionId,
+    TokenId, UserId,
 };
 pub use lease::LeaseToken;
 

@@ -4,7 +4,8 @@
 //! A token is stored as its SHA-256 (compared in constant time) and shown once. Its last use
 //! is written at most once per [`LAST_USED_EVERY_SECS`] per token, so a script's requests do
 //! not each cost a write. Tokens are independent of browser sessions: signing out ends the
-//! session, not the tokens.
+//! session, not the tokens; a password change revokes them all unless its person keeps them
+//! ([`revoke_all_in`]).
 
 use chrono::{DateTime, Utc};
 use tether_protocol::auth::{ApiToken, CreatedToken, Me, NewTokenParams, MAX_TOKEN_DAYS};
@@ -15,7 +16,7 @@ use crate::accounts::{parse_name, CallerRow, Resolved, CALLER_COLUMNS};
 use crate::clock::{secs, to_time, Millis};
 use crate::credentials;
 use crate::error::ApiError;
-use crate::store::{on_read, on_tx, stored_id, Store};
+use crate::store::{on_read, on_tx, stored_id, Store, Tx};
 
 /// A token's last use is written at most this often.
 pub const LAST_USED_EVERY_SECS: u64 = 60;
@@ -136,6 +137,26 @@ pub async fn revoke(
     tx.commit().await?;
     tracing::info!(token_id = %token_id, "API token revoked");
     Ok(())
+}
+
+/// Revokes every token of the user, in the caller's transaction; returns how many.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn revoke_all_in(
+    tx: &mut Tx,
+    account_id: &AccountId,
+    user_id: &UserId,
+) -> Result<u64, ApiError> {
+    let revoked = on_tx!(tx, |conn| sqlx::query(
+        "DELETE FROM api_tokens WHERE account_id = $1 AND user_id = $2"
+    )
+    .bind(account_id.as_str())
+    .bind(user_id.as_str())
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    Ok(revoked)
 }
 
 /// The caller behind an API token, if it exists and has not expired; notes its use.

@@ -1,5 +1,6 @@
 //! The accounts wing: accounts, users and sessions (here), API tokens (`api_tokens`),
-//! password hashing (`passwords`) and sign-in backoff (`login_failures`).
+//! password hashing (`passwords`), sign-in backoff (`login_failures`), the sessions a person
+//! sees and ends (`sessions`) and changing a password (`password_change`).
 //!
 //! Accounts, users and sessions (API tokens are `api_tokens`).
 //!
@@ -10,17 +11,20 @@
 
 pub mod api_tokens;
 pub mod login_failures;
+pub mod password_change;
 pub mod passwords;
+pub mod sessions;
 
 use tether_protocol::auth::{LoginParams, Me, SignupParams, User};
 use tether_protocol::text::{self, TextKind};
-use tether_protocol::{AccountId, Code, UserId};
+use tether_protocol::{AccountId, Code, SessionId, UserId};
 
 use crate::clock::{secs, Millis};
 use crate::credentials;
 use crate::error::ApiError;
 use crate::store::{on_read, on_tx, stored_id, Store, Tx};
 use passwords::{PasswordQueue, MAX_PASSWORD_CHARS};
+use sessions::Seen;
 
 /// How long a browser session lasts.
 pub const SESSION_SECS: u64 = 30 * 24 * 3600;
@@ -36,6 +40,8 @@ pub struct Resolved {
     pub me: Me,
     /// Present for sessions only: the token cookie-authenticated changes must echo.
     pub csrf_token: Option<String>,
+    /// Present for sessions only: the session's id.
+    pub session_id: Option<SessionId>,
 }
 
 /// Signup input after validation: a normalised email, a password of acceptable length and
@@ -90,6 +96,7 @@ pub async fn signup(
     store: &Store,
     queue: &PasswordQueue,
     new_user: NewUser,
+    seen: &Seen,
 ) -> Result<(Me, NewSession), ApiError> {
     let ticket = queue.admit()?;
     let password = new_user.password.clone();
@@ -103,7 +110,7 @@ pub async fn signup(
     let password_hash = ticket
         .run(move || {
             let personal: Vec<&str> = personal.iter().map(String::as_str).collect();
-            passwords::check_strength(&password, &personal)?;
+            passwords::check_strength("password", &password, &personal)?;
             credentials::hash_password(&password)
         })
         .await??;
@@ -150,7 +157,7 @@ pub async fn signup(
     if inserted == 0 {
         return Err(email_taken());
     }
-    let session = open_session(&mut tx, &user_id, &account_id, now).await?;
+    let session = open_session(&mut tx, &user_id, &account_id, now, seen).await?;
     tx.commit().await?;
     let me = Me {
         user: User {
@@ -180,6 +187,7 @@ pub async fn login(
     store: &Store,
     queue: &PasswordQueue,
     attempt: LoginAttempt,
+    seen: &Seen,
 ) -> Result<(Me, NewSession), ApiError> {
     let LoginAttempt { email, password } = attempt;
     let ticket = queue.admit()?;
@@ -217,7 +225,7 @@ pub async fn login(
     };
     let me = row.into_me()?;
     let mut tx = store.begin().await?;
-    let session = open_session(&mut tx, &me.user.id, &me.account.id, store.now()).await?;
+    let session = open_session(&mut tx, &me.user.id, &me.account.id, store.now(), seen).await?;
     login_failures::clear(&mut tx, &email_key).await?;
     tx.commit().await?;
     Ok((me, session))
@@ -240,25 +248,41 @@ pub async fn logout(store: &Store, session_token: &str) -> Result<(), ApiError> 
     tx.commit().await
 }
 
-/// The caller behind a session cookie, if the session exists and has not expired.
+/// The caller behind a session cookie, if the session exists and has not expired; notes its
+/// use (`seen`, at most once a minute). Read from the database on every request, never
+/// remembered, so an ended session is refused at once on every replica.
 ///
 /// # Errors
 /// A database error.
-pub async fn by_session(store: &Store, session_token: &str) -> Result<Option<Resolved>, ApiError> {
+pub async fn by_session(
+    store: &Store,
+    session_token: &str,
+    seen: &Seen,
+) -> Result<Option<Resolved>, ApiError> {
     let token_hash = credentials::hash_token(session_token);
     let sql = format!(
-        "SELECT {CALLER_COLUMNS}, s.token_hash AS token_hash, s.csrf_token AS csrf_token \
+        "SELECT {CALLER_COLUMNS}, s.token_hash AS token_hash, s.csrf_token AS csrf_token, \
+         s.id AS session_id, s.last_used_at AS last_used_at \
          FROM sessions s JOIN users u ON u.id = s.user_id JOIN accounts a ON a.id = u.account_id \
          WHERE s.token_hash = $1 AND s.expires_at > $2"
     );
-    let row = on_read!(store, |pool| sqlx::query_as::<_, CallerRow>(&sql)
+    let row = on_read!(store, |pool| sqlx::query_as::<_, SessionCallerRow>(&sql)
         .bind(&token_hash)
         .bind(store.now())
         .fetch_optional(pool)
         .await)?;
-    row.filter(|row| credentials::hashes_match(&row.token_hash, &token_hash))
-        .map(CallerRow::into_resolved)
-        .transpose()
+    let Some(row) =
+        row.filter(|row| credentials::hashes_match(&row.caller.token_hash, &token_hash))
+    else {
+        return Ok(None);
+    };
+    sessions::note_use(store, &row.session_id, row.last_used_at, seen).await;
+    let session_id = stored_id(row.session_id)?;
+    let resolved = row.caller.into_resolved()?;
+    Ok(Some(Resolved {
+        session_id: Some(session_id),
+        ..resolved
+    }))
 }
 
 /// Normalises and checks an email address: trimmed, lower case, `local@domain.tld`, and held
@@ -293,7 +317,7 @@ pub fn parse_email(raw: &str) -> Result<String, ApiError> {
 /// # Errors
 /// 422 naming `password`.
 pub fn parse_password(password: String) -> Result<String, ApiError> {
-    passwords::check_length(&password)?;
+    passwords::check_length("password", &password)?;
     Ok(password)
 }
 
@@ -375,6 +399,15 @@ pub(crate) struct CallerRow {
     pub(crate) csrf_token: Option<String>,
 }
 
+/// A session's caller, with the session's id and last use.
+#[derive(sqlx::FromRow)]
+struct SessionCallerRow {
+    #[sqlx(flatten)]
+    caller: CallerRow,
+    session_id: String,
+    last_used_at: Millis,
+}
+
 impl CallerRow {
     pub(crate) fn into_resolved(self) -> Result<Resolved, ApiError> {
         Ok(Resolved {
@@ -387,6 +420,7 @@ impl CallerRow {
                 self.account_name,
             )?,
             csrf_token: self.csrf_token,
+            session_id: None,
         })
     }
 }
@@ -437,6 +471,7 @@ async fn open_session(
     user_id: &UserId,
     account_id: &AccountId,
     now: Millis,
+    seen: &Seen,
 ) -> Result<NewSession, ApiError> {
     let session = NewSession {
         token: credentials::random_token(""),
@@ -444,18 +479,24 @@ async fn open_session(
     };
     on_tx!(tx, |conn| {
         sqlx::query(
-        "INSERT INTO sessions (token_hash, account_id, user_id, csrf_token, created_at, expires_at) \
-         VALUES ($1, $2, $3, $4, $5, $6)"
-    )
-    .bind(credentials::hash_token(&session.token))
-    .bind(account_id.as_str())
-    .bind(user_id.as_str())
-    .bind(&session.csrf_token)
-    .bind(now)
-    .bind(now + secs(SESSION_SECS))
-    .execute(conn)
-    .await
-    .map(|done| done.rows_affected())
+            "INSERT INTO sessions (token_hash, id, account_id, user_id, csrf_token, created_at, \
+             expires_at, last_used_at, browser, platform, address) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        )
+        .bind(credentials::hash_token(&session.token))
+        .bind(SessionId::generate().as_str())
+        .bind(account_id.as_str())
+        .bind(user_id.as_str())
+        .bind(&session.csrf_token)
+        .bind(now)
+        .bind(now + secs(SESSION_SECS))
+        .bind(now)
+        .bind(seen.browser)
+        .bind(seen.platform)
+        .bind(&seen.address)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected())
     })?;
     Ok(session)
 }

@@ -100,21 +100,21 @@ impl Ticket {
     }
 }
 
-/// Checks a new password's length (in characters).
+/// Checks a new password's length (in characters); `field` is what the request calls it.
 ///
 /// # Errors
-/// 422 naming `password`.
-pub fn check_length(password: &str) -> Result<(), ApiError> {
+/// 422 naming `field`.
+pub fn check_length(field: &str, password: &str) -> Result<(), ApiError> {
     let chars = password.chars().count();
     if chars < MIN_PASSWORD_CHARS {
         return Err(ApiError::invalid_field(
-            "password",
+            field,
             "must be at least 8 characters.",
         ));
     }
     if chars > MAX_PASSWORD_CHARS {
         return Err(ApiError::invalid_field(
-            "password",
+            field,
             "must be at most 1024 characters.",
         ));
     }
@@ -124,11 +124,11 @@ pub fn check_length(password: &str) -> Result<(), ApiError> {
 /// Refuses a password that is easy to guess, saying why. `personal` are the person's own
 /// words (email, name), which make a password weak when it is built from them. CPU work of
 /// up to ~15 ms (and ~30 ms the first time, building the dictionaries): call it from a
-/// blocking thread, as [`Ticket::run`] does.
+/// blocking thread, as [`Ticket::run`] does. `field` is what the request calls it.
 ///
 /// # Errors
-/// 422 naming `password`, with zxcvbn's warning and suggestion.
-pub fn check_strength(password: &str, personal: &[&str]) -> Result<(), ApiError> {
+/// 422 naming `field`, with zxcvbn's warning and suggestion.
+pub fn check_strength(field: &str, password: &str, personal: &[&str]) -> Result<(), ApiError> {
     let judged: String = password.chars().take(JUDGED_CHARS).collect();
     let estimate = zxcvbn::zxcvbn(&judged, personal);
     if u8::from(estimate.score()) >= MIN_STRENGTH {
@@ -148,7 +148,7 @@ pub fn check_strength(password: &str, personal: &[&str]) -> Result<(), ApiError>
     if why.len() == "is too easy to guess.".len() {
         why.push_str(" Add another word or two; uncommon words are better.");
     }
-    Err(ApiError::invalid_field("password", &why))
+    Err(ApiError::invalid_field(field, &why))
 }
 
 #[cfg(test)]
@@ -167,7 +167,7 @@ mod tests {
             "qwertyuiop",
             "passw0rd!",
         ] {
-            let error = check_strength(weak, &[]).err().unwrap();
+            let error = check_strength("password", weak, &[]).err().unwrap();
             assert_eq!(error.code(), Code::InvalidField, "{weak:?}");
             assert!(
                 error
@@ -183,7 +183,9 @@ mod tests {
             );
         }
         // Built from the person's own email.
-        assert!(check_strength("annexample", &["ann@example.com", "ann", "Ann"]).is_err());
+        assert!(
+            check_strength("password", "annexample", &["ann@example.com", "ann", "Ann"]).is_err()
+        );
     }
 
     #[test]
@@ -195,22 +197,22 @@ mod tests {
             "load-test-password",
         ] {
             assert!(
-                check_strength(strong, &["ann@example.com"]).is_ok(),
+                check_strength("password", strong, &["ann@example.com"]).is_ok(),
                 "{strong:?}"
             );
         }
         // Only the first 64 characters are judged, quickly.
         let long: String = "correct horse battery ".repeat(46);
-        assert!(check_strength(&long, &[]).is_ok());
+        assert!(check_strength("password", &long, &[]).is_ok());
     }
 
     #[test]
     fn lengths_are_checked_in_characters() {
-        assert!(check_length("seven 7").is_err());
-        assert!(check_length("ééééééé").is_err());
-        assert!(check_length("eight 88").is_ok());
-        assert!(check_length(&"x".repeat(MAX_PASSWORD_CHARS)).is_ok());
-        assert!(check_length(&"x".repeat(MAX_PASSWORD_CHARS + 1)).is_err());
+        assert!(check_length("password", "seven 7").is_err());
+        assert!(check_length("password", "ééééééé").is_err());
+        assert!(check_length("password", "eight 88").is_ok());
+        assert!(check_length("password", &"x".repeat(MAX_PASSWORD_CHARS)).is_ok());
+        assert!(check_length("password", &"x".repeat(MAX_PASSWORD_CHARS + 1)).is_err());
     }
 
     #[tokio::test]

@@ -1,14 +1,15 @@
-//! Sign-in and sign-up pages, and the Account page with the API tokens.
+//! Sign-in and sign-up pages, and the Account page: the password, the browser sessions and
+//! the API tokens.
 
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
 use maud::{html, Markup};
 use serde::Deserialize;
-use tether_protocol::auth::ApiToken;
+use tether_protocol::auth::{ApiToken, Session};
 
 use super::layout::{ago, error_page, page};
 use super::redirects::{escape_query_value, safe_next, signin_redirect};
-use crate::accounts::api_tokens;
+use crate::accounts::{api_tokens, sessions};
 use crate::auth::Caller;
 use crate::state::AppState;
 
@@ -55,14 +56,26 @@ pub async fn signup(query: web::Query<NextQuery>) -> HttpResponse {
     )
 }
 
-/// The signed-in person, and their API tokens: listed (never the secret), made (shown once),
-/// revoked.
+/// The signed-in person: their password, their browser sessions (listed with where and when
+/// each was last used, ended one by one or all but this one) and their API tokens: listed
+/// (never the secret), made (shown once), revoked.
 pub async fn show(state: web::Data<AppState>, caller: Option<Caller>) -> HttpResponse {
     let Some(caller) = caller else {
         return signin_redirect("/account");
     };
     let tokens = match api_tokens::list(&state.store, &caller.account.id, &caller.user.id).await {
         Ok(tokens) => tokens,
+        Err(error) => return error_page(&caller, &error),
+    };
+    let sessions = match sessions::list(
+        &state.store,
+        &caller.account.id,
+        &caller.user.id,
+        caller.session_id.as_ref(),
+    )
+    .await
+    {
+        Ok(sessions) => sessions,
         Err(error) => return error_page(&caller, &error),
     };
     let now = state.store.clock().now();
@@ -81,6 +94,35 @@ pub async fn show(state: web::Data<AppState>, caller: Option<Caller>) -> HttpRes
                 h2 { "Notifications" }
                 p { "Get told on your phone when a run asks you something, a job ends or a computer goes offline." }
                 p { a href="/account/notifications" { "Notifications on your devices" } }
+            }
+            section.card #password {
+                h2 { "Password" }
+                p.muted { "Changing it signs you out everywhere else. Your API tokens are revoked too unless you keep them." }
+                p #password-done role="status" hidden {}
+                form.stack data-api="/api/auth/password" data-done-target="#password-done"
+                    data-done="Password changed. Every other session has ended."
+                    data-fields=r#"{"currentPassword":"Current password","newPassword":"New password"}"# {
+                    label { "Current password"
+                        input type="password" name="currentPassword" autocomplete="current-password" required; }
+                    label { "New password (at least 8 characters, not a common one: a few uncommon words work well)"
+                        input type="password" name="newPassword" autocomplete="new-password" minlength="8" required; }
+                    label.inline { input type="checkbox" name="keepApiTokens"; "Keep my API tokens working" }
+                    p.error role="alert" {}
+                    button type="submit" { "Change password" }
+                }
+            }
+            section.card #sessions {
+                h2 { "Where you are signed in" }
+                p.muted { "Each browser you signed in with, and the network it was last used from. End one you do not recognise, then change your password." }
+                table {
+                    thead { tr { th { "Browser" } th { "Network" } th { "Last used" } th { "Signed in" } th {} } }
+                    tbody { @for session in &sessions { (session_row(session, now)) } }
+                }
+                form data-api="/api/auth/sessions/end-others"
+                    data-confirm="Sign out every other browser? Each has to sign in again." {
+                    button.secondary type="submit" { "Sign out everywhere else" }
+                    span.error role="alert" {}
+                }
             }
             section.card #tokens {
                 h2 { "API tokens" }
@@ -116,6 +158,27 @@ pub async fn show(state: web::Data<AppState>, caller: Option<Caller>) -> HttpRes
             }
         },
     )
+}
+
+fn session_row(session: &Session, now: DateTime<Utc>) -> Markup {
+    let what = format!("{} on {}", session.browser, session.platform);
+    html! {
+        tr data-session=(session.id) {
+            td { (what) @if session.current { " " span.badge { "this browser" } } }
+            td { code { (session.address) } }
+            td { (ago(session.last_used_at, now)) }
+            td { (ago(session.created_at, now)) }
+            td {
+                @if !session.current {
+                    form data-api={ "/api/auth/sessions/" (session.id) } data-method="DELETE"
+                        data-confirm={ "End the session of " (what) "? It has to sign in again." } {
+                        button.danger type="submit" aria-label={ "End the session of " (what) } { "End" }
+                        span.error {}
+                    }
+                }
+            }
+        }
+    }
 }
 
 fn token_row(token: &ApiToken, now: DateTime<Utc>) -> Markup {

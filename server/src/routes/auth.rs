@@ -1,21 +1,27 @@
-//! `POST /api/auth/signup|login|logout`, `GET /api/me`. Sign-up and sign-in are limited per
-//! client address (the `signup` and `login` buckets); sign-in also per email, in
-//! `accounts::login`. Before a session exists there is no CSRF token, so both refuse a
+//! `POST /api/auth/signup|login|logout`, `GET /api/me`, and a person's own security: `POST
+//! /api/auth/password`, `GET /api/auth/sessions`, `DELETE /api/auth/sessions/{id}`, `POST
+//! /api/auth/sessions/end-others` (browser sessions only: an API token is 403). Sign-up and
+//! sign-in are limited per client address (the `signup` and `login` buckets); sign-in and a
+//! password change also per email, in `accounts`. Before a session exists there is no CSRF token, so both refuse a
 //! cross-site form by its `Origin`, compared with the host the request was addressed to
 //! (`links::request_origin`: a forwarded host only from a trusted proxy).
 
 use actix_web::cookie::time::Duration;
 use actix_web::cookie::{Cookie, SameSite};
 use actix_web::{web, HttpRequest, HttpResponse, HttpResponseBuilder};
-use tether_protocol::auth::{LoginParams, LoginResponse, Me, SignupParams};
+use tether_protocol::auth::{
+    ChangePasswordParams, LoginParams, LoginResponse, Me, Session, SignupParams,
+};
 use tether_protocol::routes::CSRF_HEADER;
-use tether_protocol::Code;
+use tether_protocol::{Code, SessionId};
 
 use super::client::client_address;
 use super::links::request_origin;
 use super::table::{Access, Table};
+use crate::accounts::password_change::{self, PasswordChange};
+use crate::accounts::sessions;
 use crate::accounts::{self, LoginAttempt, NewSession, NewUser, SESSION_SECS};
-use crate::auth::{Caller, Via, CSRF_COOKIE, SESSION_COOKIE};
+use crate::auth::{seen, Caller, Via, CSRF_COOKIE, SESSION_COOKIE};
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::rate_limits::Bucket;
@@ -45,6 +51,52 @@ pub(super) fn routes(table: &mut Table) {
         .get("/api/me", me, Access::User, "Who is signed in")
         .answer::<Me>(200, "The caller and their account.")
         .errors(&[]);
+    table
+        .post(
+            "/api/auth/password",
+            change_password,
+            Access::User,
+            "Change the password (browser session only: 403 for a token)",
+        )
+        .body::<ChangePasswordParams>()
+        .empty(
+            204,
+            "Changed; every other session ended, and the API tokens too unless kept.",
+        )
+        .errors(&[401, 403, 413, 415, 422, 429]);
+    table
+        .get(
+            "/api/auth/sessions",
+            list_sessions,
+            Access::User,
+            "The caller's browser sessions (browser session only: 403 for a token)",
+        )
+        .answer_list::<Session>(
+            200,
+            "The most recently used first; the caller's is `current`.",
+        )
+        .errors(&[]);
+    table
+        .post(
+            "/api/auth/sessions/end-others",
+            end_other_sessions,
+            Access::User,
+            "Sign out everywhere else (browser session only: 403 for a token)",
+        )
+        .empty(
+            204,
+            "Every other session ended: each answers 401 from now on.",
+        )
+        .errors(&[]);
+    table
+        .delete(
+            "/api/auth/sessions/{id}",
+            end_session,
+            Access::User,
+            "End a session (browser session only: 403 for a token)",
+        )
+        .empty(204, "Ended: it answers 401 from now on.")
+        .errors(&[400, 404]);
 }
 
 async fn signup(
@@ -57,7 +109,8 @@ async fn signup(
         .limits
         .check(Bucket::Signup, &client_address(&req, &state.config))?;
     let new_user = NewUser::try_from(params.into_inner())?;
-    let (me, session) = accounts::signup(&state.store, &state.passwords, new_user).await?;
+    let seen = seen(&req, &state.config);
+    let (me, session) = accounts::signup(&state.store, &state.passwords, new_user, &seen).await?;
     Ok(with_session(HttpResponse::Created(), &session, &state.config).json(me))
 }
 
@@ -71,7 +124,8 @@ async fn login(
         .limits
         .check(Bucket::Login, &client_address(&req, &state.config))?;
     let attempt = LoginAttempt::from(params.into_inner());
-    let (me, session) = accounts::login(&state.store, &state.passwords, attempt).await?;
+    let seen = seen(&req, &state.config);
+    let (me, session) = accounts::login(&state.store, &state.passwords, attempt, &seen).await?;
     let answer = LoginResponse { user: me.user };
     Ok(with_session(HttpResponse::Ok(), &session, &state.config).json(answer))
 }
@@ -90,6 +144,70 @@ async fn logout(
     answer
         .cookie(removal(SESSION_COOKIE))
         .cookie(removal(CSRF_COOKIE));
+    Ok(answer.finish())
+}
+
+async fn change_password(
+    state: web::Data<AppState>,
+    caller: Caller,
+    params: web::Json<ChangePasswordParams>,
+) -> Result<HttpResponse, ApiError> {
+    let keep = caller.require_session()?.clone();
+    let change = PasswordChange::try_from(params.into_inner())?;
+    let me = Me {
+        user: caller.user,
+        account: caller.account,
+    };
+    password_change::change_password(&state.store, &state.passwords, &me, &keep, change).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+async fn list_sessions(
+    state: web::Data<AppState>,
+    caller: Caller,
+) -> Result<HttpResponse, ApiError> {
+    let current = caller.require_session()?;
+    let list = sessions::list(
+        &state.store,
+        &caller.account.id,
+        &caller.user.id,
+        Some(current),
+    )
+    .await?;
+    Ok(HttpResponse::Ok()
+        .insert_header(("cache-control", "no-store"))
+        .json(list))
+}
+
+async fn end_other_sessions(
+    state: web::Data<AppState>,
+    caller: Caller,
+) -> Result<HttpResponse, ApiError> {
+    let keep = caller.require_session()?;
+    sessions::end_others(&state.store, &caller.account.id, &caller.user.id, keep).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// Ending the caller's own session signs this browser out too.
+async fn end_session(
+    state: web::Data<AppState>,
+    caller: Caller,
+    session_id: web::Path<SessionId>,
+) -> Result<HttpResponse, ApiError> {
+    let current = caller.require_session()?;
+    sessions::end(
+        &state.store,
+        &caller.account.id,
+        &caller.user.id,
+        &session_id,
+    )
+    .await?;
+    let mut answer = HttpResponse::NoContent();
+    if *current == *session_id {
+        answer
+            .cookie(removal(SESSION_COOKIE))
+            .cookie(removal(CSRF_COOKIE));
+    }
     Ok(answer.finish())
 }
 

@@ -1,16 +1,11 @@
-//! Who sent a request: the one address every per-address limit keys on, and whether its
+//! Who sent a request: the one address every per-address limit keys on (read by
+//! [`client_ip_of`], in `auth`, where a session notes where it was used), and whether its
 //! peer is a trusted proxy whose forwarded headers are believed.
 
-use std::net::{IpAddr, Ipv4Addr};
-
-use actix_web::http::header::{HeaderName, FORWARDED};
 use actix_web::HttpRequest;
 
+use crate::auth::client_ip_of;
 use crate::config::Config;
-use crate::proxies::{client_ip, Forwarded};
-
-/// `X-Forwarded-For`, which the shipped nginx appends to.
-const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// The client's address as a rate-limit key: the peer, or — when the peer is one of
 /// `TETHER_TRUSTED_PROXIES` — the right-most address in its `X-Forwarded-For` (or, without
@@ -26,29 +21,4 @@ pub(crate) fn client_address(req: &HttpRequest, config: &Config) -> String {
 pub(crate) fn from_trusted_proxy(req: &HttpRequest, config: &Config) -> bool {
     req.peer_addr()
         .is_some_and(|addr| config.trusted_proxies.contains(addr.ip()))
-}
-
-/// [`client_address`] as an address.
-pub(crate) fn client_ip_of(req: &HttpRequest, config: &Config) -> IpAddr {
-    // actix gives no peer only for requests built in tests; they share one key.
-    let peer = req
-        .peer_addr()
-        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |addr| addr.ip());
-    if config.trusted_proxies.is_empty() {
-        return peer.to_canonical();
-    }
-    let values = |name: &HeaderName| -> Vec<&str> {
-        req.headers()
-            .get_all(name)
-            .filter_map(|value| value.to_str().ok())
-            .collect()
-    };
-    let x_forwarded_for = values(&X_FORWARDED_FOR);
-    let forwarded = values(&FORWARDED);
-    let chain = if x_forwarded_for.is_empty() && !forwarded.is_empty() {
-        Forwarded::Rfc7239(&forwarded)
-    } else {
-        Forwarded::XForwardedFor(&x_forwarded_for)
-    };
-    client_ip(peer, chain, &config.trusted_proxies)
 }

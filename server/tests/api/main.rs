@@ -41,6 +41,7 @@ mod races;
 mod recovery;
 mod replicas;
 mod secrets;
+mod sessions;
 mod tenancy;
 mod text;
 mod tokens;
