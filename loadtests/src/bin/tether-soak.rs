@@ -9,8 +9,9 @@
 //!
 //! While the jobs are assigned, faults are injected at random and printed as they happen:
 //! SIGKILL of an agent (restarted), SIGKILL of the server (restarted on the same database and
-//! port), SIGSTOP of an agent past the lease then SIGCONT, and the proxy resetting every
-//! connection or holding them open and silent past the lease.
+//! port), SIGSTOP of an agent with a run under way past the lease then SIGCONT, and the proxy
+//! resetting every connection or, while its computer has a run under way, holding them open
+//! and silent past the lease.
 //!
 //! Then every job is read back through the API and every folder's `runs.txt` is read: no run
 //! overlapped another of the same job, none was lost (every job ended), none moved computers,
@@ -422,6 +423,19 @@ async fn inject_faults(
                 Err(error) => say(format!("the server did not restart: {error:#}")),
             }
         } else if roll < 70 {
+            // Past the lease only matters to a run under way: stop a computer that has one.
+            let mut under_way = Vec::new();
+            for candidate in 0..shared.agents.len() {
+                let running = web.running(&shared, candidate).await;
+                if !running.is_empty() && !shared.agent_busy[candidate].load(Ordering::SeqCst) {
+                    under_way.push((candidate, running.join(", ")));
+                }
+            }
+            if under_way.is_empty() {
+                continue;
+            }
+            let (computer, running) = under_way.swap_remove(rng.gen_range(0..under_way.len()));
+            let doing = format!("running {running}");
             if shared.agent_busy[computer].swap(true, Ordering::SeqCst) {
                 continue;
             }
@@ -451,7 +465,10 @@ async fn inject_faults(
             ));
             shared.count("proxy reset");
         } else {
-            if shared.proxy_busy.swap(true, Ordering::SeqCst) {
+            // Likewise a hold: it is the run's lease the partition must outlast.
+            if web.running(&shared, 0).await.is_empty()
+                || shared.proxy_busy.swap(true, Ordering::SeqCst)
+            {
                 continue;
             }
             let doing = web.doing(&shared, 0).await;
@@ -765,7 +782,8 @@ impl Web {
     }
 
     /// Creates a job, retrying while the server is down. A create whose answer was lost
-    /// may have committed: the job is looked for by its title before sending again, so a
+    /// may have committed: every send carries one `Idempotency-Key`, and the job is also
+    /// looked for by its title before sending again (a server that keeps no keys), so a
     /// retry never makes a second job.
     async fn create_job(
         &self,
@@ -780,6 +798,8 @@ impl Web {
             "folder": "work", "engine": "counted", "mode": "unattended", "network": false,
             "timeoutMinutes": 10,
         });
+        // Not from the seed: the same seed on a reused database must not find an old key.
+        let key = format!("soak-{:016x}", rand::random::<u64>());
         let mut sent = false;
         loop {
             if sent {
@@ -800,6 +820,7 @@ impl Web {
                 .http
                 .post(format!("{}/api/jobs", self.base))
                 .bearer_auth(&self.token)
+                .header("idempotency-key", &key)
                 .json(&body)
                 .send()
                 .await;
@@ -818,6 +839,14 @@ impl Web {
                         res.status(),
                         res.text().await.unwrap_or_default()
                     ));
+                }
+                // The key's first send still being answered (or cut off with the server).
+                Ok(res) if res.status() == reqwest::StatusCode::CONFLICT => {
+                    shared.clock.say(&format!(
+                        "POST /api/jobs ({title}) answered 409: {}",
+                        res.text().await.unwrap_or_default()
+                    ));
+                    tokio::time::sleep(Duration::from_secs(1)).await;
                 }
                 Ok(res) => {
                     let status = res.status();
@@ -842,25 +871,29 @@ impl Web {
     /// What `computer` is doing, as the server sees it, for the fault's line: a run under
     /// way is what a fault is meant to meet.
     async fn doing(&self, shared: &Shared, computer: usize) -> String {
-        let device_id = shared.agents[computer].lock().await.device_id.clone();
-        let path = format!("/api/jobs?deviceId={device_id}");
-        let Ok(Ok(jobs)) =
-            tokio::time::timeout(Duration::from_secs(2), self.get(Some(shared), &path)).await
-        else {
-            return "its runs unknown".to_owned();
-        };
-        let running: Vec<&str> = jobs
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|job| matches!(job["state"].as_str(), Some("running" | "waiting")))
-            .filter_map(|job| job["title"].as_str())
-            .collect();
+        let running = self.running(shared, computer).await;
         if running.is_empty() {
             "idle".to_owned()
         } else {
             format!("running {}", running.join(", "))
         }
+    }
+
+    /// The titles of `computer`'s runs under way (none while the server does not answer).
+    async fn running(&self, shared: &Shared, computer: usize) -> Vec<String> {
+        let device_id = shared.agents[computer].lock().await.device_id.clone();
+        let path = format!("/api/jobs?deviceId={device_id}");
+        let Ok(Ok(jobs)) =
+            tokio::time::timeout(Duration::from_secs(2), self.get(Some(shared), &path)).await
+        else {
+            return Vec::new();
+        };
+        jobs.as_array()
+            .into_iter()
+            .flatten()
+            .filter(|job| matches!(job["state"].as_str(), Some("running" | "waiting")))
+            .filter_map(|job| job["title"].as_str().map(str::to_owned))
+            .collect()
     }
 
     /// Whether every assigned job is in a final state (false while the server is down).
