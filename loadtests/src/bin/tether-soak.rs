@@ -309,6 +309,10 @@ impl Soak<'_> {
         }
         let faults_ended = clock.0.elapsed();
         clock.say("faults stopped; settling");
+        // A run the sweeper ended while its computer was cut off is final to the server, yet
+        // the computer, once back, reattaches it or delivers the outcome it kept: give it a
+        // lease and a few heartbeats before the states count.
+        tokio::time::sleep(Duration::from_secs(options.lease_secs + 15)).await;
         let settle_limit = Instant::now() + Duration::from_secs(180);
         while Instant::now() < settle_limit && !web.all_ended(&assigned, &shared).await {
             tokio::time::sleep(Duration::from_secs(2)).await;
@@ -940,7 +944,8 @@ struct Audit {
     repeated: Vec<String>,
     /// Succeeded, yet its side effect never reached its end.
     unfinished_successes: Vec<String>,
-    /// Ran to its end on the computer, yet reported otherwise.
+    /// Ran to its end on the computer (exit 0), yet reported otherwise after the settling:
+    /// an outcome the computer kept and never delivered.
     finished_not_succeeded: Vec<String>,
 }
 
@@ -1092,27 +1097,23 @@ impl Audit {
         let _ = writeln!(
             out,
             "- overlapped {}, lost {}, moved {}, 5xx {} (to the soak {client_5xx}, in the \
-             server's log {server_5xx}), side effect repeated {}, succeeded without finishing {}",
+             server's log {server_5xx}), side effect repeated {}, succeeded without finishing {}, \
+             ran to its end but reported otherwise {}",
             self.overlapped.len(),
             self.lost.len(),
             self.moved.len(),
             client_5xx + server_5xx,
             self.repeated.len(),
-            self.unfinished_successes.len()
+            self.unfinished_successes.len(),
+            self.finished_not_succeeded.len()
         );
-        if !self.finished_not_succeeded.is_empty() {
-            let _ = writeln!(
-                out,
-                "- ran to its end but reported otherwise: {}",
-                self.finished_not_succeeded.join(", ")
-            );
-        }
         for (what, list) in [
             ("overlapped", &self.overlapped),
             ("lost", &self.lost),
             ("moved", &self.moved),
             ("repeated", &self.repeated),
             ("succeeded without finishing", &self.unfinished_successes),
+            ("ran to its end, reported otherwise", &self.finished_not_succeeded),
         ] {
             for item in list {
                 let _ = writeln!(out, "  {what}: {item}");
@@ -1123,6 +1124,7 @@ impl Audit {
             && self.moved.is_empty()
             && self.repeated.is_empty()
             && self.unfinished_successes.is_empty()
+            && self.finished_not_succeeded.is_empty()
             && client_5xx + server_5xx == 0;
         let _ = writeln!(
             out,
