@@ -145,6 +145,15 @@ impl Notices {
         self.hub.forget_device_token(device_id).await;
     }
 
+    /// Sessions of the account ended (signed out elsewhere, one ended, a password change):
+    /// their requests are 401 already, since no replica caches a session; the streams they
+    /// hold open, on any replica, are told to check and end.
+    pub async fn sessions_ended(&self, account_id: &AccountId) {
+        self.hub
+            .publish_account(account_id, AccountEvent::SessionsEnded)
+            .await;
+    }
+
     /// A sealed secret waits for `device_id`; a lost frame is sent again when the device's
     /// stream reconnects.
     pub async fn secret_sent(&self, device_id: &DeviceId, frame: ServerFrame) {

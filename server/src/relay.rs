@@ -99,6 +99,8 @@ pub enum AccountEvent {
         /// The decision that changed, when it is one (a run ending may settle several).
         decision_id: Option<DecisionId>,
     },
+    /// Sessions of the account ended: an open stream checks that its own still holds.
+    SessionsEnded,
 }
 
 struct Waiter {

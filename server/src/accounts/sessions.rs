@@ -168,6 +168,21 @@ fn known(word: String) -> String {
     }
 }
 
+/// Whether the session still holds (not ended, not expired), for a stream it opened.
+///
+/// # Errors
+/// A database error.
+pub async fn is_open(store: &Store, id: &SessionId) -> Result<bool, ApiError> {
+    let found = on_read!(store, |pool| sqlx::query_scalar::<_, i64>(
+        "SELECT 1 FROM sessions WHERE id = $1 AND expires_at > $2"
+    )
+    .bind(id.as_str())
+    .bind(store.now())
+    .fetch_optional(pool)
+    .await)?;
+    Ok(found.is_some())
+}
+
 /// Ends one of the user's sessions: its next request is 401.
 ///
 /// # Errors

@@ -159,6 +159,7 @@ async fn change_password(
         account: caller.account,
     };
     password_change::change_password(&state.store, &state.passwords, &me, &keep, change).await?;
+    state.notices.sessions_ended(&me.account.id).await;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -185,6 +186,7 @@ async fn end_other_sessions(
 ) -> Result<HttpResponse, ApiError> {
     let keep = caller.require_session()?;
     sessions::end_others(&state.store, &caller.account.id, &caller.user.id, keep).await?;
+    state.notices.sessions_ended(&caller.account.id).await;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -202,6 +204,7 @@ async fn end_session(
         &session_id,
     )
     .await?;
+    state.notices.sessions_ended(&caller.account.id).await;
     let mut answer = HttpResponse::NoContent();
     if *current == *session_id {
         answer

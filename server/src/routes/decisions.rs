@@ -17,12 +17,13 @@ use tether_protocol::decisions::{
     AnswerRequest, AskRequest, AskResponse, CloseRequest, Decision, DecisionChange, DecisionState,
     DecisionsEvent, DeviceDecision,
 };
-use tether_protocol::{AccountId, DecisionId, JobId};
+use tether_protocol::{AccountId, DecisionId, JobId, SessionId};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::{interval_at, Instant, Interval, MissedTickBehavior};
 
 use super::lease::Lease;
 use super::table::{Access, Table};
+use crate::accounts::sessions;
 use crate::auth::Caller;
 use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
@@ -192,12 +193,14 @@ async fn answer(
 /// whenever the account's decisions change, a comment every [`KEEP_ALIVE`].
 async fn events(state: web::Data<AppState>, caller: Caller) -> Result<HttpResponse, ApiError> {
     let account_id = caller.account.id;
+    let session_id = caller.session_id;
     // Followed before the first read, so no change falls between the two.
     let follower = state.hub.follow_account(&account_id).await;
     let summary = decisions::pending_summary(&state.store, &account_id).await?;
     let mut feed = Feed {
         state: state.clone(),
         account_id,
+        session_id,
         follower,
         last: summary,
         keep_alive: every(KEEP_ALIVE),
@@ -228,6 +231,9 @@ fn every(period: Duration) -> Interval {
 struct Feed {
     state: web::Data<AppState>,
     account_id: AccountId,
+    /// The session that opened the stream (none for an API token): when it ends, so does
+    /// the stream.
+    session_id: Option<SessionId>,
     /// Dropped with the stream when the browser goes away, which ends the registration.
     follower: AccountStream,
     /// What the browser was last told.
@@ -248,6 +254,12 @@ impl Feed {
                 received = self.follower.events.recv() => {
                     let (change, decision_id) = match received {
                         Ok(AccountEvent::Decisions { change, decision_id }) => (change, decision_id),
+                        Ok(AccountEvent::SessionsEnded) => {
+                            if self.session_ended().await {
+                                return None;
+                            }
+                            continue;
+                        }
                         Err(RecvError::Lagged(_)) => (DecisionChange::Sync, None),
                         Err(RecvError::Closed) => return None,
                     };
@@ -256,11 +268,29 @@ impl Feed {
                 }
                 _ = self.keep_alive.tick() => return Some(Bytes::from_static(b": keep-alive\n\n")),
                 _ = self.recheck.tick() => {
+                    if self.session_ended().await {
+                        return None;
+                    }
                     let summary = self.read().await;
                     if summary != self.last {
                         return Some(Bytes::from(self.event(DecisionChange::Sync, None, summary)));
                     }
                 }
+            }
+        }
+    }
+
+    /// Whether the session that opened the stream has ended; on a database error, not yet
+    /// (the next check tries again).
+    async fn session_ended(&self) -> bool {
+        let Some(session_id) = &self.session_id else {
+            return false;
+        };
+        match sessions::is_open(&self.state.store, session_id).await {
+            Ok(open) => !open,
+            Err(error) => {
+                tracing::warn!(%error, "session not checked for an event stream");
+                false
             }
         }
     }

@@ -57,6 +57,18 @@ async fn me_with_token(app: &TestApp, token: &str) -> StatusCode {
         .status()
 }
 
+/// Whether `res`, a stream, ends (rather than sends more or stays open) within `within`.
+async fn ends_within(res: &mut reqwest::Response, within: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, res.chunk()).await {
+            Err(_) => return false,
+            Ok(Ok(None) | Err(_)) => return true,
+            Ok(Ok(Some(_))) => {}
+        }
+    }
+}
+
 async fn sessions(web: &WebClient) -> Vec<Session> {
     let res = web.get("/api/auth/sessions").await;
     assert_eq!(res.status(), StatusCode::OK);
@@ -178,6 +190,28 @@ both_backends! {
         // Without the CSRF header the cookie alone ends nothing.
         let res = second.http.post(format!("{}/api/auth/sessions/end-others", app.base)).send().await.unwrap();
         assert_error(res, 403, "csrf_rejected").await;
+    }
+
+    async fn an_ended_sessions_open_event_stream_ends_too(backend) {
+        let app = spawn_app(backend).await;
+        let (first, second) = two_sessions(&app).await;
+        let mut third = app.web();
+        assert_eq!(third.login("ann@example.com", PASSWORD).await.status(), StatusCode::OK);
+        let mut kept = first.get("/api/decisions/events").await;
+        let mut ended = second.get("/api/decisions/events").await;
+        assert_eq!(ended.status(), StatusCode::OK);
+        assert!(!ends_within(&mut ended, Duration::from_millis(300)).await, "open while its session holds");
+        let third_id = sessions(&third).await.into_iter().find(|session| session.current).unwrap().id;
+        let mut third_stream = third.get("/api/decisions/events").await;
+
+        // One ended by id, then the rest by signing out everywhere else.
+        let res = first.delete(&format!("/api/auth/sessions/{third_id}")).await;
+        assert_eq!(res.status(), StatusCode::NO_CONTENT);
+        assert!(ends_within(&mut third_stream, Duration::from_secs(5)).await, "the ended session's stream ends");
+        assert!(!ends_within(&mut ended, Duration::from_millis(300)).await, "another session's goes on");
+        assert_eq!(first.post_empty("/api/auth/sessions/end-others").await.status(), StatusCode::NO_CONTENT);
+        assert!(ends_within(&mut ended, Duration::from_secs(5)).await, "the ended session's stream ends");
+        assert!(!ends_within(&mut kept, Duration::from_millis(300)).await, "the asking session's goes on");
     }
 
     async fn the_sessions_list_says_where_and_when_and_ends_one(backend) {
