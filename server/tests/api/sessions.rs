@@ -9,10 +9,14 @@ use serde_json::{json, Value};
 use tether_protocol::auth::Session;
 
 use crate::both_backends;
-use crate::helpers::{assert_error, query_i64, spawn_app, TestApp, WebClient};
+use crate::helpers::{
+    assert_error, query_i64, spawn_app, spawn_app_with, Backend, TestApp, WebClient,
+};
+use crate::redis;
 
 const PASSWORD: &str = "correct horse battery";
-const FIREFOX_LINUX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:121.0) Gecko/20100101 Firefox/121.0";
+const FIREFOX_LINUX: &str =
+    "Mozilla/5.0 (X11; Linux x86_64; rv:121.0) Gecko/20100101 Firefox/121.0";
 const SAFARI_IPHONE: &str = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_1 like Mac OS X) \
     AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.1 Mobile/15E148 Safari/604.1";
 
@@ -75,12 +79,53 @@ async fn sessions(web: &WebClient) -> Vec<Session> {
     res.json().await.unwrap()
 }
 
-async fn change(web: &WebClient, current: &str, new: &str, keep: Option<bool>) -> reqwest::Response {
+async fn change(
+    web: &WebClient,
+    current: &str,
+    new: &str,
+    keep: Option<bool>,
+) -> reqwest::Response {
     let mut body = json!({ "currentPassword": current, "newPassword": new });
     if let Some(keep) = keep {
         body["keepApiTokens"] = json!(keep);
     }
     web.post("/api/auth/password", &body).await
+}
+
+/// Sessions end at once on every replica: no replica remembers one, and the streams a
+/// session holds open on another replica are told through Redis.
+#[tokio::test]
+async fn sessions_end_at_once_on_every_replica() {
+    let Some(redis_url) = redis::url() else {
+        return;
+    };
+    let Some(backend) = Backend::postgres() else {
+        return;
+    };
+    let a = spawn_app_with(backend, |config| config.redis_url = Some(redis_url)).await;
+    let b = a.another().await;
+    let (first, mut second) = two_sessions(&a).await;
+    second.base = b.base.clone();
+    assert_eq!(second.get("/api/me").await.status(), StatusCode::OK);
+    let mut stream = second.get("/api/decisions/events").await;
+    assert_eq!(stream.status(), StatusCode::OK);
+    assert!(!ends_within(&mut stream, Duration::from_millis(300)).await);
+
+    assert_eq!(
+        first
+            .post_empty("/api/auth/sessions/end-others")
+            .await
+            .status(),
+        StatusCode::NO_CONTENT
+    );
+    assert_error(second.get("/api/me").await, 401, "unauthorized").await;
+    assert!(
+        ends_within(&mut stream, Duration::from_secs(5)).await,
+        "B's stream of the ended session ends"
+    );
+    let mut on_b = first;
+    on_b.base = b.base.clone();
+    assert_eq!(on_b.get("/api/me").await.status(), StatusCode::OK);
 }
 
 both_backends! {
