@@ -597,11 +597,27 @@ async fn acp_in_review_mode_under_bubblewrap() {
 /// allowed the agent's write there for the run, a later terminal command writes there as
 /// well. The same command in a run without the grant (its question answered for once)
 /// cannot, and a follow-up that continues the granted run starts with the grant.
+/// A folder for the second folder of a grant: it must lie outside every temporary folder,
+/// where review mode goes ahead without asking, and outside the system folders. The build's
+/// own scratch folder is one only when the checkout is not itself under `/tmp`; otherwise
+/// `/srv/tether-tests`.
+fn outside_temporary_folders() -> PathBuf {
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let base = if ["/tmp", "/var/tmp", "/dev/shm"]
+        .iter()
+        .any(|temporary| target.starts_with(temporary))
+    {
+        PathBuf::from("/srv/tether-tests")
+    } else {
+        target
+    };
+    std::fs::create_dir_all(&base).unwrap_or_else(|err| panic!("{}: {err}", base.display()));
+    base
+}
+
 async fn check_a_folder_allowed_for_the_run(backend: &str) {
     let computer = Computer::start_with(backend).await;
-    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    std::fs::create_dir_all(scratch).unwrap();
-    let scratch = tempfile::tempdir_in(scratch).unwrap();
+    let scratch = tempfile::tempdir_in(outside_temporary_folders()).unwrap();
     // A repository of its own, so the question names exactly this folder.
     let second = scratch.path().canonicalize().unwrap().join("second");
     std::fs::create_dir_all(second.join(".git")).unwrap();
