@@ -62,7 +62,10 @@ echo "end $j $n" >> runs.txt"#;
 
 /// Command-line options.
 #[derive(Debug, Parser)]
-#[command(version, about = "Real agents and a real server under faults, audited at the end.")]
+#[command(
+    version,
+    about = "Real agents and a real server under faults, audited at the end."
+)]
 struct Options {
     /// Seed for every random choice (default: a random one, printed).
     #[arg(long)]
@@ -371,7 +374,9 @@ async fn assign(
             .await
         {
             Ok(id) => assigned.push(Assigned { id, computer }),
-            Err(error) => shared.clock.say(&format!("job {number} not assigned: {error:#}")),
+            Err(error) => shared
+                .clock
+                .say(&format!("job {number} not assigned: {error:#}")),
         }
     }
     assigned
@@ -958,11 +963,14 @@ async fn audit(web: &Web, shared: &Shared, assigned: &[Assigned]) -> Audit {
         let text = std::fs::read_to_string(folder.join("runs.txt")).unwrap_or_default();
         for line in text.lines() {
             let mut words = line.split_whitespace();
-            if let (Some(kind), Some(job), Some(attempt)) = (words.next(), words.next(), words.next()) {
-                lines
-                    .entry(job.to_owned())
-                    .or_default()
-                    .push((computer, kind.to_owned(), attempt.to_owned()));
+            if let (Some(kind), Some(job), Some(attempt)) =
+                (words.next(), words.next(), words.next())
+            {
+                lines.entry(job.to_owned()).or_default().push((
+                    computer,
+                    kind.to_owned(),
+                    attempt.to_owned(),
+                ));
             }
         }
     }
@@ -973,7 +981,10 @@ async fn audit(web: &Web, shared: &Shared, assigned: &[Assigned]) -> Audit {
     for job in assigned {
         let mut read = None;
         for _ in 0..20 {
-            match web.get(Some(shared), &format!("/api/jobs/{}", job.id)).await {
+            match web
+                .get(Some(shared), &format!("/api/jobs/{}", job.id))
+                .await
+            {
                 Ok(value) => {
                     read = Some(value);
                     break;
@@ -1006,7 +1017,10 @@ async fn audit(web: &Web, shared: &Shared, assigned: &[Assigned]) -> Audit {
                 .push(format!("{}: now on {}", job.id, read["deviceId"]));
         }
         let written = lines.remove(&job.id).unwrap_or_default();
-        if written.iter().any(|(computer, ..)| *computer != job.computer) {
+        if written
+            .iter()
+            .any(|(computer, ..)| *computer != job.computer)
+        {
             audit
                 .moved
                 .push(format!("{}: ran on another computer", job.id));
@@ -1055,7 +1069,9 @@ async fn audit(web: &Web, shared: &Shared, assigned: &[Assigned]) -> Audit {
     }
     // Lines for a job nobody assigned: a run from nowhere.
     for job in lines.keys() {
-        audit.moved.push(format!("{job}: not one of the soak's jobs"));
+        audit
+            .moved
+            .push(format!("{job}: not one of the soak's jobs"));
     }
     audit
 }
@@ -1073,7 +1089,10 @@ impl Audit {
     ) -> bool {
         let mut out = String::new();
         let total: usize = faults.values().sum();
-        let listed: Vec<String> = faults.iter().map(|(kind, n)| format!("{n} {kind}")).collect();
+        let listed: Vec<String> = faults
+            .iter()
+            .map(|(kind, n)| format!("{n} {kind}"))
+            .collect();
         let _ = writeln!(out, "\n{backend} figures");
         let _ = writeln!(out, "- faults: {total} ({})", listed.join(", "));
         let states: Vec<String> = self
@@ -1113,7 +1132,10 @@ impl Audit {
             ("moved", &self.moved),
             ("repeated", &self.repeated),
             ("succeeded without finishing", &self.unfinished_successes),
-            ("ran to its end, reported otherwise", &self.finished_not_succeeded),
+            (
+                "ran to its end, reported otherwise",
+                &self.finished_not_succeeded,
+            ),
         ] {
             for item in list {
                 let _ = writeln!(out, "  {what}: {item}");

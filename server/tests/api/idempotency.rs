@@ -246,7 +246,12 @@ async fn every_creating_route_documents_the_header() {
     let res = app.web().get("/api/openapi.json").await;
     assert_eq!(res.status(), StatusCode::OK);
     let document: Value = res.json().await.unwrap();
-    for path in ["/api/jobs", "/api/jobs/{id}/rerun", "/api/tokens", "/api/devices/link"] {
+    for path in [
+        "/api/jobs",
+        "/api/jobs/{id}/rerun",
+        "/api/tokens",
+        "/api/devices/link",
+    ] {
         let operation = &document["paths"][path]["post"];
         let header = operation["parameters"]
             .as_array()
@@ -257,10 +262,17 @@ async fn every_creating_route_documents_the_header() {
         assert_eq!(header["in"], "header");
         assert_eq!(header["required"], false);
         for status in ["400", "409", "422"] {
-            assert!(operation["responses"][status].is_object(), "{path} {status}");
+            assert!(
+                operation["responses"][status].is_object(),
+                "{path} {status}"
+            );
         }
     }
     // A route that creates nothing does not take it.
     let cancel = &document["paths"]["/api/jobs/{id}/cancel"]["post"]["parameters"];
-    assert!(cancel.as_array().unwrap().iter().all(|parameter| parameter["name"] != "Idempotency-Key"));
+    assert!(cancel
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|parameter| parameter["name"] != "Idempotency-Key"));
 }
