@@ -35,7 +35,8 @@ const COMMITS: &str = r#"export GIT_CONFIG_GLOBAL=/dev/null
 printf 'committed\n' >> "$TETHER_TASK_PROMPT" && git add -A && git -c user.name=Recipe -c user.email=recipe@example.com commit -qm 'the recipe commits'
 echo done"#;
 
-fn git(dir: &Path, args: &[&str]) -> String {
+/// Runs git in `dir` as the owner, with no configuration of this machine's; its output.
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let output = Command::new("git")
         .args(args)
         .current_dir(dir)

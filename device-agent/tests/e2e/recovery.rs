@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use tether_protocol::jobs::JobState;
 use tokio::process::{Child, Command};
 
+use super::delivery::git;
 use super::proxy::Proxy;
 use super::*;
 
@@ -669,22 +670,8 @@ async fn a_run_that_ended_while_the_server_was_down_is_reported_after_a_restart_
         port,
         database_url: database_url.as_deref(),
     };
-    let (server, daemon, first) = restarted
-        .after_the_run_ended(&rig, &job_id, server, daemon)
-        .await;
-    let done = rig
-        .web
-        .wait_for_job(&job_id, Duration::from_secs(60), |job| {
-            job.state.is_final() && job.state != JobState::Interrupted
-        })
-        .await;
-    let context = || {
-        format!(
-            "{done:#?}\n--- first agent:\n{first}\n--- second agent:\n{}\n--- server:\n{}",
-            daemon.stderr(),
-            server.log()
-        )
-    };
+    let settled = restarted.settled(&rig, &job_id, server, daemon).await;
+    let (done, context) = (&settled.job, || settled.context());
     assert_eq!(done.state, JobState::Failed, "{}", context());
     assert_eq!(done.attempt, 1, "{}", context());
     assert_eq!(
@@ -714,23 +701,8 @@ async fn a_delivery_cut_off_by_a_restart_is_reported_not_made(database_url: Opti
     let server = ServerProcess::start(data_dir.path(), port, database_url.as_deref(), 3).await;
     let rig = Rig::new(&server.base, &server.base, &[]).await;
     let work = rig.work.path();
-    for args in [
-        &["init", "-q", "-b", "main"][..],
-        &["commit", "-q", "--allow-empty", "-m", "first"],
-    ] {
-        let status = std::process::Command::new("git")
-            .args(args)
-            .current_dir(work)
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_AUTHOR_NAME", "Owner")
-            .env("GIT_AUTHOR_EMAIL", "owner@example.com")
-            .env("GIT_COMMITTER_NAME", "Owner")
-            .env("GIT_COMMITTER_EMAIL", "owner@example.com")
-            .status()
-            .unwrap();
-        assert!(status.success(), "git {args:?}");
-    }
+    git(work, &["init", "-q", "-b", "main"]);
+    git(work, &["commit", "-q", "--allow-empty", "-m", "first"]);
     // Succeeds, so a delivery would commit what it appended.
     let script = COUNTED_FAILING.replace("; exit 3", "");
     agent_ok(
@@ -753,22 +725,8 @@ async fn a_delivery_cut_off_by_a_restart_is_reported_not_made(database_url: Opti
         port,
         database_url: database_url.as_deref(),
     };
-    let (server, daemon, first) = restarted
-        .after_the_run_ended(&rig, &job_id, server, daemon)
-        .await;
-    let done = rig
-        .web
-        .wait_for_job(&job_id, Duration::from_secs(60), |job| {
-            job.state.is_final() && job.state != JobState::Interrupted
-        })
-        .await;
-    let context = || {
-        format!(
-            "{done:#?}\n--- first agent:\n{first}\n--- second agent:\n{}\n--- server:\n{}",
-            daemon.stderr(),
-            server.log()
-        )
-    };
+    let settled = restarted.settled(&rig, &job_id, server, daemon).await;
+    let (done, context) = (&settled.job, || settled.context());
     assert_eq!(
         (done.state, done.attempt),
         (JobState::Blocked, 1),
@@ -787,13 +745,7 @@ async fn a_delivery_cut_off_by_a_restart_is_reported_not_made(database_url: Opti
     );
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(rig.side_effects(), ["start 0", "end 0"], "{}", context());
-    let commits = std::process::Command::new("git")
-        .args(["rev-list", "--count", "HEAD"])
-        .current_dir(work)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .unwrap();
-    assert_eq!(String::from_utf8_lossy(&commits.stdout).trim(), "1");
+    assert_eq!(git(work, &["rev-list", "--count", "HEAD"]), "1");
     assert!(!record_of(&rig, &job_id).exists(), "{}", context());
 }
 
@@ -804,7 +756,53 @@ struct Restart<'a> {
     database_url: Option<&'a str>,
 }
 
+/// A job settled after [`Restart::after_the_run_ended`], with the processes that settled it
+/// (dropping them stops them) and what the first agent said.
+struct Settled {
+    job: Job,
+    server: ServerProcess,
+    daemon: Daemon,
+    first: String,
+}
+
+impl Settled {
+    /// The job and every log, for a failed assertion.
+    fn context(&self) -> String {
+        format!(
+            "{:#?}\n--- first agent:\n{}\n--- second agent:\n{}\n--- server:\n{}",
+            self.job,
+            self.first,
+            self.daemon.stderr(),
+            self.server.log()
+        )
+    }
+}
+
 impl Restart<'_> {
+    /// [`Restart::after_the_run_ended`], then waits for the job to end other than
+    /// interrupted.
+    async fn settled(
+        &self,
+        rig: &Rig,
+        job_id: &str,
+        server: ServerProcess,
+        daemon: Daemon,
+    ) -> Settled {
+        let (server, daemon, first) = self.after_the_run_ended(rig, job_id, server, daemon).await;
+        let job = rig
+            .web
+            .wait_for_job(job_id, Duration::from_secs(60), |job| {
+                job.state.is_final() && job.state != JobState::Interrupted
+            })
+            .await;
+        Settled {
+            job,
+            server,
+            daemon,
+            first,
+        }
+    }
+
     /// Kills the server once `job_id` printed `started 0`, lets its recipe end while the
     /// server is down, kills the agent, then starts both again: the new server, the new
     /// agent, and what the first agent said.
