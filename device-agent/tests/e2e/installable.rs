@@ -168,6 +168,16 @@ async fn service_worker_and_install(browser: &mut Browser, base: &str) {
         registered,
         json!([format!("{base}/"), format!("{base}/sw.js"), "activated"])
     );
+    // A document whose load began while the worker was still activating misses its
+    // `clients.claim()` (the document did not exist yet) and stays uncontrolled until the
+    // next load; one loaded after activation is always controlled.
+    let here = browser.eval("location.href").await;
+    browser
+        .goto(
+            here.as_str()
+                .unwrap_or_else(|| panic!("no location: {here}")),
+        )
+        .await;
     eventually(browser, "!!navigator.serviceWorker.controller").await;
     let manifest = browser.page_call("Page.getAppManifest", json!({})).await;
     assert_eq!(manifest["errors"], json!([]), "{manifest}");
