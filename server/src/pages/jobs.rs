@@ -1,95 +1,23 @@
-//! The job list and the job page, which follows a running job until it ends and then shows
+//! The job page, which follows a running job until it ends and then shows
 //! what it changed, its folder, and how to run it again or carry on from it.
-
-use std::collections::HashMap;
 
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
 use maud::{html, Markup};
-use serde::Deserialize;
 use tether_protocol::decisions::DecisionState;
 use tether_protocol::devices::Device;
 use tether_protocol::jobs::{Job, JobState};
-use tether_protocol::{Code, DeviceId, JobId};
+use tether_protocol::{Code, JobId};
 
 use super::changes::changes_section;
 use super::delivery::{asked_text, delivery_section};
 use super::follow_up::{chain, next_steps, Linked};
-use super::layout::{ago, duration_text, error_page, moment, page};
+use super::layout::{duration_text, error_page, moment, page};
 use super::redirects::signin_redirect;
 use super::timeline::timeline;
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::jobs::JobFilter;
 use crate::state::AppState;
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ListQuery {
-    device_id: Option<String>,
-}
-
-pub async fn list_page(
-    state: web::Data<AppState>,
-    caller: Option<Caller>,
-    query: web::Query<ListQuery>,
-) -> HttpResponse {
-    let Some(caller) = caller else {
-        return signin_redirect("/jobs");
-    };
-    let device_id = query
-        .device_id
-        .as_deref()
-        .and_then(|raw| DeviceId::parse(raw).ok());
-    let filter = JobFilter {
-        device_id,
-        state: None,
-    };
-    let (jobs, devices) = match list_with_devices(&state, &caller, filter).await {
-        Ok(found) => found,
-        Err(error) => return error_page(&caller, &error),
-    };
-    let names: HashMap<&DeviceId, &str> = devices
-        .iter()
-        .map(|device| (&device.id, device.name.as_str()))
-        .collect();
-    let now = state.store.clock().now();
-    page(
-        "Jobs",
-        Some(&caller),
-        html! {
-            h1 { "Jobs" }
-            @if jobs.is_empty() { p.muted { "No jobs yet. " a href="/assign" { "Assign one" } "." } }
-            @for job in &jobs {
-                (job_card(job, names.get(&job.device_id).copied(), now))
-            }
-        },
-    )
-}
-
-async fn list_with_devices(
-    state: &AppState,
-    caller: &Caller,
-    filter: JobFilter,
-) -> Result<(Vec<Job>, Vec<Device>), ApiError> {
-    let jobs = crate::jobs::list(&state.store, &caller.account.id, filter).await?;
-    let devices = crate::devices::list(&state.store, &caller.account.id, &state.config).await?;
-    Ok((jobs, devices))
-}
-
-/// One line of the list: title and state, then where it ran, for how long, and when.
-fn job_card(job: &Job, device_name: Option<&str>, now: DateTime<Utc>) -> Markup {
-    html! {
-        a.card.card-link href={ "/jobs/" (job.id) } {
-            div.row { strong { (job.title) } (state_badge(job.state)) }
-            div.muted {
-                (device_name.unwrap_or("a removed computer")) " · " (job.spec.engine) " in " (job.spec.folder)
-                @if let Some(duration) = run_duration(job, now) { " · " (duration) }
-                " · " (ago(job.created_at, now))
-            }
-        }
-    }
-}
 
 pub async fn job_page(
     state: web::Data<AppState>,
@@ -369,8 +297,4 @@ fn human_size(bytes: u64) -> String {
         unit += 1;
     }
     format!("{size:.1} {}", UNITS[unit])
-}
-
-fn state_badge(state: JobState) -> Markup {
-    html! { span class={ "badge state-" (state.as_str()) } { (state.as_str()) } }
 }

@@ -16,6 +16,7 @@ mod changes;
 mod computers;
 mod delivery;
 mod follow_up;
+mod job_list;
 mod jobs;
 mod layout;
 mod link;
@@ -55,7 +56,7 @@ pub fn routes(table: &mut Table) {
     table.page("/link", link::show, "Approve a pairing code");
     table.page("/assign", assign::show, "Assign a job");
     table.page("/needs-me", needs_me::show, "Pending decisions");
-    table.page("/jobs", jobs::list_page, "Jobs");
+    table.page("/jobs", job_list::list_page, "Jobs");
     table.page("/jobs/{id}", jobs::job_page, "One job");
 }
 
