@@ -30,6 +30,7 @@ use futures_util::StreamExt;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
 use serde::{Deserialize, Serialize};
+use tether_protocol::changes::DiffAgainst;
 use tether_protocol::decisions::DecisionChange;
 use tether_protocol::files::{FileAnswer, FileOp};
 use tether_protocol::frames::ServerFrame;
@@ -573,6 +574,7 @@ impl Hub {
         job_id: &JobId,
         op: FileOp,
         path: String,
+        against: Option<DiffAgainst>,
         timeout: Duration,
     ) -> Result<FileAnswer, ApiError> {
         let id = credentials::random_token("frq_");
@@ -615,6 +617,7 @@ impl Hub {
             path,
             // The device stops working on the request by then.
             timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+            against,
         };
         let receivers = self.send(device_id, &frame).await?;
         if receivers == 0 {

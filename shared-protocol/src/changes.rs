@@ -173,8 +173,28 @@ fn check_path(path: &str) -> Result<(), ChangesError> {
     }
 }
 
+/// What a diff compares the run's start with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DiffAgainst {
+    /// The folder as the run left it (while the run goes on: as it is now).
+    #[default]
+    End,
+    /// The folder as it is now, later jobs' and people's work included.
+    Now,
+}
+
+impl DiffAgainst {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DiffAgainst::End => "end",
+            DiffAgainst::Now => "now",
+        }
+    }
+}
+
 /// The device's answer to a `diff` file request: the unified diff of one file between the
-/// run's start and now, redacted, at most [`MAX_DIFF_BYTES`].
+/// run's start and its end (or now), redacted, at most [`MAX_DIFF_BYTES`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FileDiff {
@@ -182,6 +202,10 @@ pub struct FileDiff {
     pub text: String,
     /// The diff was longer and is cut (the text ends saying so).
     pub truncated: bool,
+    /// What the start was compared with: `end` once the run's end is recorded, else `now`
+    /// (also when asked). Absent from older agents, which always compare with now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub against: Option<DiffAgainst>,
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::changes::DiffAgainst;
 use crate::files::FileOp;
 use crate::ids::{DecisionId, DeliveryId, JobId};
 
@@ -35,6 +36,10 @@ pub enum ServerFrame {
         /// on the request (and stops its work) before then. Absent from older servers.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         timeout_ms: Option<u64>,
+        /// For a diff: what the run's start is compared with; absent means the run's end
+        /// (the folder now while the run goes on).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        against: Option<DiffAgainst>,
     },
     /// A sealed secret for this device; answer at
     /// `POST /api/devices/self/secret-deliveries/{id}`.
@@ -75,6 +80,7 @@ mod tests {
             op: FileOp::File,
             path: "README.md".into(),
             timeout_ms,
+            against: None,
         };
         let json = serde_json::to_value(frame(Some(10_000))).unwrap_or_default();
         assert_eq!(json["timeoutMs"], 10_000);
@@ -88,6 +94,7 @@ mod tests {
                 parsed,
                 Ok(ServerFrame::FileRequest {
                     timeout_ms: None,
+                    against: None,
                     ..
                 })
             ),

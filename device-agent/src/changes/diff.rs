@@ -1,4 +1,4 @@
-//! One file's diff between the run's start and now: what each side is ([`Side`]), what is
+//! One file's diff between the run's start and its end (or now): what each side is ([`Side`]), what is
 //! answered for a pair of them ([`plan`]: nothing, a one-line note, or a text diff), and the
 //! unified diff of two texts, cut at [`MAX_DIFF_BYTES`] with a last line saying so.
 //!
@@ -13,7 +13,7 @@ use tether_protocol::changes::MAX_DIFF_BYTES;
 /// Lines of context around each change.
 const CONTEXT_LINES: usize = 3;
 
-/// One side of a diff: the file at the run's start, or now.
+/// One side of a diff: the file at the run's start, at its end, or now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Side {
     /// No file there.
@@ -22,7 +22,7 @@ pub enum Side {
     Bytes(Vec<u8>),
     /// Too large to compare line by line.
     TooLarge,
-    /// At the start, without a copy: what was recorded of it.
+    /// Recorded without a copy (at the start or the end): what was recorded of it.
     NotKept {
         sha256: Option<String>,
         binary: bool,
@@ -50,8 +50,8 @@ pub struct DiffText {
     pub truncated: bool,
 }
 
-/// What to answer for `path` between `before` and `now`; `sha256_now` gives the digest of
-/// the file now, for comparing with a start that kept no copy.
+/// What to answer for `path` between `before` and `now` (the file now or at the run's end);
+/// `sha256_now` gives the digest of `now`, for comparing with a start that kept no copy.
 pub fn plan(
     path: &str,
     before: Side,
@@ -72,9 +72,22 @@ pub fn plan(
     match (before, now) {
         (Side::Absent, Side::Absent) => Plan::Same,
         (Side::Bytes(old), Side::Bytes(new)) if old == new => Plan::Same,
-        (Side::NotKept { binary: true, .. }, _) => binary(path),
+        (
+            Side::NotKept {
+                sha256: Some(old), ..
+            },
+            Side::NotKept {
+                sha256: Some(new), ..
+            },
+        ) if old == new => Plan::Same,
+        (Side::NotKept { binary: true, .. }, _) | (_, Side::NotKept { binary: true, .. }) => {
+            binary(path)
+        }
         (Side::NotKept { binary: false, .. }, _) => Plan::Note(format!(
             "{path} changed; its text at the run's start was not kept (larger than 256 KiB)\n"
+        )),
+        (_, Side::NotKept { binary: false, .. }) => Plan::Note(format!(
+            "{path} changed; its text at the run's end was not kept (larger than 256 KiB)\n"
         )),
         (Side::TooLarge, _) | (_, Side::TooLarge) => Plan::Note(format!(
             "{path} changed; it is too large to compare line by line\n"

@@ -8,7 +8,8 @@
 //!   `HOME=/nonexistent`, `GIT_CONFIG_NOSYSTEM=1`, `GIT_CONFIG_GLOBAL=/dev/null`,
 //!   `GIT_TERMINAL_PROMPT=0`, `GIT_OPTIONAL_LOCKS=0`, `GIT_NO_REPLACE_OBJECTS=1`,
 //!   `GIT_LITERAL_PATHSPECS=1`, an empty `GIT_PROXY_COMMAND`, plus what the caller sets on
-//!   purpose (an index file); never the caller's `GIT_DIR` or other `GIT_*`;
+//!   purpose (an index file, the agent's own object store); never the caller's `GIT_DIR` or
+//!   other `GIT_*`;
 //! - `--no-pager`, and `-c` values that turn off each program git could take from
 //!   configuration: hooks, fsmonitor, the pager, external diffs, credential helpers, askpass,
 //!   ssh commands, the `ext::` transport;
@@ -18,13 +19,14 @@
 //!   `diff.<name>.*` and `merge.<name>.*` driver the repository's configuration (with its
 //!   includes) defines is overridden with an empty program (filters also `required=false`),
 //!   read again right before each command;
-//! - the git found in an absolute `PATH` entry, never one in the folder, with no stdin, a
-//!   timeout and a bound on what it may print.
+//! - the git found in an absolute `PATH` entry, never one in the folder, with no stdin (but
+//!   the list of objects the agent gives `pack-objects`), a timeout and a bound on what it
+//!   may print.
 //!
 //! Diff commands also take `--no-textconv --no-ext-diff` ([`DIFF_SAFETY`]).
 
 use std::ffi::{OsStr, OsString};
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
@@ -178,6 +180,13 @@ impl Git {
         git
     }
 
+    /// [`Git::with_env`] for a value that is a path (or a list of paths).
+    pub fn with_env_path(&self, name: &str, value: &OsStr) -> Git {
+        let mut git = self.clone();
+        git.env.push((name.into(), value.to_owned()));
+        git
+    }
+
     /// The same commands with `key=value` set (`-c`), after the fixed values.
     pub fn with_config(&self, key: &str, value: &str) -> Git {
         let mut git = self.clone();
@@ -211,8 +220,23 @@ impl Git {
         limits: Limits,
         accept: &[i32],
     ) -> Result<Output, GitError> {
-        let output = self.spawn_and_collect(args, limits, false)?;
+        let output = self.spawn_and_collect(args, limits, false, None)?;
         self.accepted(args, output, accept)
+    }
+
+    /// Runs `git ARGS` with `input` on its stdin (`pack-objects` reads the objects to pack
+    /// there); its stdout when it exits 0.
+    ///
+    /// # Errors
+    /// As [`Git::run`].
+    pub fn run_with_input<S: AsRef<OsStr>>(
+        &self,
+        args: &[S],
+        input: Vec<u8>,
+        limits: Limits,
+    ) -> Result<Vec<u8>, GitError> {
+        let output = self.spawn_and_collect(args, limits, false, Some(input))?;
+        Ok(self.accepted(args, output, &[0])?.stdout)
     }
 
     /// Like [`Git::output`], but output past the limit is cut there (`cut`) instead of
@@ -226,7 +250,7 @@ impl Git {
         limits: Limits,
         accept: &[i32],
     ) -> Result<Output, GitError> {
-        let output = self.spawn_and_collect(args, limits, true)?;
+        let output = self.spawn_and_collect(args, limits, true, None)?;
         if output.overflowed {
             // Stopped at the cut: its exit status says nothing.
             return Ok(Output {
@@ -247,7 +271,7 @@ impl Git {
         let mut bare = self.clone();
         bare.config.clear();
         let args = ["config", "--list", "--includes", "-z"];
-        let listing = bare.collect_checked(&args, Limits::QUICK, &[])?;
+        let listing = bare.collect_checked(&args, Limits::QUICK, &[], None)?;
         if listing.overflowed {
             return Err(GitError::TooMuchOutput {
                 command: command_name(&args),
@@ -288,10 +312,11 @@ impl Git {
         args: &[S],
         limits: Limits,
         cut: bool,
+        input: Option<Vec<u8>>,
     ) -> Result<Collected, GitError> {
         // Also where git finds the repository itself: whichever it finds is read fresh.
         let overrides = self.driver_overrides()?;
-        let output = self.collect_checked(args, limits, &overrides)?;
+        let output = self.collect_checked(args, limits, &overrides, input)?;
         if output.overflowed && !cut {
             return Err(GitError::TooMuchOutput {
                 command: command_name(args),
@@ -306,6 +331,7 @@ impl Git {
         args: &[S],
         limits: Limits,
         overrides: &[(String, String)],
+        input: Option<Vec<u8>>,
     ) -> Result<Collected, GitError> {
         let mut limits = limits;
         if let Some(until) = self.until {
@@ -321,7 +347,17 @@ impl Git {
         }
         let mut command = self.command(overrides);
         command.args(args);
-        let child = command.spawn().map_err(GitError::Spawn)?;
+        if input.is_some() {
+            command.stdin(Stdio::piped());
+        }
+        let mut child = command.spawn().map_err(GitError::Spawn)?;
+        if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+            // Written beside the reading: git may print before it has read everything. A
+            // write that fails (git stopped early) shows in its exit status.
+            thread::spawn(move || {
+                let _ = stdin.write_all(&input);
+            });
+        }
         collect(child, limits).map_err(|failure| match failure {
             Failure::TimedOut => GitError::TimedOut {
                 command: command_name(args),

@@ -1,10 +1,13 @@
 //! What a run changed: the folder now against its recorded start, as the [`Changes`]
-//! reported with the run's completion.
+//! reported with the run's completion, and the run's end ([`EndBase`]) the job's diffs
+//! compare the start with from then on.
 //!
-//! git: a tree of the folder now, written the same way as the start's, and `diff-tree`
-//! between the two (renames found; binary files have no line counts), plus the files that
-//! run later in nested repositories, compared with their recorded copies. Elsewhere: the
-//! manifest against the folder now, line counts from the saved copies.
+//! git: a tree of the folder now, written the same way as the start's (into the job's own
+//! object store, which then keeps every tree of both and both sides of each changed blob),
+//! and `diff-tree` between the two (renames found; binary files have no line counts), plus
+//! the files that run later in nested repositories, compared with their recorded copies.
+//! Elsewhere: the manifest against the folder now, line counts from the saved copies; the
+//! end's manifest keeps copies of small text files within the start's bounds.
 //!
 //! At most [`MAX_CHANGED_FILES`] files are listed, sorted by path; the totals count every
 //! change, and `truncated` says when more changed than are listed (also when a path cannot
@@ -25,11 +28,13 @@ use tether_protocol::JobId;
 use crate::changes::diff;
 use crate::changes::git::Repo;
 use crate::changes::manifest::{self, Walk, START};
-use crate::changes::record::{walk_order, Base, Entry, GitStart, Manifest, StartRecord};
+use crate::changes::record::{
+    walk_order, Base, EndBase, Entry, GitEnd, GitStart, Manifest, StartRecord,
+};
 use crate::changes::runs_later;
 use crate::changes::snapshot::nested_manifest;
 use crate::changes::store::Store;
-use crate::changes::tree::{self, Located, TreeChange, Trees};
+use crate::changes::tree::{self, Located, TreeChange};
 use crate::local::vault;
 
 /// Largest file whose lines are counted.
@@ -51,8 +56,8 @@ struct Changed {
     binary: bool,
 }
 
-/// What the run recorded by `record` changed in `folder` (its real path now). Paths holding
-/// a saved secret value have it hidden.
+/// What the run recorded by `record` changed in `folder` (its real path now), and the
+/// folder as the run left it. Paths holding a saved secret value have it hidden.
 ///
 /// # Errors
 /// When the folder or git cannot be read.
@@ -61,24 +66,26 @@ pub fn changes(
     record: &StartRecord,
     folder: &Path,
     hidden: &[String],
-) -> Result<Changes> {
-    let (base, changed) = match &record.base {
-        Base::Git(start) => (
-            ChangeBase {
+) -> Result<(Changes, EndBase)> {
+    let (base, changed, end) = match &record.base {
+        Base::Git(start) => {
+            let (changed, end) = git_changes(store, &record.job_id, folder, start)?;
+            let base = ChangeBase {
                 kind: ChangeBaseKind::Git,
                 head: start.head.clone(),
-            },
-            git_changes(store, &record.job_id, folder, start)?,
-        ),
-        Base::Snapshot(start) => (
-            ChangeBase {
+            };
+            (base, changed, EndBase::Git(end))
+        }
+        Base::Snapshot(start) => {
+            let (changed, end) = snapshot_changes(store, &record.job_id, folder, start);
+            let base = ChangeBase {
                 kind: ChangeBaseKind::Snapshot,
                 head: None,
-            },
-            snapshot_changes(store, &record.job_id, folder, start),
-        ),
+            };
+            (base, changed, EndBase::Snapshot(end))
+        }
     };
-    Ok(listed(base, changed, hidden))
+    Ok((listed(base, changed, hidden), end))
 }
 
 fn git_changes(
@@ -86,7 +93,7 @@ fn git_changes(
     job_id: &JobId,
     folder: &Path,
     start: &GitStart,
-) -> Result<Vec<Changed>> {
+) -> Result<(Vec<Changed>, GitEnd)> {
     let located = Located {
         repo: Repo {
             git_dir: start.git_dir.clone(),
@@ -95,27 +102,36 @@ fn git_changes(
         prefix: start.prefix.clone(),
         object_format: start.object_format.clone(),
     };
-    let trees = Trees::new(
-        &located.repo,
-        &located.prefix,
-        &located.object_format,
-        store,
-    )?;
+    let trees = crate::changes::start_trees(store, job_id, start)?;
     let index = store.temp_file("index")?;
     tree::copy_index(&store.start_index(job_id), index.path())?;
     let end = trees.write(index.path())?;
-    let mut changed: Vec<Changed> = trees
-        .diff(&start.tree, &end)?
-        .into_iter()
-        .map(from_tree)
-        .collect();
-    let mut roots = trees.nested_roots(index.path())?;
+    let tree_changes = trees.diff(&start.tree, &end)?;
+    if start.own_objects {
+        // Without it the end's diffs still read what the repository holds, until a gc.
+        if let Err(err) = trees.keep(
+            &store.objects_dir(job_id)?,
+            &start.tree,
+            &end,
+            &tree_changes,
+        ) {
+            tracing::warn!(job = %job_id, "the run's end is kept only in part: {err:#}");
+        }
+    }
+    let mut changed: Vec<Changed> = tree_changes.into_iter().map(from_tree).collect();
+    let end_roots = trees.nested_roots(index.path())?;
+    let mut roots = end_roots.clone();
     roots.extend(start.nested_roots.iter().cloned());
     roots.sort();
     roots.dedup();
-    let now = nested_manifest(folder, &located, &roots, None);
+    let now = nested_manifest(folder, &located, &roots, Some((store, job_id)));
     changed.extend(compare(store, job_id, folder, &start.nested, &now));
-    Ok(changed)
+    let end = GitEnd {
+        tree: end,
+        nested_roots: end_roots,
+        nested: now,
+    };
+    Ok((changed, end))
 }
 
 fn from_tree(change: TreeChange) -> Changed {
@@ -146,22 +162,24 @@ fn from_tree(change: TreeChange) -> Changed {
     }
 }
 
+/// The changes, and the end's manifest (its copies beside the start's, within the same
+/// bounds).
 fn snapshot_changes(
     store: &Store,
     job_id: &JobId,
     folder: &Path,
     start: &Manifest,
-) -> Vec<Changed> {
+) -> (Vec<Changed>, Manifest) {
     let walk = Walk {
         bounds: manifest::Bounds {
             max_files: END_WALK_FILES,
             ..START
         },
         keep: manifest::every_file,
-        copies: None,
+        copies: Some((store, job_id)),
     };
     let now = walk.folder(folder);
-    compare(store, job_id, folder, start, &now)
+    (compare(store, job_id, folder, start, &now), now)
 }
 
 /// The differences between two manifests of `folder`, exact renames found. Paths past

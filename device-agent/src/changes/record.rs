@@ -1,5 +1,5 @@
-//! What the start of a run is recorded as, on disk (`snapshots/<jobId>.json`): agent state,
-//! never sent as such.
+//! What the start of a run is recorded as, on disk (`snapshots/<jobId>.json`), and its end
+//! (`snapshots/<jobId>/end.json`): agent state, never sent as such.
 
 use std::cmp::Ordering;
 use std::path::PathBuf;
@@ -27,8 +27,8 @@ pub enum Base {
     Snapshot(Manifest),
 }
 
-/// A folder in a git repository: a tree of its working state, written into the repository's
-/// object store through an index of the agent's own.
+/// A folder in a git repository: a tree of its working state, written through an index of
+/// the agent's own into the job's own object store (the repository's objects an alternate).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GitStart {
@@ -47,6 +47,42 @@ pub struct GitStart {
     pub nested_roots: Vec<String>,
     /// The files of those repositories (and of the folder's own `.git`, when it is inside
     /// the folder) that run code later, with copies.
+    pub nested: Manifest,
+    /// The trees and blobs the agent wrote are in the job's own object store
+    /// (`snapshots/<jobId>/objects`); `false` in records of older agents, which wrote them
+    /// into the repository's.
+    #[serde(default)]
+    pub own_objects: bool,
+}
+
+/// The folder as the run left it, recorded when the run ends, beside its start: what the
+/// job's diffs compare the start with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EndRecord {
+    pub recorded_at: DateTime<Utc>,
+    pub base: EndBase,
+}
+
+/// How the end was recorded: as the start was.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EndBase {
+    Git(GitEnd),
+    /// A manifest with copies of small text files, within the bounds of the start's.
+    Snapshot(Manifest),
+}
+
+/// The end in a git repository: its tree, in the job's own object store with every tree
+/// and every blob that differs from the start, so neither `git gc` nor later commits in the
+/// repository take it away.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GitEnd {
+    pub tree: String,
+    /// Repositories inside the folder at the end (relative to it).
+    pub nested_roots: Vec<String>,
+    /// Their files that run code later (and the folder's own `.git`'s), with copies.
     pub nested: Manifest,
 }
 

@@ -3,7 +3,8 @@
 //! In a git repository (the folder is its work tree or inside one): a tree of the folder's
 //! working state, tracked and untracked files with ignored ones left out, written through
 //! the agent's own index (`read-tree HEAD`, `add -A`, `write-tree`; the repository's index,
-//! refs and work tree are never touched), `HEAD`'s commit, and the files that run later in
+//! refs, work tree and object store are never touched: the objects go into the job's own
+//! store, the repository's an alternate), `HEAD`'s commit, and the files that run later in
 //! the repositories nested in the folder. Elsewhere, or when git cannot record it: a
 //! bounded [`manifest`](crate::changes::manifest) of the folder with copies of small text
 //! files.
@@ -72,7 +73,8 @@ fn record_git(store: &Store, job_id: &JobId, folder: &Path, located: &Located) -
         &located.prefix,
         &located.object_format,
         store,
-    )?;
+    )?
+    .with_own_objects(&store.objects_dir(job_id)?)?;
     let head = trees.head()?;
     let index = store.start_index(job_id);
     trees.read_head(&index, head.as_deref())?;
@@ -88,6 +90,7 @@ fn record_git(store: &Store, job_id: &JobId, folder: &Path, located: &Located) -
         head,
         nested_roots,
         nested,
+        own_objects: true,
     })
 }
 

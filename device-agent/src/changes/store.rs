@@ -1,12 +1,15 @@
-//! Where run starts are kept, in the data dir:
+//! Where run starts and ends are kept, in the data dir:
 //!
 //! - `snapshots/<jobId>.json`: the [`StartRecord`] (0600, written atomically);
 //! - `snapshots/<jobId>/`: what it needs besides (0700): copies of small text files named by
-//!   their SHA-256, and `index`, the agent's own git index of the start;
+//!   their SHA-256 (of the start and of the end), `index`, the agent's own git index of the
+//!   start, `objects/`, the job's own git object store (the trees of the start and the end,
+//!   and the blobs the diffs read), and `end.json`, the [`EndRecord`] once the run ended;
 //! - `snapshots/tmp/`: indexes of the moment, removed when done (and when stale);
 //! - `snapshots/excludes`: the dependency folders the agent's git leaves out when untracked.
 //!
-//! The newest [`KEEP_RECORDS`] records are kept; older ones are removed with their folders.
+//! The newest [`KEEP_RECORDS`] records are kept; older ones are removed with their folders,
+//! ends and object stores included.
 
 use std::fs;
 use std::io;
@@ -16,13 +19,15 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, Result};
 use tether_protocol::JobId;
 
-use crate::changes::record::StartRecord;
+use crate::changes::record::{EndRecord, StartRecord};
 use crate::local::private_files::{create_private_dir, set_mode, FILE_MODE};
 use crate::local::state::write_atomic;
 
 const SNAPSHOTS_DIR: &str = "snapshots";
 const TMP_DIR: &str = "tmp";
 const START_INDEX: &str = "index";
+const END_RECORD: &str = "end.json";
+const OBJECTS_DIR: &str = "objects";
 const EXCLUDES: &str = "excludes";
 /// How many run starts are kept.
 pub const KEEP_RECORDS: usize = 200;
@@ -97,6 +102,49 @@ impl Store {
     pub fn forget(&self, job_id: &JobId) {
         let _ = fs::remove_file(self.record_path(job_id));
         let _ = fs::remove_dir_all(self.job_dir(job_id));
+    }
+
+    /// The end recorded for `job_id`.
+    ///
+    /// # Errors
+    /// When it exists but cannot be read or parsed.
+    pub fn load_end(&self, job_id: &JobId) -> Result<Option<EndRecord>> {
+        let path = self.job_dir(job_id).join(END_RECORD);
+        match fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .with_context(|| format!("{} is not a run end record", path.display())),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(err) => Err(err).with_context(|| format!("cannot read {}", path.display())),
+        }
+    }
+
+    /// Writes the end of the job whose start is recorded.
+    ///
+    /// # Errors
+    /// When it cannot be written.
+    pub fn save_end(&self, job_id: &JobId, end: &EndRecord) -> Result<()> {
+        let path = self.job_dir(job_id).join(END_RECORD);
+        let bytes = serde_json::to_vec(end)?;
+        write_atomic(&path, &bytes).with_context(|| format!("cannot write {}", path.display()))
+    }
+
+    /// Removes the job's recorded end: the run goes on again.
+    pub fn clear_end(&self, job_id: &JobId) {
+        let _ = fs::remove_file(self.job_dir(job_id).join(END_RECORD));
+    }
+
+    /// The job's own git object store (made when missing), with its `pack/` folder.
+    ///
+    /// # Errors
+    /// When it cannot be made.
+    pub fn objects_dir(&self, job_id: &JobId) -> Result<PathBuf> {
+        let dir = self.job_dir(job_id).join(OBJECTS_DIR);
+        create_dir(&self.dir)?;
+        create_dir(&self.job_dir(job_id))?;
+        create_dir(&dir)?;
+        create_dir(&dir.join("pack"))?;
+        Ok(dir)
     }
 
     /// Keeps `bytes` as the copy named `sha256` of the job's files.

@@ -646,3 +646,203 @@ fn no_start_means_no_changes_and_another_folder_is_refused() -> Result<()> {
     assert!(report(&rig.data, &rig.job.id, &elsewhere, &[]).is_err());
     Ok(())
 }
+
+/// The diff a finished job's page shows for `path`, as the agent answers it: the run's start
+/// against its recorded end, or (no end recorded) against the folder now.
+fn job_diff(data: &Path, job_id: &JobId, work: &Path, path: &str) -> Result<String> {
+    let Some(recorded) = Recorded::load(data, job_id)? else {
+        bail!("no start recorded");
+    };
+    let (before, after) = match recorded.ended(path, None)? {
+        Some(Ended::Same) => return Ok(String::new()),
+        Some(Ended::Sides { before, after }) => (before, after),
+        None => (recorded.before(path, None)?, now_side(work, path)),
+    };
+    Ok(plan_text(path, before, after))
+}
+
+/// The same file's start against the folder now ("compare with the folder now").
+fn now_diff(data: &Path, job_id: &JobId, work: &Path, path: &str) -> Result<String> {
+    let Some(recorded) = Recorded::load(data, job_id)? else {
+        bail!("no start recorded");
+    };
+    Ok(plan_text(
+        path,
+        recorded.before(path, None)?,
+        now_side(work, path),
+    ))
+}
+
+fn now_side(work: &Path, path: &str) -> Side {
+    match fs::read(manifest::join(work, path)) {
+        Ok(bytes) => Side::Bytes(bytes),
+        Err(_) => Side::Absent,
+    }
+}
+
+fn plan_text(path: &str, before: Side, after: Side) -> String {
+    match plan(path, before, after, || None) {
+        Plan::Same => String::new(),
+        Plan::Note(note) => note,
+        Plan::Text { old, new } => unified(path, old.as_deref(), new.as_deref(), None).text,
+    }
+}
+
+/// Lines a diff adds and deletes (its `+++`/`---` headers left out).
+fn added_and_deleted(diff: &str) -> (Vec<&str>, Vec<&str>) {
+    let body = diff
+        .lines()
+        .filter(|line| !line.starts_with("+++ ") && !line.starts_with("--- "));
+    let (added, deleted): (Vec<&str>, Vec<&str>) = body
+        .filter(|line| line.starts_with('+') || line.starts_with('-'))
+        .partition(|line| line.starts_with('+'));
+    (added, deleted)
+}
+
+/// A second job on the rig's folder, started after the first ended.
+fn later_job(rig: &Rig) -> ClaimedJob {
+    let mut job = crate::test_job::claimed_job("tests", Mode::Unattended);
+    if job.id == rig.job.id {
+        job.id = JobId::generate();
+    }
+    job
+}
+
+/// Issue 26, defect 1: a job's diff is its run's start against its run's end. Later jobs'
+/// edits, a commit of them and `git gc --prune=now --aggressive` in the repository change
+/// nothing of it; the comparison with the folder now shows the folder now.
+#[test]
+fn an_older_jobs_diff_shows_its_own_work_after_later_jobs_a_commit_and_a_gc() -> Result<()> {
+    if !external::git() {
+        return Ok(());
+    }
+    let rig = rig()?;
+    git(&rig.work, &["init", "-q"])?;
+    rig.write("README.md", lines(3, "readme"))?;
+    rig.write("src/lib.rs", "pub fn lib() {}\n")?;
+    git(&rig.work, &["add", "-A"])?;
+    git(&rig.work, &["commit", "-q", "-m", "first"])?;
+    let objects_before = git(&rig.work, &["count-objects", "-v"])?;
+
+    // Job A adds two lines and a file nobody commits.
+    rig.start()?;
+    rig.write("README.md", lines(5, "readme"))?;
+    rig.write("notes/a.txt", "from job a\n")?;
+    let changes = rig.report()?;
+    assert_eq!(
+        summary(&changes),
+        [
+            entry("README.md", ChangeStatus::Modified, None, 2, 0, false),
+            entry("notes/a.txt", ChangeStatus::Added, None, 1, 0, false),
+        ]
+    );
+    let readme = job_diff(&rig.data, &rig.job.id, &rig.work, "README.md")?;
+    assert_eq!(
+        added_and_deleted(&readme),
+        (vec!["+readme line 4", "+readme line 5"], vec![])
+    );
+    let notes = job_diff(&rig.data, &rig.job.id, &rig.work, "notes/a.txt")?;
+    // Nothing of it landed in the owner's repository.
+    assert_eq!(git(&rig.work, &["count-objects", "-v"])?, objects_before);
+
+    // Job B, later: more lines, another file, A's file deleted; then a commit and a gc.
+    let job_b = later_job(&rig);
+    record_start(&rig.data, &job_b, &rig.work)?;
+    rig.write("README.md", lines(20, "readme"))?;
+    rig.write("src/lib.rs", "pub fn lib() { todo!() }\n")?;
+    fs::remove_file(rig.work.join("notes/a.txt"))?;
+    let b_changes = report(&rig.data, &job_b.id, &rig.work, &[])?;
+    assert_eq!(b_changes.map(|changes| changes.files.len()), Some(3));
+    git(&rig.work, &["add", "-A"])?;
+    git(&rig.work, &["commit", "-q", "-m", "later"])?;
+    git(&rig.work, &["reflog", "expire", "--expire=now", "--all"])?;
+    git(&rig.work, &["gc", "-q", "--prune=now", "--aggressive"])?;
+    rig.write("README.md", lines(21, "readme"))?;
+
+    // A's diffs are what they were: exactly its two lines, its file, nothing of B's.
+    assert_eq!(
+        job_diff(&rig.data, &rig.job.id, &rig.work, "README.md")?,
+        readme
+    );
+    assert_eq!(
+        job_diff(&rig.data, &rig.job.id, &rig.work, "notes/a.txt")?,
+        notes
+    );
+    assert!(
+        notes.starts_with("--- /dev/null\n+++ b/notes/a.txt\n"),
+        "{notes}"
+    );
+    assert_eq!(
+        job_diff(&rig.data, &rig.job.id, &rig.work, "src/lib.rs")?,
+        "",
+        "B's edit is no part of A's diff"
+    );
+    // B's own diff: its lines only.
+    let b_readme = job_diff(&rig.data, &job_b.id, &rig.work, "README.md")?;
+    assert_eq!(added_and_deleted(&b_readme).0.len(), 15, "{b_readme}");
+
+    // Compared with the folder now: everything since A's start.
+    let now = now_diff(&rig.data, &rig.job.id, &rig.work, "README.md")?;
+    assert_eq!(added_and_deleted(&now).0.len(), 18, "{now}");
+    assert!(now.contains("+readme line 21\n"), "{now}");
+    assert!(now_diff(&rig.data, &rig.job.id, &rig.work, "src/lib.rs")?.contains("todo!()"));
+    Ok(())
+}
+
+/// The same for a folder that is not a repository: the end's copies, beside the start's,
+/// within the same bounds (a text file past them says its end was not kept).
+#[test]
+fn an_older_jobs_diff_in_a_plain_folder_reads_its_end_copies() -> Result<()> {
+    let rig = rig()?;
+    rig.write("notes.txt", lines(3, "note"))?;
+    rig.write("same.txt", "same\n")?;
+    rig.start()?;
+    rig.write("notes.txt", lines(5, "note"))?;
+    rig.write("big.txt", "x".repeat(300 * 1024))?;
+    let changes = rig.report()?;
+    assert_eq!(
+        by_path(&changes, "notes.txt").map(|file| (file.additions, file.deletions)),
+        Some((2, 0))
+    );
+    let notes = job_diff(&rig.data, &rig.job.id, &rig.work, "notes.txt")?;
+    assert_eq!(
+        added_and_deleted(&notes),
+        (vec!["+note line 4", "+note line 5"], vec![])
+    );
+    assert_eq!(
+        job_diff(&rig.data, &rig.job.id, &rig.work, "big.txt")?,
+        "big.txt changed; its text at the run's end was not kept (larger than 256 KiB)\n"
+    );
+
+    let job_b = later_job(&rig);
+    record_start(&rig.data, &job_b, &rig.work)?;
+    rig.write("notes.txt", lines(9, "note"))?;
+    rig.write("same.txt", "changed later\n")?;
+    report(&rig.data, &job_b.id, &rig.work, &[])?;
+    rig.write("notes.txt", lines(10, "note"))?;
+
+    assert_eq!(
+        job_diff(&rig.data, &rig.job.id, &rig.work, "notes.txt")?,
+        notes
+    );
+    assert_eq!(job_diff(&rig.data, &rig.job.id, &rig.work, "same.txt")?, "");
+    let now = now_diff(&rig.data, &rig.job.id, &rig.work, "notes.txt")?;
+    assert_eq!(added_and_deleted(&now).0.len(), 7, "{now}");
+    assert!(now_diff(&rig.data, &rig.job.id, &rig.work, "same.txt")?.contains("+changed later\n"));
+    Ok(())
+}
+
+/// A resumed attempt runs on: the end its earlier attempt recorded no longer answers.
+#[test]
+fn a_resumed_attempt_drops_the_earlier_end() -> Result<()> {
+    let mut rig = rig()?;
+    rig.write("a.txt", "first\n")?;
+    rig.start()?;
+    rig.write("a.txt", "second\n")?;
+    rig.report()?;
+    assert!(Recorded::load(&rig.data, &rig.job.id)?.is_some_and(|r| r.has_end()));
+    rig.job.resumed = Some(1);
+    rig.start()?;
+    assert!(Recorded::load(&rig.data, &rig.job.id)?.is_some_and(|r| !r.has_end()));
+    Ok(())
+}

@@ -1,6 +1,7 @@
 //! The git side of a run's changes: which repository a folder is in, a tree of its working
 //! state written through an index of the agent's own (never the repository's index, refs
-//! or work tree), the repositories nested in it, and the differences between two trees.
+//! or work tree) into an object store of the job's own ([`Trees::with_own_objects`]), the
+//! repositories nested in it, and the differences between two trees.
 //!
 //! Every command goes through the hardened [`Git`].
 
@@ -109,6 +110,71 @@ impl Trees {
             prefix: prefix.to_owned(),
             empty_tree: git::empty_tree(object_format),
         })
+    }
+
+    /// The same commands with the object store `own` (a folder of the agent's) as where
+    /// objects are written and first looked for, and the repository's objects as an
+    /// alternate: nothing the agent writes lands in the repository, and a `git gc` there
+    /// cannot take it away.
+    ///
+    /// # Errors
+    /// When git cannot tell where the repository's objects are.
+    pub fn with_own_objects(&self, own: &Path) -> Result<Trees> {
+        let path = text(
+            self.git
+                .run(&["rev-parse", "--git-path", "objects"], Limits::QUICK)?,
+        );
+        let theirs = self.work_tree.join(path);
+        let mut trees = self.clone();
+        trees.git = trees
+            .git
+            .with_env_path("GIT_OBJECT_DIRECTORY", own.as_os_str())
+            .with_env_path(
+                "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+                &alternate_entry(&theirs)?,
+            );
+        Ok(trees)
+    }
+
+    /// Packs into the own object store (see [`Trees::with_own_objects`]) what the diffs
+    /// between `start` and `end` read: every tree of both, and both sides of every blob in
+    /// `changes` (their differences); the loose copies the pack holds are removed.
+    ///
+    /// # Errors
+    /// When git fails.
+    pub fn keep(&self, own: &Path, start: &str, end: &str, changes: &[TreeChange]) -> Result<()> {
+        let mut ids: Vec<String> = Vec::new();
+        for tree in [start, end] {
+            ids.push(tree.to_owned());
+            let listing = self
+                .git
+                .run(&["ls-tree", "-r", "-d", "-z", tree], LIST_LIMITS)?;
+            ids.extend(
+                listing
+                    .split(|byte| *byte == 0)
+                    .filter_map(split_tab)
+                    .filter_map(|(meta, _)| {
+                        let meta = String::from_utf8_lossy(meta);
+                        meta.split(' ').nth(2).map(str::to_owned)
+                    }),
+            );
+        }
+        for change in changes.iter().filter(|change| !change.is_gitlink()) {
+            ids.extend([change.old_id.clone(), change.new_id.clone()]);
+        }
+        ids.retain(|id| !id.is_empty() && id != self.empty_tree && id.bytes().any(|b| b != b'0'));
+        ids.sort();
+        ids.dedup();
+        let mut input = ids.join("\n").into_bytes();
+        input.push(b'\n');
+        let prefix = own.join("pack").join("pack");
+        self.git.run_with_input(
+            &["pack-objects".as_ref(), "-q".as_ref(), prefix.as_os_str()],
+            input,
+            WRITE_LIMITS,
+        )?;
+        self.git.run(&["prune-packed", "-q"], WRITE_LIMITS)?;
+        Ok(())
     }
 
     /// The same commands, none running past `until`.
@@ -342,6 +408,9 @@ pub struct TreeChange {
     pub from: Option<Vec<u8>>,
     pub old_mode: String,
     pub new_mode: String,
+    /// The objects on each side (all zeros where there is none).
+    pub old_id: String,
+    pub new_id: String,
     /// Added and deleted lines; `None` for a binary file.
     pub counts: Option<(u64, u64)>,
 }
@@ -362,7 +431,7 @@ fn parse_raw(raw: &[u8]) -> Vec<TreeChange> {
         };
         let meta = String::from_utf8_lossy(meta);
         let fields: Vec<&str> = meta.split(' ').collect();
-        let [old_mode, new_mode, _, _, status] = fields.as_slice() else {
+        let [old_mode, new_mode, old_id, new_id, status] = fields.as_slice() else {
             continue;
         };
         let Some(letter) = status.chars().next() else {
@@ -385,6 +454,8 @@ fn parse_raw(raw: &[u8]) -> Vec<TreeChange> {
             from,
             old_mode: (*old_mode).to_owned(),
             new_mode: (*new_mode).to_owned(),
+            old_id: (*old_id).to_owned(),
+            new_id: (*new_id).to_owned(),
             counts: Some((0, 0)),
         });
     }
@@ -439,6 +510,22 @@ fn excludes_text() -> String {
         .collect()
 }
 
+/// `path` as one entry of `GIT_ALTERNATE_OBJECT_DIRECTORIES`: quoted as git reads a quoted
+/// entry, so a `:` in it does not split it.
+///
+/// # Errors
+/// When it is not UTF-8 or holds a control character.
+fn alternate_entry(path: &Path) -> Result<std::ffi::OsString> {
+    let Some(text) = path
+        .to_str()
+        .filter(|text| !text.chars().any(char::is_control))
+    else {
+        anyhow::bail!("{} cannot name an alternate object store", path.display());
+    };
+    let escaped = text.replace('\\', "\\\\").replace('"', "\\\"");
+    Ok(format!("\"{escaped}\"").into())
+}
+
 /// Copies the start `index` to `to`, keeping its modification time: git trusts an entry's
 /// file times only against the index's own time, so a copy made later must keep it.
 ///
@@ -469,6 +556,10 @@ mod tests {
         assert_eq!(changes[2].status, 'R');
         assert_eq!(changes[2].from.as_deref(), Some(&b"old name"[..]));
         assert_eq!(changes[2].path, b"new name");
+        assert_eq!(
+            (changes[0].old_id.as_str(), changes[0].new_id.as_str()),
+            ("aaa", "bbb")
+        );
         assert!(changes[3].is_gitlink());
         let numstat = b"3\t1\tsrc/a.rs\x001\t0\tnew.txt\x000\t0\t\0old name\0new name\0-\t-\tlib\0";
         assert_eq!(

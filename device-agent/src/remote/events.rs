@@ -78,6 +78,8 @@ pub struct FileRequest {
     pub path: String,
     /// How long the server waits for the answer (`timeoutMs`), when it says.
     pub timeout: Option<Duration>,
+    /// For a diff: the run's end (`None`, or asked) or the folder now.
+    pub against: Option<tether_protocol::changes::DiffAgainst>,
 }
 
 /// Why one connection ended.
@@ -324,12 +326,14 @@ fn handle_text(text: &str, sink: &dyn EventSink) -> Handled {
             op,
             path,
             timeout_ms,
+            against,
         } => sink.file_request(FileRequest {
             id,
             job_id,
             op,
             path,
             timeout: timeout_ms.map(Duration::from_millis),
+            against,
         }),
         ServerFrame::Ping => return Handled::Reply(r#"{"type":"pong"}"#.to_owned()),
         ServerFrame::SecretSave { id, name, sealed } => {

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use tether_protocol::changes::{FileDiff, MAX_DIFF_BYTES};
+use tether_protocol::changes::{DiffAgainst, FileDiff, MAX_DIFF_BYTES};
 use tether_protocol::files::{FileAnswer, FileContent, FileOp, Tree, MAX_FILE_BYTES};
 use tether_protocol::{AccountId, Code, DeviceId, JobId};
 
@@ -79,7 +79,15 @@ pub async fn tree(
     path: &FolderPath,
     timeout: Duration,
 ) -> Result<Tree, ApiError> {
-    let answer = ask(store, hub, account_id, job_id, FileOp::Tree, path, timeout).await?;
+    let answer = ask(
+        store,
+        hub,
+        account_id,
+        job_id,
+        (FileOp::Tree, path, None),
+        timeout,
+    )
+    .await?;
     answer.tree.ok_or_else(|| {
         ApiError::new(
             Code::InvalidState,
@@ -100,14 +108,24 @@ pub async fn file(
     path: &FolderPath,
     timeout: Duration,
 ) -> Result<FileContent, ApiError> {
-    let answer = ask(store, hub, account_id, job_id, FileOp::File, path, timeout).await?;
+    let answer = ask(
+        store,
+        hub,
+        account_id,
+        job_id,
+        (FileOp::File, path, None),
+        timeout,
+    )
+    .await?;
     answer
         .file
         .ok_or_else(|| ApiError::new(Code::InvalidState, "The computer answered without a file."))
 }
 
-/// The unified diff of one file of the job's folder between the run's start and now, live
-/// from its device.
+/// The unified diff of one file of the job's folder between the run's start and its end
+/// (`against` [`DiffAgainst::End`]; while the run goes on, the folder now) or the folder
+/// now ([`DiffAgainst::Now`]), from its device. The answer's `against` says which it is: an
+/// older agent always compares with now.
 ///
 /// # Errors
 /// As [`tree`].
@@ -117,26 +135,34 @@ pub async fn diff(
     account_id: &AccountId,
     job_id: &JobId,
     path: &FolderPath,
+    against: DiffAgainst,
     timeout: Duration,
 ) -> Result<FileDiff, ApiError> {
-    let answer = ask(store, hub, account_id, job_id, FileOp::Diff, path, timeout).await?;
-    answer
-        .diff
-        .ok_or_else(|| ApiError::new(Code::InvalidState, "The computer answered without a diff."))
+    let asked = (FileOp::Diff, path, Some(against));
+    let answer = ask(store, hub, account_id, job_id, asked, timeout).await?;
+    let mut diff = answer.diff.ok_or_else(|| {
+        ApiError::new(Code::InvalidState, "The computer answered without a diff.")
+    })?;
+    diff.against = Some(diff.against.unwrap_or(DiffAgainst::Now));
+    Ok(diff)
 }
+
+/// What is asked of the device: the operation, the path, and for a diff what the start is
+/// compared with.
+type Asked<'a> = (FileOp, &'a FolderPath, Option<DiffAgainst>);
 
 async fn ask(
     store: &Store,
     hub: &Hub,
     account_id: &AccountId,
     job_id: &JobId,
-    op: FileOp,
-    path: &FolderPath,
+    (op, path, against): Asked<'_>,
     timeout: Duration,
 ) -> Result<FileAnswer, ApiError> {
     let device_id = job_rows::device_of(store, account_id, job_id).await?;
+    let path = path.as_str().to_owned();
     let answer = hub
-        .request_file(&device_id, job_id, op, path.as_str().to_owned(), timeout)
+        .request_file(&device_id, job_id, op, path, against, timeout)
         .await?;
     match answer.error {
         Some(error) => Err(device_refusal(&error.code, &error.message)),
@@ -268,6 +294,7 @@ mod tests {
             path: "a".into(),
             text: "+".repeat(bytes),
             truncated: false,
+            against: None,
         };
         let answer = |diff: FileDiff, error: bool| FileAnswer {
             tree: None,

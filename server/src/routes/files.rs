@@ -1,12 +1,14 @@
 //! `GET /api/jobs/{id}/tree?path=`, `GET /api/jobs/{id}/file?path=` and
-//! `GET /api/jobs/{id}/diff?path=` (a unified diff, as text) for the job's owner,
-//! relayed live to the job's device; `POST /api/devices/self/file-requests/{id}` is where
-//! the device answers.
+//! `GET /api/jobs/{id}/diff?path=&against=` (a unified diff, as text: the run's start
+//! against its end, or `against=now` the folder now) for the job's owner, relayed live to
+//! the job's device; `POST /api/devices/self/file-requests/{id}` is where the device
+//! answers.
 
 use std::time::Duration;
 
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
+use tether_protocol::changes::DiffAgainst;
 use tether_protocol::files::{FileAnswer, FileContent, FileOp, Tree};
 use tether_protocol::JobId;
 
@@ -21,6 +23,8 @@ use crate::state::AppState;
 
 /// Largest answer body: 1 MiB of text, JSON-escaped, plus the listing or metadata.
 pub const ANSWER_LIMIT_BYTES: usize = 1536 * 1024;
+/// The diff's header saying what the run's start was compared with: `end` or `now`.
+pub const DIFF_AGAINST_HEADER: &str = "x-tether-diff-against";
 
 pub(super) fn routes(table: &mut Table) {
     table
@@ -54,10 +58,17 @@ pub(super) fn routes(table: &mut Table) {
             "What the run changed in one file",
         )
         .query("path", "Relative to the job's folder.")
+        .query(
+            "against",
+            "What the run's start is compared with: `end` (the default), the folder as the \
+             run left it, so later jobs' work is no part of it (while the run goes on, the \
+             folder now); or `now`, the folder as it is now.",
+        )
         .stream(
             "text/plain",
-            "The unified diff between the run's start and now, read live from the computer, \
-             redacted, at most 256 KiB (then cut, saying so).",
+            "The unified diff between the run's start and its end (or now), read from the \
+             computer, redacted, at most 256 KiB (then cut, saying so). The header \
+             `x-tether-diff-against` says what the start was compared with: `end` or `now`.",
         )
         .errors(&[400, 404, 409, 422, 429, 504]);
     table
@@ -85,7 +96,14 @@ async fn tree(
     job_id: web::Path<JobId>,
     query: web::Query<PathQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    relay(&state, &caller, &job_id, &query.path, FileOp::Tree).await
+    relay(
+        &state,
+        &caller,
+        &job_id,
+        &query.path,
+        (FileOp::Tree, DiffAgainst::End),
+    )
+    .await
 }
 
 async fn file(
@@ -94,25 +112,52 @@ async fn file(
     job_id: web::Path<JobId>,
     query: web::Query<PathQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    relay(&state, &caller, &job_id, &query.path, FileOp::File).await
+    relay(
+        &state,
+        &caller,
+        &job_id,
+        &query.path,
+        (FileOp::File, DiffAgainst::End),
+    )
+    .await
+}
+
+#[derive(Deserialize)]
+struct DiffQuery {
+    #[serde(default)]
+    path: String,
+    against: Option<String>,
 }
 
 async fn diff(
     state: web::Data<AppState>,
     caller: Caller,
     job_id: web::Path<JobId>,
-    query: web::Query<PathQuery>,
+    query: web::Query<DiffQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    relay(&state, &caller, &job_id, &query.path, FileOp::Diff).await
+    let against = match query.against.as_deref() {
+        None | Some("end") => DiffAgainst::End,
+        Some("now") => DiffAgainst::Now,
+        Some(_) => return Err(ApiError::invalid_field("against", "must be end or now.")),
+    };
+    relay(
+        &state,
+        &caller,
+        &job_id,
+        &query.path,
+        (FileOp::Diff, against),
+    )
+    .await
 }
 
-/// Validates the path, spends a file-relay token and asks the device; never cached.
+/// Validates the path, spends a file-relay token and asks the device (for a diff, against
+/// what); never cached.
 async fn relay(
     state: &AppState,
     caller: &Caller,
     job_id: &JobId,
     raw_path: &str,
-    op: FileOp,
+    (op, against): (FileOp, DiffAgainst),
 ) -> Result<HttpResponse, ApiError> {
     let path = FolderPath::parse(raw_path)?;
     state
@@ -129,11 +174,14 @@ async fn relay(
         FileOp::File => {
             answer.json(files::file(store, hub, account_id, job_id, &path, timeout).await?)
         }
-        FileOp::Diff => answer.content_type("text/plain; charset=utf-8").body(
-            files::diff(store, hub, account_id, job_id, &path, timeout)
-                .await?
-                .text,
-        ),
+        FileOp::Diff => {
+            let diff = files::diff(store, hub, account_id, job_id, &path, against, timeout).await?;
+            let compared = diff.against.unwrap_or(DiffAgainst::Now);
+            answer
+                .insert_header((DIFF_AGAINST_HEADER, compared.as_str()))
+                .content_type("text/plain; charset=utf-8")
+                .body(diff.text)
+        }
     })
 }
 

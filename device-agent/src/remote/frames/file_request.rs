@@ -19,9 +19,12 @@
 //!   [`redaction`](super::redaction) hides (tokens with known prefixes, private key blocks,
 //!   credential assignments and quoted pairs, URL passwords; a line too long to check is
 //!   hidden whole);
-//! - a diff follows the same path rules (a file the run deleted may be gone), compares the
-//!   run's recorded start ([`crate::changes`]) with the file now, both sides redacted as a
-//!   file's text is before they are compared, and is cut at 256 KiB;
+//! - a diff compares the run's recorded start ([`crate::changes`]) with the run's recorded
+//!   end once the run ended (nothing in the folder is read then; a later job's or person's
+//!   work is no part of it), else, and when asked ([`DiffAgainst::Now`]), with the file now,
+//!   following the same path rules as a file (a file the run deleted may be gone); both
+//!   sides are redacted as a file's text is before they are compared, and it is cut at
+//!   256 KiB;
 //! - the work is bounded in time: it stops (the reading and the redaction, not only the
 //!   wait) a little before the server stops waiting (`timeoutMs` of the frame, else
 //!   [`DEFAULT_BUDGET`]), and at most [`MAX_CONCURRENT_ANSWERS`] answers are worked on at
@@ -38,7 +41,7 @@ use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use tether_protocol::changes::FileDiff;
+use tether_protocol::changes::{DiffAgainst, FileDiff};
 use tether_protocol::credential_files::{credential_kind, CredentialKind, KEY_PREFIXES};
 use tether_protocol::error::ErrorDetail;
 use tether_protocol::files::{
@@ -48,7 +51,7 @@ use tether_protocol::JobId;
 
 use crate::changes::diff::{Plan, Side};
 use crate::changes::worktree;
-use crate::changes::{self, Recorded, Refusal, MAX_COMPARED_BYTES};
+use crate::changes::{self, Ended, Recorded, Refusal, MAX_COMPARED_BYTES};
 use crate::local::journal::Journal;
 use crate::local::private_files::{link_count, open_no_follow, opened_path};
 use crate::local::state::DataDir;
@@ -89,10 +92,16 @@ pub async fn handle(context: FrameContext, request: FileRequest) {
     let deadline = Instant::now() + budget(request.timeout);
     let client = context.client.clone();
     let (job_id, op, path) = (request.job_id.clone(), request.op, request.path.clone());
+    let against = request.against.unwrap_or_default();
     let work = async move {
         let _turn = ANSWERING.acquire().await;
         tokio::task::spawn_blocking(move || {
-            answer_for_job(context, &job_id, op, &path, Deadline::at(deadline))
+            let asked = Asked {
+                op,
+                raw_path: &path,
+                against,
+            };
+            answer_for_job(context, &job_id, asked, Deadline::at(deadline))
         })
         .await
     };
@@ -136,14 +145,26 @@ impl From<OutOfTime> for ErrorDetail {
     }
 }
 
+/// What the web asked of a job's folder.
+struct Asked<'a> {
+    op: FileOp,
+    raw_path: &'a str,
+    /// For a diff.
+    against: DiffAgainst,
+}
+
 /// The answer for `op` on `raw_path` in the folder `job_id` used, as shared now.
 fn answer_for_job(
     context: FrameContext,
     job_id: &JobId,
-    op: FileOp,
-    raw_path: &str,
+    asked: Asked<'_>,
     deadline: Deadline,
 ) -> FileAnswer {
+    let Asked {
+        op,
+        raw_path,
+        against,
+    } = asked;
     let label = match context.journal.folder_of(job_id) {
         Ok(Some(label)) => label,
         Ok(None) => {
@@ -194,7 +215,12 @@ fn answer_for_job(
             None
         }
     };
-    answer_diff_within(&root, start.as_ref(), raw_path, &check, &hidden, deadline)
+    let asked = DiffAsked {
+        start: start.as_ref(),
+        raw_path,
+        against,
+    };
+    answer_diff_within(&root, asked, &check, &hidden, deadline)
 }
 
 /// The worktree `job_id` ran in, if it ran in one: only one of the agent's own worktrees
@@ -267,24 +293,40 @@ pub fn answer_within(
             diff: None,
             error: None,
         }),
-        FileOp::Diff => return answer_diff_within(root, None, raw_path, guard, hidden, deadline),
+        FileOp::Diff => {
+            let asked = DiffAsked {
+                start: None,
+                raw_path,
+                against: DiffAgainst::End,
+            };
+            return answer_diff_within(root, asked, guard, hidden, deadline);
+        }
     };
     result.unwrap_or_else(refusal)
 }
 
-/// The diff of `raw_path` inside `root` between the run's start (`start`, as recorded on
-/// this computer) and now: the same path rules as a file, each side redacted as a file's
-/// text is, cut at [`MAX_DIFF_BYTES`](tether_protocol::changes::MAX_DIFF_BYTES). Never
-/// panics; every refusal is an answer with `error`.
+/// A diff the web asked for.
+#[derive(Debug, Clone, Copy)]
+pub struct DiffAsked<'a> {
+    /// The run's start (and end), as recorded on this computer.
+    pub start: Option<&'a Recorded>,
+    pub raw_path: &'a str,
+    pub against: DiffAgainst,
+}
+
+/// The diff of `raw_path` inside `root` between the run's start and its end (once recorded;
+/// before that, or when asked, the file now): the same path rules as a file, each side
+/// redacted as a file's text is, cut at
+/// [`MAX_DIFF_BYTES`](tether_protocol::changes::MAX_DIFF_BYTES). Never panics; every refusal
+/// is an answer with `error`.
 pub fn answer_diff_within(
     root: &Path,
-    start: Option<&Recorded>,
-    raw_path: &str,
+    asked: DiffAsked<'_>,
     guard: &dyn Fn(&Path) -> Option<String>,
     hidden: &[String],
     deadline: Deadline,
 ) -> FileAnswer {
-    match diff(root, start, raw_path, guard, hidden, deadline) {
+    match diff(root, asked, guard, hidden, deadline) {
         Ok(diff) => FileAnswer {
             tree: None,
             file: None,
@@ -578,37 +620,27 @@ enum Now {
 
 fn diff(
     root: &Path,
-    start: Option<&Recorded>,
-    raw_path: &str,
+    asked: DiffAsked<'_>,
     guard: &dyn Fn(&Path) -> Option<String>,
     hidden: &[String],
     deadline: Deadline,
 ) -> Result<FileDiff, ErrorDetail> {
-    let parts = parse_relative(raw_path)?;
+    let parts = parse_relative(asked.raw_path)?;
     if parts.is_empty() {
         return Err(error("invalid_field", "path names the folder, not a file"));
     }
-    let Some(start) = start else {
+    let Some(start) = asked.start else {
         return Err(error("not_found", NO_START));
     };
-    let (root, real, now) = resolve_for_diff(root, &parts, guard)?;
-    if root != start.folder() {
-        return Err(error(
-            "not_found",
-            "the folder shared now is not the one the run started in",
-        ));
-    }
-    let path = relative_path(&root, &real)?;
-    let before = start
-        .before(&path, deadline.instant())
-        .map_err(|refusal| diff_refusal(&path, refusal))?;
-    let now_side = read_now(&root, &real, now, deadline)?;
-    deadline.check()?;
-    let sha256_now = || match now {
-        Now::File => changes::manifest::hash_file(&real).ok(),
-        Now::Link | Now::Missing => None,
+    let against = match asked.against {
+        DiffAgainst::End if start.has_end() => DiffAgainst::End,
+        _ => DiffAgainst::Now,
     };
-    let text = match changes::diff::plan(&path, before, now_side, sha256_now) {
+    let (path, plan) = match against {
+        DiffAgainst::End => plan_ended(root, start, &parts, guard, deadline)?,
+        DiffAgainst::Now => plan_now(root, start, &parts, guard, deadline)?,
+    };
+    let text = match plan {
         Plan::Same => changes::diff::DiffText {
             text: String::new(),
             truncated: false,
@@ -633,7 +665,83 @@ fn diff(
         path,
         text: text.text,
         truncated: text.truncated,
+        against: Some(against),
     })
+}
+
+/// The plan for the file at `parts` between the run's recorded start and end: read from the
+/// records alone, so what the folder holds now (a later job's work, a file swapped for a
+/// link) plays no part; the path is checked by name and by the guard.
+fn plan_ended(
+    root: &Path,
+    start: &Recorded,
+    parts: &[String],
+    guard: &dyn Fn(&Path) -> Option<String>,
+    deadline: Deadline,
+) -> Result<(String, Plan), ErrorDetail> {
+    let root = root
+        .canonicalize()
+        .map_err(|_| error("not_found", "the job's folder no longer exists"))?;
+    if root != start.folder() {
+        return Err(error(
+            "not_found",
+            "the folder shared now is not the one the run started in",
+        ));
+    }
+    if let Some(reason) = guard(&join_parts(&root, parts)) {
+        return Err(refused(reason));
+    }
+    let path = parts.join("/");
+    let ended = start
+        .ended(&path, deadline.instant())
+        .map_err(|refusal| diff_refusal(&path, refusal))?;
+    deadline.check()?;
+    let plan = match ended {
+        None => {
+            return Err(error(
+                "not_found",
+                "this computer has no record of the run's end",
+            ))
+        }
+        Some(Ended::Same) => Plan::Same,
+        Some(Ended::Sides { before, after }) => {
+            let sha256_after = match &after {
+                Side::Bytes(bytes) => Some(changes::manifest::sha256_hex(bytes)),
+                _ => None,
+            };
+            changes::diff::plan(&path, before, after, || sha256_after)
+        }
+    };
+    Ok((path, plan))
+}
+
+/// The plan for the file at `parts` between the run's recorded start and the file now.
+fn plan_now(
+    root: &Path,
+    start: &Recorded,
+    parts: &[String],
+    guard: &dyn Fn(&Path) -> Option<String>,
+    deadline: Deadline,
+) -> Result<(String, Plan), ErrorDetail> {
+    let (root, real, now) = resolve_for_diff(root, parts, guard)?;
+    if root != start.folder() {
+        return Err(error(
+            "not_found",
+            "the folder shared now is not the one the run started in",
+        ));
+    }
+    let path = relative_path(&root, &real)?;
+    let before = start
+        .before(&path, deadline.instant())
+        .map_err(|refusal| diff_refusal(&path, refusal))?;
+    let now_side = read_now(&root, &real, now, deadline)?;
+    deadline.check()?;
+    let sha256_now = || match now {
+        Now::File => changes::manifest::hash_file(&real).ok(),
+        Now::Link | Now::Missing => None,
+    };
+    let plan = changes::diff::plan(&path, before, now_side, sha256_now);
+    Ok((path, plan))
 }
 
 /// A side's text as the file view would show it: saved values, then the patterns.
@@ -1188,12 +1296,19 @@ mod tests {
     fn diff_of(started: &Started, path: &str, hidden: &[String]) -> FileAnswer {
         answer_diff_within(
             &started.root,
-            Some(&started.start),
-            path,
+            asked(Some(&started.start), path),
             &no_guard,
             hidden,
             Deadline::NONE,
         )
+    }
+
+    fn asked<'a>(start: Option<&'a Recorded>, raw_path: &'a str) -> DiffAsked<'a> {
+        DiffAsked {
+            start,
+            raw_path,
+            against: DiffAgainst::End,
+        }
     }
 
     fn diff_text(answer: &FileAnswer) -> &str {
@@ -1233,8 +1348,7 @@ mod tests {
 
         let without = answer_diff_within(
             &started.root,
-            None,
-            "README.md",
+            asked(None, "README.md"),
             &no_guard,
             &[],
             Deadline::NONE,
@@ -1250,8 +1364,7 @@ mod tests {
         fs::write(started.root.join("README.md"), "changed\n").unwrap_or_default();
         let late = answer_diff_within(
             &started.root,
-            Some(&started.start),
-            "README.md",
+            asked(Some(&started.start), "README.md"),
             &no_guard,
             &[],
             past,
@@ -1322,6 +1435,7 @@ mod tests {
             path: "q".into(),
             text: "+\"\u{1}\n".repeat(500),
             truncated: false,
+            against: None,
         };
         let fitted = fit_diff(diff, 2000);
         let json = serde_json::to_vec(&fitted).unwrap_or_default();
