@@ -30,6 +30,7 @@ pub mod outfit;
 pub mod permissions;
 pub mod preview;
 pub mod process;
+pub mod shown;
 pub mod sign_in;
 pub mod terminals;
 pub mod transport;

@@ -1,7 +1,8 @@
 //! The agent's terminals (`terminal/create`, `output`, `wait_for_exit`, `kill`, `release`):
 //! each command runs through the same confinement layer as recipes, in the job's folder (or
 //! a folder inside it), with the job's network choice and environment, and its output kept
-//! up to the byte limit the agent asked for.
+//! up to the byte limit the agent asked for. What it prints is also shown in the job's
+//! output as it comes, under its `$` line ([`shown`]).
 //!
 //! The hard floor and the policy are the caller's (they decide whether a command may start
 //! at all); this module only starts, watches and stops what was allowed.
@@ -18,6 +19,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinSet;
 
+use super::shown::{self, CommandShown, RunShown};
 use crate::policy::guard::Guard;
 use crate::run::process_group;
 use crate::sandbox;
@@ -86,13 +88,17 @@ pub struct Terminals {
     next_id: AtomicU64,
     /// One task per terminal, watching its process until it ends.
     watchers: tokio::sync::Mutex<JoinSet<()>>,
-    /// Where short notes about commands go (the job's output).
+    /// The job's output: what commands print, how they end, notes about them.
     lines: mpsc::Sender<String>,
+    /// What the run's commands showed in it so far.
+    run_shown: Arc<Mutex<RunShown>>,
 }
 
 #[derive(Debug)]
 struct Terminal {
     output: Mutex<Output>,
+    /// What of the output reaches the job's output.
+    shown: Mutex<CommandShown>,
     exit: watch::Sender<Option<TerminalExitStatus>>,
     kill: Arc<Notify>,
 }
@@ -120,6 +126,7 @@ impl Terminals {
             next_id: AtomicU64::new(1),
             watchers: tokio::sync::Mutex::new(JoinSet::new()),
             lines,
+            run_shown: Arc::new(Mutex::new(RunShown::default())),
         }
     }
 
@@ -128,7 +135,9 @@ impl Terminals {
     }
 
     /// Starts `request` confined, also writing the folders the owner allowed for this run so
-    /// far (`granted`); the new terminal's id.
+    /// far (`granted`); the new terminal's id. The caller said its `$` line just before: the
+    /// run's N-th command is `term-N` whether it starts or not, so the job's output can show
+    /// each command's lines (or why it did not start) under it.
     ///
     /// # Errors
     /// A sentence for the agent: a folder outside the job's, too many terminals, or a
@@ -138,6 +147,28 @@ impl Terminals {
         request: CommandRequest,
         granted: &[PathBuf],
     ) -> Result<String, String> {
+        let id = format!("term-{}", self.next_id.fetch_add(1, Ordering::Relaxed));
+        match self.start(&id, request, granted).await {
+            Ok(()) => Ok(id),
+            Err(why) => {
+                let shown = CommandShown::new(&id);
+                for line in [
+                    shown.line(&format!("not started: {why}")),
+                    format!("{id}: ended"),
+                ] {
+                    let _ = self.lines.send(line).await;
+                }
+                Err(why)
+            }
+        }
+    }
+
+    async fn start(
+        &self,
+        id: &str,
+        request: CommandRequest,
+        granted: &[PathBuf],
+    ) -> Result<(), String> {
         if lock(&self.open).len() >= MAX_TERMINALS {
             return Err(format!(
                 "at most {MAX_TERMINALS} terminals may be open at once; release some"
@@ -169,35 +200,47 @@ impl Terminals {
             .command
             .spawn()
             .map_err(|err| format!("could not start the command: {err}"))?;
-        let id = format!("term-{}", self.next_id.fetch_add(1, Ordering::Relaxed));
         let terminal = Arc::new(Terminal {
             output: Mutex::new(Output::new(request.output_limit)),
+            shown: Mutex::new(CommandShown::new(id)),
             exit: watch::channel(None).0,
             kill: Arc::new(Notify::new()),
         });
+        let show = Show {
+            terminal: terminal.clone(),
+            run: self.run_shown.clone(),
+            lines: self.lines.clone(),
+        };
         let mut readers = JoinSet::new();
         if let Some(stdout) = child.stdout.take() {
-            readers.spawn(collect(stdout, terminal.clone()));
+            readers.spawn(collect(stdout, show.clone()));
         }
         if let Some(stderr) = child.stderr.take() {
-            readers.spawn(collect(stderr, terminal.clone()));
+            readers.spawn(collect(stderr, show.clone()));
         }
-        lock(&self.open).insert(id.clone(), terminal.clone());
-        let lines = self.lines.clone();
-        let shown = id.clone();
+        lock(&self.open).insert(id.to_owned(), terminal.clone());
+        let shown = id.to_owned();
         self.watchers.lock().await.spawn(async move {
             let status = watch_until_exit(child, &terminal.kill).await;
             // The launcher ends the program's whole tree before it exits, so the pipes close.
             while readers.join_next().await.is_some() {}
             let notes = prepared.finish();
             let exit = exit_status(status);
-            let _ = lines.send(format!("{shown}: {}", describe(&exit))).await;
+            let last = {
+                let mut command = lock(&terminal.shown);
+                command.ended(&mut lock(&show.run))
+            };
+            show.send(last).await;
+            let _ = show
+                .lines
+                .send(format!("{shown}: {}", describe(&exit)))
+                .await;
             for note in notes {
-                let _ = lines.send(note).await;
+                let _ = show.lines.send(note).await;
             }
             terminal.exit.send_replace(Some(exit));
         });
-        Ok(id)
+        Ok(())
     }
 
     /// The output so far and, once it ended, how the command ended.
@@ -307,14 +350,51 @@ async fn watch_until_exit(mut child: tokio::process::Child, kill: &Notify) -> Op
     }
 }
 
-async fn collect(mut pipe: impl AsyncRead + Unpin, terminal: Arc<Terminal>) {
-    let mut buffer = vec![0u8; 16 * 1024];
-    loop {
-        match pipe.read(&mut buffer).await {
-            Ok(0) | Err(_) => return,
-            Ok(read) => lock(&terminal.output).push(&buffer[..read]),
+/// Where one terminal's lines go: its own bounds, the run's, and the job's output.
+#[derive(Debug, Clone)]
+struct Show {
+    terminal: Arc<Terminal>,
+    run: Arc<Mutex<RunShown>>,
+    lines: mpsc::Sender<String>,
+}
+
+impl Show {
+    /// The lines to send for `printed`, as the bounds allow.
+    fn bounded(&self, printed: Vec<String>) -> Vec<String> {
+        let mut command = lock(&self.terminal.shown);
+        let mut run = lock(&self.run);
+        printed
+            .iter()
+            .flat_map(|text| command.printed(&mut run, text))
+            .collect()
+    }
+
+    /// Sends `lines` to the job's output as they come (batched by the run's reporter).
+    async fn send(&self, lines: Vec<String>) {
+        for line in lines {
+            if self.lines.send(line).await.is_err() {
+                return;
+            }
         }
     }
+}
+
+/// Reads one of a terminal's pipes: kept for the agent, and shown line by line.
+async fn collect(mut pipe: impl AsyncRead + Unpin, show: Show) {
+    let mut buffer = vec![0u8; 16 * 1024];
+    let mut split = shown::Lines::default();
+    loop {
+        match pipe.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(read) => {
+                lock(&show.terminal.output).push(&buffer[..read]);
+                let printed = split.push(&buffer[..read]);
+                show.send(show.bounded(printed)).await;
+            }
+        }
+    }
+    let last = split.finish().into_iter().collect();
+    show.send(show.bounded(last)).await;
 }
 
 impl Output {
