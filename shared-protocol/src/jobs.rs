@@ -134,18 +134,61 @@ pub struct NewJobParams {
     /// claimed before that one ended, and works on what that one left in the folder.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continues: Option<JobId>,
-    /// What becomes of the work in a git repository; absent: nothing (no git handling).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub git: Option<GitOptions>,
+    /// What becomes of the work in a git repository; `null`: nothing (no git handling).
+    /// Absent: nothing, except for a job that `continues` another, which then keeps that
+    /// job's choices (a new branch it made is the branch to go on with), as the page's
+    /// Continue does; `null` is how such a follow-up asks for no git handling.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<GitOptions>, nullable)]
+    pub git: Option<Option<GitOptions>>,
 }
 
-/// `POST /api/jobs/{id}/rerun`: a new job with the same spec; `prompt` replaces the
-/// prompt when given.
+/// `POST /api/jobs/{id}/rerun`: a new job with the earlier job's spec, on the same
+/// computer. Each field given replaces that setting; an absent one keeps the earlier
+/// job's. Checked as `POST /api/jobs` checks a new job.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RerunParams {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// A label the device shares.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub folder: Option<String>,
+    /// An engine name the device publishes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_minutes: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets: Option<Vec<String>>,
+    /// Absent: the earlier job's choices, with a new branch of its own where the earlier
+    /// one made a new branch; `null`: no git handling.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<GitOptions>, nullable)]
+    pub git: Option<Option<GitOptions>>,
+}
+
+/// A field that tells absent (`None`, by `default`) from `null` (`Some(None)`).
+fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(deserializer).map(Some)
 }
 
 /// The part of a job the device receives when it claims it.
@@ -261,6 +304,17 @@ pub struct Job {
     /// The follow-up of this job, once there is one.
     #[serde(default)]
     pub continued_by: Option<JobId>,
+    /// The earlier job this one runs again (`POST /api/jobs/{id}/rerun`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun_of: Option<JobId>,
+    /// The jobs that run this one again, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reruns: Vec<JobId>,
+    /// Which run of its chain this is: 1 for the job the chain started from, then one
+    /// more for each re-run or follow-up in the order they were made. Absent for a job
+    /// that neither runs another again nor continues one, and that none does either.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_number: Option<u32>,
     /// Why a queued job has not started: its computer is offline, another run holds its
     /// folder, the job it follows up has not ended, or the account's run limit.
     #[serde(default)]

@@ -21,7 +21,7 @@ pub mod timeline;
 use serde_json::json;
 use tether_protocol::capabilities::Capabilities;
 use tether_protocol::git::{BranchChoice, GitOptions};
-use tether_protocol::jobs::{Job, JobSpec, JobState, NewJobParams, Outcome};
+use tether_protocol::jobs::{Job, JobSpec, JobState, NewJobParams, Outcome, RerunParams};
 use tether_protocol::text::TextKind;
 use tether_protocol::{AccountId, Code, DeviceId, JobId};
 
@@ -30,7 +30,7 @@ use crate::clock::to_time;
 use crate::config::Config;
 use crate::devices;
 use crate::error::ApiError;
-use crate::store::job_rows::{self, EndCause, OpenDecisions};
+use crate::store::job_rows::{self, EndCause, JobRow, OpenDecisions};
 use crate::store::ledger::{self, LedgerKind};
 use crate::store::{stored_id, InTx, ReadSource, Store, Tx};
 
@@ -54,6 +54,10 @@ pub struct NewJob {
     device_id: DeviceId,
     spec: JobSpec,
     continues: Option<JobId>,
+    /// The earlier job a re-run runs again.
+    rerun_of: Option<JobId>,
+    /// A follow-up sent without `git` keeps the git choices of the job it continues.
+    git_from_earlier: bool,
 }
 
 impl TryFrom<NewJobParams> for NewJob {
@@ -78,6 +82,7 @@ impl TryFrom<NewJobParams> for NewJob {
             ));
         }
         check_secret_names(&params.secrets)?;
+        let git_from_earlier = params.git.is_none() && params.continues.is_some();
         let spec = JobSpec {
             title,
             prompt: params.prompt,
@@ -87,7 +92,7 @@ impl TryFrom<NewJobParams> for NewJob {
             network: params.network,
             timeout_minutes: params.timeout_minutes,
             secrets: params.secrets,
-            git: params.git,
+            git: params.git.flatten(),
         };
         if let Some(git) = &spec.git {
             delivery::check_options(git, &spec)?;
@@ -96,6 +101,8 @@ impl TryFrom<NewJobParams> for NewJob {
             device_id: params.device_id,
             spec,
             continues: params.continues,
+            rerun_of: None,
+            git_from_earlier,
         })
     }
 }
@@ -111,26 +118,44 @@ pub async fn create(store: &Store, account_id: &AccountId, new: NewJob) -> Resul
         device_id,
         mut spec,
         continues,
+        rerun_of,
+        git_from_earlier,
     } = new;
     let now = store.now();
     let job_id = JobId::generate();
-    match (&continues, store.postgres_pool()) {
-        // On PostgreSQL a job that continues none is one statement: its device is checked
-        // again in it, so a device revoked since the read below gets nothing.
-        (None, Some(pool)) => {
+    let alone = continues.is_none() && rerun_of.is_none();
+    let run_number = match (alone, store.postgres_pool()) {
+        // On PostgreSQL a job that neither continues nor runs again another is one
+        // statement: its device is checked again in it, so a device revoked since the read
+        // below gets nothing.
+        (true, Some(pool)) => {
             let capabilities = devices::usable_capabilities(store, account_id, &device_id).await?;
             check_runnable(&mut spec, capabilities.as_ref(), &job_id)?;
-            let entry = created_entry(&job_id, &device_id, &spec, None);
+            let entry = created_entry(&job_id, &device_id, &spec, None, None);
             let queued =
                 job_rows::queue_alone(pool, &job_id, account_id, &device_id, &spec, now, entry);
             if !queued.await? {
                 return Err(ApiError::not_found("device"));
             }
+            None
         }
         _ => {
             let mut tx = store.begin().await?;
+            let mut earlier_row = None;
+            let mut numbered = None;
             if let Some(earlier) = &continues {
-                check_follow_up(&mut tx, account_id, earlier, &device_id, &spec).await?;
+                let row = check_follow_up(&mut tx, account_id, earlier, &device_id, &spec).await?;
+                if git_from_earlier {
+                    spec.git = row.spec()?.git.map(go_on_with_branch);
+                    if let Some(git) = &spec.git {
+                        delivery::check_options(git, &spec)?;
+                    }
+                }
+                earlier_row = Some(row);
+            }
+            if let Some(earlier) = &rerun_of {
+                let row = job_rows::lock_for_account(&mut tx, account_id, earlier).await?;
+                earlier_row = Some(row.ok_or_else(|| ApiError::not_found("job"))?);
             }
             let reads = InTx { tx: &mut tx, now };
             let capabilities = devices::usable_capabilities(reads, account_id, &device_id).await?;
@@ -140,11 +165,17 @@ pub async fn create(store: &Store, account_id: &AccountId, new: NewJob) -> Resul
                 &mut tx, &job_id, account_id, &device_id, &spec, earlier, now,
             )
             .await?;
-            let entry = created_entry(&job_id, &device_id, &spec, earlier);
+            if let Some(row) = &earlier_row {
+                let (root, run) = next_in_chain(&mut tx, account_id, row).await?;
+                job_rows::set_chain(&mut tx, &job_id, rerun_of.as_ref(), &root, run).await?;
+                numbered = u32::try_from(run).ok();
+            }
+            let entry = created_entry(&job_id, &device_id, &spec, earlier, rerun_of.as_ref());
             ledger::record_entry(&mut tx, account_id, now, entry).await?;
             tx.commit().await?;
+            numbered
         }
-    }
+    };
     tracing::info!(job_id = %job_id, device_id = %device_id, "job queued");
     // A new job has no events, decisions or evidence yet: the answer is what was written.
     Ok(Job {
@@ -165,6 +196,9 @@ pub async fn create(store: &Store, account_id: &AccountId, new: NewJob) -> Resul
         changes: None,
         continues,
         continued_by: None,
+        rerun_of,
+        reruns: Vec::new(),
+        run_number,
         queued_because: None,
         delivery: None,
     })
@@ -218,14 +252,18 @@ fn created_entry(
     device_id: &DeviceId,
     spec: &JobSpec,
     continues: Option<&JobId>,
+    rerun_of: Option<&JobId>,
 ) -> ledger::Entry {
-    let detail = json!({ "jobId": job_id, "deviceId": device_id, "engine": spec.engine,
-                         "folder": spec.folder, "mode": spec.mode, "continues": continues });
+    let mut detail = json!({ "jobId": job_id, "deviceId": device_id, "engine": spec.engine,
+                             "folder": spec.folder, "mode": spec.mode, "continues": continues });
+    if let Some(earlier) = rerun_of {
+        detail["rerunOf"] = json!(earlier);
+    }
     ledger::Entry::new(LedgerKind::JobCreated, job_id.as_str(), detail)
 }
 
 /// A follow-up names an earlier job of the account, on the same computer and folder, that
-/// no other job follows up yet.
+/// no other job follows up yet. Answers that job, locked.
 ///
 /// # Errors
 /// 404 for an earlier job not of this account, 422 `invalid_field` naming `deviceId` or
@@ -236,7 +274,7 @@ async fn check_follow_up(
     earlier: &JobId,
     device_id: &DeviceId,
     spec: &JobSpec,
-) -> Result<(), ApiError> {
+) -> Result<JobRow, ApiError> {
     let job = job_rows::lock_for_account(tx, account_id, earlier)
         .await?
         .ok_or_else(|| ApiError::not_found("job"))?;
@@ -258,19 +296,53 @@ async fn check_follow_up(
             format!("That job is already continued by {later}."),
         ));
     }
-    Ok(())
+    Ok(job)
 }
 
-/// A new job with the spec of a finished job of `account_id`; `prompt` replaces its prompt.
+/// Where a job made from `earlier` (locked) goes in its chain: the chain's first job and
+/// the next run number. The first job is locked too, so two new runs never share a number.
+///
+/// # Errors
+/// A database error.
+async fn next_in_chain(
+    tx: &mut Tx,
+    account_id: &AccountId,
+    earlier: &JobRow,
+) -> Result<(String, i64), ApiError> {
+    let root = match &earlier.chain_root {
+        Some(root) => {
+            let root_id: JobId = stored_id(root.clone())?;
+            job_rows::lock_for_account(tx, account_id, &root_id).await?;
+            root.clone()
+        }
+        None => earlier.id.clone(),
+    };
+    // The first job is run 1 without a number stored.
+    let last = job_rows::last_run_in_chain(tx, &root).await?.unwrap_or(1);
+    Ok((root, last.max(1) + 1))
+}
+
+/// A follow-up's git choices from the earlier job's: the same, except that a new branch the
+/// earlier run made is the existing branch the follow-up goes on with.
+fn go_on_with_branch(mut git: GitOptions) -> GitOptions {
+    if let Some(BranchChoice::New(name)) = &git.branch {
+        git.branch = Some(BranchChoice::Existing(name.clone()));
+    }
+    git
+}
+
+/// A new job with the spec of a finished job of `account_id`, on the same computer; each
+/// setting `params` gives replaces the earlier job's.
 ///
 /// # Errors
 /// 404 for a job not of this account, 409 `invalid_state` for one that has not ended, and
-/// those of [`create`] (the computer may no longer publish the engine or share the folder).
+/// those of `POST /api/jobs` (the computer may no longer publish the engine or share the
+/// folder; a setting given may be refused).
 pub async fn rerun(
     store: &Store,
     account_id: &AccountId,
     job_id: &JobId,
-    prompt: Option<String>,
+    params: RerunParams,
 ) -> Result<Job, ApiError> {
     let row = job_rows::read_for_account(store, account_id, job_id)
         .await?
@@ -286,20 +358,26 @@ pub async fn rerun(
         ));
     }
     let spec = row.spec()?;
-    let params = NewJobParams {
-        device_id: stored_id(row.device_id)?,
-        title: spec.title,
-        prompt: prompt.unwrap_or(spec.prompt),
-        folder: spec.folder,
-        engine: spec.engine,
-        mode: spec.mode,
-        network: spec.network,
-        timeout_minutes: spec.timeout_minutes,
-        secrets: spec.secrets,
-        continues: None,
-        git: spec.git.map(fresh_branch),
+    let git = match params.git {
+        Some(given) => given,
+        None => spec.git.map(fresh_branch),
     };
-    create(store, account_id, NewJob::try_from(params)?).await
+    let new = NewJobParams {
+        device_id: stored_id(row.device_id)?,
+        title: params.title.unwrap_or(spec.title),
+        prompt: params.prompt.unwrap_or(spec.prompt),
+        folder: params.folder.unwrap_or(spec.folder),
+        engine: params.engine.unwrap_or(spec.engine),
+        mode: params.mode.unwrap_or(spec.mode),
+        network: params.network.unwrap_or(spec.network),
+        timeout_minutes: params.timeout_minutes.unwrap_or(spec.timeout_minutes),
+        secrets: params.secrets.unwrap_or(spec.secrets),
+        continues: None,
+        git: Some(git),
+    };
+    let mut new = NewJob::try_from(new)?;
+    new.rerun_of = Some(job_id.clone());
+    create(store, account_id, new).await
 }
 
 /// A re-run's own new branch: the earlier run's branch exists now, so a new one gets a new
@@ -410,7 +488,29 @@ pub(crate) async fn read(
     job.evidence = evidence::list(&mut reads, account_id, job_id).await?;
     job.decisions = decisions::for_job(&mut reads, account_id, job_id).await?;
     job.continued_by = job_rows::follow_up_of(&mut reads, account_id, job_id).await?;
+    job.reruns = job_rows::reruns_of(&mut reads, account_id, job_id).await?;
+    // The first job of a chain has no number stored: it is run 1 once another follows it.
+    if job.run_number.is_none() && (job.continued_by.is_some() || !job.reruns.is_empty()) {
+        job.run_number = Some(1);
+    }
     Ok(job)
+}
+
+/// The title and run number of a job of `account_id` that another names in its chain
+/// (the first job of a chain is run 1); `None` when there is no such job.
+///
+/// # Errors
+/// A database error.
+pub async fn chain_link(
+    store: &Store,
+    account_id: &AccountId,
+    job_id: &JobId,
+) -> Result<Option<(String, u32)>, ApiError> {
+    let row = job_rows::read_for_account(store, account_id, job_id).await?;
+    Ok(row.map(|row| {
+        let run = row.chain_run.and_then(|run| u32::try_from(run).ok());
+        (row.title, run.unwrap_or(1))
+    }))
 }
 
 /// Cancels a job: a queued one ends `cancelled` at once; a running or waiting one gets

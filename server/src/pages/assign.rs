@@ -140,11 +140,7 @@ fn assign_form(
                 }
                 label { "Title" input type="text" name="title" maxlength="200" required; }
                 label { "Prompt" textarea name="prompt" maxlength="20000" {} }
-                label { "Mode"
-                    select name="mode" {
-                        @for mode in Mode::ALL { option value=(mode.as_str()) selected[mode == Mode::Review] { (mode.as_str()) } }
-                    }
-                }
+                (mode_field("assign", Mode::Review))
                 label.inline { input type="checkbox" name="network"; "Allow network access" }
                 (secret_choices(held))
                 (git_fieldset(device, last.and_then(|spec| spec.git.as_ref())))
@@ -155,6 +151,31 @@ fn assign_form(
             }
         }
         script src="/assets/assign.js" defer {}
+    }
+}
+
+/// The mode, with one line per mode saying what it means (its ids start with `prefix`).
+pub(super) fn mode_field(prefix: &str, selected: Mode) -> Markup {
+    html! {
+        label { "Mode"
+            select name="mode" aria-describedby={ (prefix) "-mode-hints" } {
+                @for mode in Mode::ALL { option value=(mode.as_str()) selected[mode == selected] { (mode.as_str()) } }
+            }
+        }
+        ul.mode-hints.muted id={ (prefix) "-mode-hints" } {
+            @for mode in Mode::ALL {
+                li { strong { (mode.as_str()) } ": " (mode_meaning(mode)) }
+            }
+        }
+    }
+}
+
+/// What a mode means, in one sentence for someone new to Tether.
+fn mode_meaning(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Ask => "asks you before it runs a command or changes a file, unless you trusted the folder on that computer.",
+        Mode::Review => "works freely in the job's folder, and asks you before it changes another folder or reaches another computer.",
+        Mode::Unattended => "never waits for you: it answers its own questions as Tether recommends and lists each answer in the result.",
     }
 }
 

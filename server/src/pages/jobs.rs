@@ -11,7 +11,7 @@ use tether_protocol::{Code, JobId};
 
 use super::changes::changes_section;
 use super::delivery::{asked_text, delivery_section};
-use super::follow_up::{chain, next_steps, Linked};
+use super::follow_up::{chain, load_chain, next_steps, Chain};
 use super::layout::{duration_text, error_page, moment, page};
 use super::redirects::signin_redirect;
 use super::timeline::timeline;
@@ -50,8 +50,7 @@ struct JobContext {
     job: Job,
     /// `None` when the computer's record is gone.
     device: Option<Device>,
-    continues: Option<Linked>,
-    continued_by: Option<Linked>,
+    chain: Chain,
 }
 
 async fn load(state: &AppState, caller: &Caller, job_id: &JobId) -> Result<JobContext, ApiError> {
@@ -61,30 +60,8 @@ async fn load(state: &AppState, caller: &Caller, job_id: &JobId) -> Result<JobCo
         crate::jobs::queue_reason(&state.store, &state.config, account_id, &job).await?;
     let device = crate::devices::get(&state.store, account_id, &job.device_id, &state.config).await;
     let device = unless_not_found(device)?;
-    let continues = linked(state, caller, job.continues.as_ref()).await?;
-    let continued_by = linked(state, caller, job.continued_by.as_ref()).await?;
-    Ok(JobContext {
-        job,
-        device,
-        continues,
-        continued_by,
-    })
-}
-
-/// The title of a job in the chain, looked up for the link's text.
-async fn linked(
-    state: &AppState,
-    caller: &Caller,
-    job_id: Option<&JobId>,
-) -> Result<Option<Linked>, ApiError> {
-    let Some(job_id) = job_id else {
-        return Ok(None);
-    };
-    let other = crate::jobs::get(&state.store, &caller.account.id, job_id).await;
-    Ok(Some(Linked {
-        id: job_id.clone(),
-        title: unless_not_found(other)?.map(|job| job.title),
-    }))
+    let chain = load_chain(state, caller, &job).await?;
+    Ok(JobContext { job, device, chain })
 }
 
 fn unless_not_found<T>(result: Result<T, ApiError>) -> Result<Option<T>, ApiError> {
@@ -108,7 +85,7 @@ fn job_view(context: &JobContext, now: DateTime<Utc>) -> Markup {
             }
             (where_it_runs(job, context.device.as_ref()))
             (when_it_ran(job, now))
-            (chain(context.continues.as_ref(), context.continued_by.as_ref()))
+            (chain(&context.chain))
             @if !job.spec.prompt.is_empty() { p.prompt { (job.spec.prompt) } }
             p.muted {
                 @if job.spec.network { "Network on" } @else { "Network off" }
@@ -141,7 +118,7 @@ fn job_view(context: &JobContext, now: DateTime<Utc>) -> Markup {
             }
             div #job-end data-refresh {
                 (evidence_list(job))
-                (next_steps(job, context.device.as_ref(), context.continued_by.as_ref()))
+                (next_steps(job, context.device.as_ref(), &context.chain))
             }
             (files_section(job))
         }

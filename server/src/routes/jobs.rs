@@ -50,7 +50,7 @@ pub(super) fn routes(table: &mut Table) {
         .body::<RerunParams>()
         .answer::<Job>(
             201,
-            "The new job, with the same spec (and the new prompt if given).",
+            "The new job, with the earlier job's settings except those given.",
         )
         .errors(&[400, 404, 409, 413, 415, 422, 429]);
 }
@@ -124,8 +124,7 @@ async fn rerun(
 ) -> Result<HttpResponse, ApiError> {
     // The body is optional (a plain re-run), but one that is there must be JSON and parse.
     let params: RerunParams = optional_json(&req, &body)?;
-    let prompt = params.prompt;
-    let job = jobs::rerun(&state.store, &caller.account.id, &job_id, prompt).await?;
+    let job = jobs::rerun(&state.store, &caller.account.id, &job_id, params).await?;
     state.notices.job_queued(&job.device_id).await;
     Ok(HttpResponse::Created().json(job))
 }

@@ -36,7 +36,8 @@ use in_one::{update_with_lines, Clause};
 
 const JOB_COLUMNS: &str = "id, account_id, device_id, title, spec_json, state, attempt, \
     cancel_requested, outcome_json, lease_token_hash, lease_expires_at, progress_seq, \
-    created_at, started_at, ended_at, last_lease_hash, end_cause, resumes, continues, changes_json, delivery_json";
+    created_at, started_at, ended_at, last_lease_hash, end_cause, resumes, continues, changes_json, delivery_json, \
+    rerun_of, chain_root, chain_run";
 
 /// A `jobs` row. Not `Serialize`: [`JobRow::into_job`] builds the wire type. Only this
 /// module reads or writes one; the fields are for callers' decisions.
@@ -66,6 +67,12 @@ pub(crate) struct JobRow {
     pub(crate) changes_json: Option<String>,
     /// The [`DeliveryReport`] its computer reported, checked before it was stored.
     pub(crate) delivery_json: Option<String>,
+    /// The earlier job this one runs again.
+    pub(crate) rerun_of: Option<String>,
+    /// The first job of its chain of re-runs and follow-ups; `None` on that job itself.
+    pub(crate) chain_root: Option<String>,
+    /// Its run number in that chain.
+    pub(crate) chain_run: Option<i64>,
 }
 
 impl JobRow {
@@ -95,9 +102,14 @@ impl JobRow {
             .as_deref()
             .and_then(|json| serde_json::from_str::<DeliveryReport>(json).ok());
         let continues = self.continues.clone().map(stored_id).transpose()?;
+        let rerun_of = self.rerun_of.clone().map(stored_id).transpose()?;
+        let run_number = self.chain_run.and_then(|run| u32::try_from(run).ok());
         Ok(Job {
             changes,
             continues,
+            rerun_of,
+            run_number,
+            reruns: Vec::new(),
             state: self.state()?,
             spec: self.spec()?,
             id: stored_id(self.id)?,
@@ -342,6 +354,66 @@ pub(crate) async fn follow_up_in_tx(
 pub(crate) async fn read_for_device(
     tx: &mut Tx,
     device_id: &str,
+/// The re-runs of a job of `account_id`, oldest first (at most 100).
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn reruns_of(
+    mut source: impl ReadSource,
+    account_id: &AccountId,
+    job_id: &JobId,
+) -> Result<Vec<JobId>, ApiError> {
+    let rows = on_reads!(source, |pool| sqlx::query_scalar::<_, String>(
+        "SELECT id FROM jobs WHERE rerun_of = $1 AND account_id = $2 \
+         ORDER BY chain_run, created_at, id LIMIT 100"
+    )
+    .bind(job_id.as_str())
+    .bind(account_id.as_str())
+    .fetch_all(pool)
+    .await)?;
+    rows.into_iter().map(stored_id).collect()
+}
+
+/// The highest run number given in the chain that starts at `root`, in the caller's
+/// transaction (which holds `root` locked, so two new runs never share a number).
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn last_run_in_chain(tx: &mut Tx, root: &str) -> Result<Option<i64>, ApiError> {
+    let last = on_tx!(tx, |conn| sqlx::query_scalar::<_, Option<i64>>(
+        "SELECT MAX(chain_run) FROM jobs WHERE chain_root = $1"
+    )
+    .bind(root)
+    .fetch_one(conn)
+    .await)?;
+    Ok(last)
+}
+
+/// Records where a new job stands in its chain: the job it runs again (if it does), the
+/// chain's first job and its run number.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn set_chain(
+    tx: &mut Tx,
+    job_id: &JobId,
+    rerun_of: Option<&JobId>,
+    root: &str,
+    run: i64,
+) -> Result<(), ApiError> {
+    on_tx!(tx, |conn| sqlx::query(
+        "UPDATE jobs SET rerun_of = $2, chain_root = $3, chain_run = $4 WHERE id = $1"
+    )
+    .bind(job_id.as_str())
+    .bind(rerun_of.map(JobId::as_str))
+    .bind(root)
+    .bind(run)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
     job_id: &str,
 ) -> Result<Option<JobRow>, ApiError> {
     let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND device_id = $2");

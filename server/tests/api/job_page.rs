@@ -150,19 +150,22 @@ both_backends! {
         body["network"] = json!(true);
         let earlier = run_to_end(&app, &ann, &device, &body, Duration::from_secs(1), succeeded_with_changes()).await;
         let (_, page) = html(&ann, &format!("/jobs/{}", earlier.id)).await;
-        // The Continue form carries the spec as the API takes it.
+        // The Continue form carries the spec as the API takes it, each setting a control
+        // filled in with the earlier job's value.
+        let (_, continue_form) = page.split_once(r#"<h2 id="continue-heading">"#).unwrap();
         for field in [
             format!(r#"<input type="hidden" name="deviceId" value="{}">"#, device.device_id),
             format!(r#"<input type="hidden" name="continues" value="{}">"#, earlier.id),
             r#"<input type="hidden" name="folder" value="work">"#.to_owned(),
-            r#"<input type="hidden" name="engine" value="echo">"#.to_owned(),
-            r#"<input type="hidden" name="mode" value="review">"#.to_owned(),
-            r#"<input type="hidden" name="network" value="true" data-json>"#.to_owned(),
-            r#"<input type="hidden" name="timeoutMinutes" value="30" data-number>"#.to_owned(),
-            r#"<input type="hidden" name="secrets" value="[&quot;API_KEY&quot;]" data-json>"#.to_owned(),
+            r#"<option value="echo" selected>echo</option>"#.to_owned(),
+            r#"<option value="review" selected>review</option>"#.to_owned(),
+            r#"<input type="checkbox" name="network" checked>"#.to_owned(),
+            r#"<input type="number" name="timeoutMinutes" value="30" min="1" max="1440">"#.to_owned(),
+            r#"<input type="checkbox" name="secrets" value="API_KEY" data-list checked>"#.to_owned(),
+            r#"<input type="hidden" name="git" value="null" data-json>"#.to_owned(),
             r#"value="Follow-up: Run the tests""#.to_owned(),
         ] {
-            assert!(page.contains(&field), "{field}: {page}");
+            assert!(continue_form.contains(&field), "{field}: {continue_form}");
         }
         // What the form posts, as app.js sends it.
         let follow_up = json!({
@@ -174,9 +177,9 @@ both_backends! {
         assert_eq!(res.status(), StatusCode::CREATED, "{}", res.text().await.unwrap());
         let later: Job = res.json().await.unwrap();
         let (_, page) = html(&ann, &format!("/jobs/{}", later.id)).await;
-        assert!(page.contains(&format!(r#"<p data-field="continues">Continues <a href="/jobs/{}">Run the tests</a></p>"#, earlier.id)), "{page}");
+        assert!(page.contains(&format!(r#"<p data-field="run">Run 2 · <span data-field="continues">continues <a href="/jobs/{}">#1 Run the tests</a></span></p>"#, earlier.id)), "{page}");
         let (_, page) = html(&ann, &format!("/jobs/{}", earlier.id)).await;
-        assert!(page.contains(&format!(r#"<p data-field="continued-by">Continued by <a href="/jobs/{}">Follow-up: Run the tests</a></p>"#, later.id)), "{page}");
+        assert!(page.contains(&format!(r#"<p data-field="run">Run 1</p><p data-field="continued-by">Continued by <a href="/jobs/{}">#2 Follow-up: Run the tests</a></p>"#, later.id)), "{page}");
         // Continued once: the way on is from the later job.
         assert!(!page.contains(r#"name="continues""#) && page.contains("go on from"), "{page}");
 

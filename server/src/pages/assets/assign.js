@@ -1,7 +1,7 @@
-// The Assign page: a warning under the computer when it is offline; the Git choices, of
-// which it shows the ones that apply, disables those the server would refuse (a pull
-// request without network access, asking to merge in unattended mode), and keeps the
-// hidden `git` field (data-json, which app.js posts) equal to them.
+// Assign, and Run again and Continue on a job page: a warning under the computer when it is
+// offline; the Git choices, of which it shows the ones that apply, disables those the server
+// would refuse (a pull request without network access, asking to merge in unattended mode),
+// and keeps the hidden `git` field (data-json, which app.js posts) equal to them.
 "use strict";
 
 // The chosen computer's offline warning (its option's data-offline), shown at once while
@@ -17,60 +17,70 @@
   });
 })();
 
+// Every form with Git choices: Assign's, and Run again's and Continue's on a job page (whose
+// ids start with their own prefix, hence the id$= selectors). Listened for on the document,
+// so forms that arrive with a refresh of the page work too.
 (() => {
-  const fieldset = document.querySelector("fieldset[data-git-choices]");
-  if (!fieldset) return;
-  const form = fieldset.form;
-  const output = form.elements.git;
-  const radio = (group, value) => fieldset.querySelector(`input[name="git-${group}"][value="${value}"]`);
-  const picked = (group) => fieldset.querySelector(`input[name="git-${group}"]:checked`)?.value;
-  const control = (key) => fieldset.querySelector(`[data-git="${key}"]`);
-  const show = (selector, shown) => { fieldset.querySelector(selector).hidden = !shown; };
+  const radio = (fieldset, group, value) =>
+    fieldset.querySelector(`input[name="git-${group}"][value="${value}"]`);
+  const picked = (fieldset, group) => fieldset.querySelector(`input[name="git-${group}"]:checked`)?.value;
+  const control = (fieldset, key) => fieldset.querySelector(`[data-git="${key}"]`);
+  const part = (fieldset, name) => fieldset.querySelector(`[id$="git-${name}"]`);
 
   // Moves a refused choice to the nearest one allowed, so what is sent is never refused.
-  function allowOnly() {
+  function allowOnly(fieldset) {
+    const form = fieldset.form;
     const network = form.elements.network.checked;
-    const pullRequest = radio("delivery", "pull_request");
+    const pullRequest = radio(fieldset, "delivery", "pull_request");
     pullRequest.disabled = !network;
-    if (pullRequest.checked && !network) radio("delivery", "push").checked = true;
-    show("#git-network-note", !network);
+    if (pullRequest.checked && !network) radio(fieldset, "delivery", "push").checked = true;
+    part(fieldset, "network-note").hidden = network;
     const unattended = form.elements.mode.value === "unattended";
-    const ask = radio("merge", "ask");
+    const ask = radio(fieldset, "merge", "ask");
     ask.disabled = unattended;
-    if (ask.checked && unattended) radio("merge", "never").checked = true;
-    show("#git-ask-note", unattended);
+    if (ask.checked && unattended) radio(fieldset, "merge", "never").checked = true;
+    part(fieldset, "ask-note").hidden = !unattended;
   }
 
-  function branchChoice() {
-    switch (picked("branch")) {
-      case "new": return { new: control("new").value.trim() };
-      case "existing": return { existing: control("existing").value.trim() };
+  function branchChoice(fieldset) {
+    switch (picked(fieldset, "branch")) {
+      case "new": return { new: control(fieldset, "new").value.trim() };
+      case "existing": return { existing: control(fieldset, "existing").value.trim() };
       default: return { current: true };
     }
   }
 
   // The `git` object of POST /api/jobs; base and merge only for a pull request.
-  function gitOptions() {
-    const git = { delivery: picked("delivery"), branch: branchChoice(), worktree: control("worktree").checked };
+  function gitOptions(fieldset) {
+    const git = {
+      delivery: picked(fieldset, "delivery"),
+      branch: branchChoice(fieldset),
+      worktree: control(fieldset, "worktree").checked,
+    };
     if (git.delivery === "pull_request") {
-      const base = control("base").value.trim();
+      const base = control(fieldset, "base").value.trim();
       if (base) git.base = base;
-      git.merge = picked("merge");
+      git.merge = picked(fieldset, "merge");
     }
     return git;
   }
 
-  function update() {
-    allowOnly();
-    const branch = picked("branch");
-    control("new").disabled = branch !== "new";
-    control("existing").disabled = branch !== "existing";
-    const pullRequest = fieldset.querySelector("#git-pull-request");
-    pullRequest.hidden = pullRequest.disabled = picked("delivery") !== "pull_request";
-    output.value = JSON.stringify(gitOptions());
+  function update(fieldset) {
+    allowOnly(fieldset);
+    const branch = picked(fieldset, "branch");
+    control(fieldset, "new").disabled = branch !== "new";
+    control(fieldset, "existing").disabled = branch !== "existing";
+    const pullRequest = part(fieldset, "pull-request");
+    pullRequest.hidden = pullRequest.disabled = picked(fieldset, "delivery") !== "pull_request";
+    fieldset.form.elements.git.value = JSON.stringify(gitOptions(fieldset));
   }
 
-  form.addEventListener("input", update);
-  form.addEventListener("change", update);
-  update();
+  const choicesOf = (event) => event.target.form?.querySelector("fieldset[data-git-choices]");
+  for (const type of ["input", "change"]) {
+    document.addEventListener(type, (event) => {
+      const fieldset = choicesOf(event);
+      if (fieldset) update(fieldset);
+    });
+  }
+  document.querySelectorAll("fieldset[data-git-choices]").forEach(update);
 })();
