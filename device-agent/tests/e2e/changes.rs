@@ -1,7 +1,9 @@
 //! What a run changed, end to end: a recipe edits, adds, deletes and renames files in a git
 //! repository with uncommitted work of its owner's; the finished job lists exactly the
 //! run's changes (flags included), and `GET /api/jobs/{id}/diff?path=` answers one file's
-//! unified diff as text, to its owner only, refusing paths the file view refuses.
+//! unified diff as text, to its owner only, refusing paths the file view refuses. A job's
+//! diff is its run's start against its run's end: a later job, a commit and a gc in the
+//! repository change nothing of it; `against=now` compares with the folder now.
 
 use std::path::Path;
 use std::process::Command;
@@ -205,4 +207,130 @@ fn git(dir: &Path, args: &[&str]) -> String {
 /// A second account, with an API token of its own.
 async fn sign_up_other(base: &str) -> Web {
     Web::sign_up_as(base, "other@example.com").await
+}
+
+/// The diff's body through the web API, and what the computer says it compared with.
+async fn diff_of(web: &Web, job_id: &str, query: &str) -> (String, String) {
+    let res = web.get(&format!("/api/jobs/{job_id}/diff?{query}")).await;
+    assert_eq!(res.status(), StatusCode::OK, "{query}");
+    let against = res
+        .headers()
+        .get("x-tether-diff-against")
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    (res.text().await.unwrap(), against)
+}
+
+/// Issue 26, defect 1: two jobs in sequence on one repository; after the second ran, and
+/// after its work was committed and the repository collected with `git gc --prune=now`,
+/// the first job's diff still shows only the first job's work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_jobs_diff_shows_only_its_own_work_after_later_jobs_and_a_gc() {
+    if !crate::external::git() {
+        return;
+    }
+    let server = spawn_server(None).await;
+    let web = Web::sign_up(&server.base).await;
+    let home = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let readme: String = (1..=3).map(|n| format!("readme line {n}\n")).collect();
+    std::fs::write(work.path().join("README.md"), &readme).unwrap();
+    git(work.path(), &["init", "-q"]);
+    git(work.path(), &["add", "-A"]);
+    git(work.path(), &["commit", "-q", "-m", "first"]);
+    let device_id = pair(&server.base, &web, home.path()).await;
+    agent_ok(
+        home.path(),
+        &["folders", "share", "work", work.path().to_str().unwrap()],
+    )
+    .await;
+    let first = "printf 'first job 1\\nfirst job 2\\n' >> README.md; echo done";
+    let later = "for n in 1 2 3 4 5 6 7 8 9; do echo \"later job $n\" >> README.md; done; \\
+                 echo later > later.txt; echo done";
+    agent_ok(
+        home.path(),
+        &["recipe", "add", "first", "--", "sh", "-c", first],
+    )
+    .await;
+    agent_ok(
+        home.path(),
+        &["recipe", "add", "later", "--", "sh", "-c", later],
+    )
+    .await;
+    let daemon = Daemon::start(home.path());
+    web.wait_for_device(&device_id, |device| {
+        device.online && device.capabilities.is_some()
+    })
+    .await;
+
+    let job = web.create_job(&device_id, "first", "add two lines").await;
+    let first_id = job.id.to_string();
+    let first_job = web
+        .wait_until_ended(&first_id, Duration::from_secs(60))
+        .await;
+    assert_eq!(
+        first_job.state,
+        JobState::Succeeded,
+        "{first_job:#?}\n{}",
+        daemon.stderr()
+    );
+    // While nothing else ran, the end and now are the same.
+    let (diff, _) = diff_of(&web, &first_id, "path=README.md").await;
+    let expected = concat!(
+        "--- a/README.md\n+++ b/README.md\n@@ -1,3 +1,5 @@\n",
+        " readme line 1\n readme line 2\n readme line 3\n+first job 1\n+first job 2\n"
+    );
+    assert_eq!(diff, expected, "{}", daemon.stderr());
+
+    let job = web.create_job(&device_id, "later", "add more").await;
+    let later_id = job.id.to_string();
+    let later_job = web
+        .wait_until_ended(&later_id, Duration::from_secs(60))
+        .await;
+    assert_eq!(later_job.state, JobState::Succeeded, "{}", daemon.stderr());
+    git(work.path(), &["add", "-A"]);
+    git(work.path(), &["commit", "-q", "-m", "both jobs"]);
+    git(work.path(), &["reflog", "expire", "--expire=now", "--all"]);
+    git(work.path(), &["gc", "-q", "--prune=now", "--aggressive"]);
+
+    // The first job: its own two lines, its listing as reported, nothing of the later job.
+    let (diff, against) = diff_of(&web, &first_id, "path=README.md").await;
+    assert_eq!(diff, expected, "{}", daemon.stderr());
+    assert_eq!(against, "end");
+    let (diff, _) = diff_of(&web, &first_id, "path=later.txt").await;
+    assert_eq!(
+        diff, "",
+        "the later job's file is no part of the first's diff"
+    );
+    let first_again = web.job(&first_id).await;
+    assert_eq!(first_again.changes, first_job.changes);
+    let listed = first_job.changes.as_ref().map(|changes| {
+        changes
+            .files
+            .iter()
+            .map(|file| (file.path.clone(), file.additions, file.deletions))
+            .collect::<Vec<_>>()
+    });
+    assert_eq!(listed, Some(vec![("README.md".to_owned(), 2, 0)]));
+
+    // The later job: its own nine lines.
+    let (diff, _) = diff_of(&web, &later_id, "path=README.md").await;
+    assert_eq!(diff.matches("\n+later job").count(), 9, "{diff}");
+    assert!(!diff.contains("+first job"), "{diff}");
+
+    // Asked to compare with the folder now: everything since the first job's start.
+    let (diff, against) = diff_of(&web, &first_id, "path=README.md&against=now").await;
+    assert_eq!(against, "now");
+    assert!(
+        diff.contains("+first job 2\n") && diff.contains("+later job 9\n"),
+        "{diff}"
+    );
+    let res = web
+        .get(&format!(
+            "/api/jobs/{first_id}/diff?path=README.md&against=later"
+        ))
+        .await;
+    assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    eprintln!("--- tether-agent run said:\n{}", daemon.stderr());
 }
