@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tether_protocol::decisions::{Answer, DecisionState};
-use tether_protocol::jobs::{Job, JobState, Outcome};
+use tether_protocol::jobs::{Job, JobState, Outcome, TimelineKind};
 
 use super::{
     agent_json, agent_ok, backend_works, external, npm, output_lines, pair, process_alive,
@@ -528,6 +528,124 @@ async fn acp_a_write_question_shows_the_change_with_saved_values_hidden() {
     let printed = at(&|event| event.kind == "output" && event.text == "term-1: exit code 0");
     let waiting = at(&|event| event.text == "Waiting for an answer (write question).");
     assert!(printed < waiting, "{:#?}", job.events);
+}
+
+/// What the agent's commands print reaches the job's output while they run, each line
+/// `term-N: …` under its `$` line on the timeline: saved values hidden, a long output cut
+/// (its first lines, a note, its last lines), a command that did not start saying why, and
+/// the commands after it still under their own `$` lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_command_output_is_shown_under_its_command_as_it_runs() {
+    const SECRET: &str = "tok-8e2f-terminal-secret";
+    let computer = Computer::start().await;
+    let device = computer
+        .web
+        .wait_for_device(&computer.device_id, |device| device.seal_key.is_some())
+        .await;
+    save_secret(
+        &computer.web,
+        computer.home.path(),
+        &computer.device_id,
+        &device.seal_key.unwrap(),
+        ("TERMINAL_TOKEN", SECRET),
+        None,
+    )
+    .await;
+    // The first command prints, then waits (a minute at most) for the test to see the line.
+    let waiting = "echo first-line; i=0; while [ ! -e go ] && [ $i -lt 600 ]; do sleep 0.1; \
+                   i=$((i+1)); done; echo second-line";
+    let steps = json!([
+        {"terminal": {"command": waiting}},
+        {"terminal": {"command": format!("echo 'the token is {SECRET}'; echo 'exit code 0'")}},
+        {"terminal": {"command": "seq 1 3000"}},
+        {"terminal": {"command": "true", "cwd": "missing"}},
+        {"terminal": {"command": "echo after >&2"}},
+        {"say": "Done."}
+    ]);
+    let job_id = computer.create("unattended", false, steps).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let running = loop {
+        let job = computer.web.job(&job_id).await;
+        if has_line(&job, "term-1: first-line") || job.state.is_final() {
+            break job;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the command's first line never showed while it ran: {:#?}",
+            job.events
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    std::fs::write(computer.folder().join("go"), "").unwrap();
+    assert_eq!(running.state, JobState::Running, "{running:#?}");
+    assert!(!has_line(&running, "term-1: second-line"), "{running:#?}");
+    assert!(!has_line(&running, "term-1: exit code 0"), "{running:#?}");
+    let (job, _) = computer.run(&job_id, |_| Answer::Allow).await;
+    assert_eq!(job.state, JobState::Succeeded, "{job:#?}");
+    let lines = output_lines(&job);
+    let of = |n: usize| -> Vec<&str> {
+        let prefix = format!("term-{n}: ");
+        lines
+            .iter()
+            .filter_map(|line| line.strip_prefix(&prefix))
+            .collect()
+    };
+    assert_eq!(of(1), ["first-line", "second-line", "exit code 0"]);
+    // Hidden like every line; a printed line that reads like an exit is not taken for it.
+    assert_eq!(
+        of(2),
+        ["the token is [hidden]", " exit code 0", "exit code 0"]
+    );
+    assert!(
+        job.events.iter().all(|event| !event.text.contains(SECRET)),
+        "{job:#?}"
+    );
+    let long = of(3);
+    assert_eq!(long.len(), 2000 + 1 + 1 + 100 + 1, "{long:?}");
+    assert_eq!(long[..3], ["1", "2", "3"]);
+    assert_eq!(long[1999], "2000");
+    assert!(
+        long[2000].starts_with("… output cut: a command shows its first 2000 lines"),
+        "{}",
+        long[2000]
+    );
+    assert_eq!(long[2001], "… 900 lines of output left out …");
+    assert_eq!(long[2002], "2901");
+    assert_eq!(long[2101..], ["3000", "exit code 0"]);
+    let refused = of(4);
+    assert!(
+        refused.len() == 2
+            && refused[0].starts_with("not started: ")
+            && refused[0].contains("does not exist")
+            && refused[1] == "ended",
+        "{refused:?}"
+    );
+    assert_eq!(of(5), ["after", "exit code 0"]);
+    // The timeline puts each command's lines under its own `$` line.
+    let commands: Vec<i64> = job
+        .events
+        .iter()
+        .filter(|event| event.kind == "output" && event.text.starts_with("$ "))
+        .map(|event| event.seq)
+        .collect();
+    assert_eq!(commands.len(), 5, "{:#?}", job.events);
+    for event in job
+        .events
+        .iter()
+        .filter(|event| event.text.starts_with("term-"))
+    {
+        let n: usize = event.text["term-".len()..]
+            .split(':')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        let entry = event.entry.unwrap_or_else(|| panic!("{event:?}"));
+        assert_eq!(
+            (entry.kind, entry.group),
+            (TimelineKind::Command, Some(commands[n - 1])),
+            "{event:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
