@@ -94,6 +94,8 @@ pub enum AnsweredBy {
     Web,
     /// The owner answered on the computer itself (`tether-agent decisions`).
     Computer,
+    /// The owner answered from the question's notification, without opening the page.
+    Notification,
 }
 
 impl AnsweredBy {
@@ -101,13 +103,18 @@ impl AnsweredBy {
         match self {
             AnsweredBy::Web => "web",
             AnsweredBy::Computer => "computer",
+            AnsweredBy::Notification => "notification",
         }
     }
 
     pub fn parse(raw: &str) -> Option<AnsweredBy> {
-        [AnsweredBy::Web, AnsweredBy::Computer]
-            .into_iter()
-            .find(|by| by.as_str() == raw)
+        [
+            AnsweredBy::Web,
+            AnsweredBy::Computer,
+            AnsweredBy::Notification,
+        ]
+        .into_iter()
+        .find(|by| by.as_str() == raw)
     }
 }
 

@@ -162,6 +162,46 @@ pub struct PushMessage {
     pub url: String,
     /// Messages with the same tag replace each other on the phone.
     pub tag: String,
+    /// For a question: what its notification's Deny (and, when the owner allows it, Allow)
+    /// answers with, from the lock screen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<PushDecision>,
+}
+
+/// What a question's notification needs to answer it without the page: the decision, the
+/// action the answer is for, and a key that answers only this decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PushDecision {
+    pub id: crate::ids::DecisionId,
+    /// The action the answer binds to (as the decision's `actionHash`).
+    pub action_hash: String,
+    /// A random key (base64url, 32 bytes) for `POST /api/decisions/{id}/notification-answer`;
+    /// the server keeps only its SHA-256, and only while the question is pending.
+    pub answer_key: String,
+    /// Whether the owner lets Allow answer from the notification; otherwise Allow opens the
+    /// question's card.
+    pub allow_from_notification: bool,
+}
+
+/// `POST /api/decisions/{id}/notification-answer`: an answer from a question's notification.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NotificationAnswer {
+    pub answer: crate::decisions::Answer,
+    /// The `actionHash` the notification showed: an answer counts only for that action.
+    pub action_hash: String,
+    /// The notification's `answerKey`.
+    pub answer_key: String,
+}
+
+/// `GET|PATCH /api/push/settings`: the account's choices about what notifications may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PushSettings {
+    /// Allow answers from a question's notification without opening the page (off by
+    /// default: Deny always answers from the notification, Allow opens the card).
+    pub allow_from_notifications: bool,
 }
 
 #[cfg(test)]

@@ -35,6 +35,7 @@ use tether_protocol::decisions::{
     DecisionChange, DecisionState, DeviceDecision, Scope, KINDS, MAX_ACTION_BYTES,
     MAX_EXPIRES_IN_SECS, MAX_PREVIEW_BYTES, MAX_PREVIEW_LINES, MAX_QUESTION_CHARS,
 };
+use tether_protocol::push::NotificationAnswer;
 use tether_protocol::text::{self, TextKind};
 use tether_protocol::{AccountId, Code, DecisionId, DeviceId, JobId, LeaseToken};
 
@@ -373,6 +374,65 @@ pub async fn answer(
     decision_id: &DecisionId,
     request: WebAnswer,
 ) -> Result<Answered, ApiError> {
+    let by = AnsweredBy::Web;
+    answer_as(store, account_id, decision_id, request, by, None).await
+}
+
+/// The owner answers from the question's notification, with the key it carried: the first
+/// valid answer still wins, and it counts only for the action the notification showed.
+///
+/// # Errors
+/// 404 for an unknown decision or a key that is not its key, 403 `forbidden` for an allow
+/// the owner has not let notifications give, 409 `invalid_state` when the action is another,
+/// and [`answer`]'s errors.
+pub async fn answer_from_notification(
+    store: &Store,
+    decision_id: &DecisionId,
+    request: NotificationAnswer,
+) -> Result<Answered, ApiError> {
+    let web_answer = WebAnswer::try_from(AnswerRequest {
+        answer: request.answer,
+        scope: Scope::Once,
+    })?;
+    let found = on_read!(store, |pool| sqlx::query_as::<
+        _,
+        (String, Option<String>, i64),
+    >(
+        "SELECT d.account_id, d.notification_key_hash, a.allow_from_notifications \
+         FROM decisions d JOIN accounts a ON a.id = d.account_id WHERE d.id = $1"
+    )
+    .bind(decision_id.as_str())
+    .fetch_optional(pool)
+    .await)?;
+    let presented = crate::credentials::hash_token(&request.answer_key);
+    let Some((account_id, Some(stored), allowed)) = found else {
+        return Err(ApiError::not_found("decision"));
+    };
+    if !crate::credentials::hashes_match(&stored, &presented) {
+        return Err(ApiError::not_found("decision"));
+    }
+    if request.answer == Answer::Allow && allowed == 0 {
+        return Err(ApiError::new(
+            Code::Forbidden,
+            "Allow answers only on the question's card, unless \"Allow from notifications\" is on in your notification settings.",
+        ));
+    }
+    let account_id: AccountId = stored_id(account_id)?;
+    let by = AnsweredBy::Notification;
+    let hash = Some(request.action_hash.as_str());
+    answer_as(store, &account_id, decision_id, web_answer, by, hash).await
+}
+
+/// Answers for the owner, `by` the web or a notification; `action_hash`, when given, must be
+/// the decision's.
+async fn answer_as(
+    store: &Store,
+    account_id: &AccountId,
+    decision_id: &DecisionId,
+    request: WebAnswer,
+    by: AnsweredBy,
+    action_hash: Option<&str>,
+) -> Result<Answered, ApiError> {
     let now = store.now();
     let mut tx = store.begin().await?;
     let sql = format!("{DECISION_SELECT} WHERE d.id = $1 AND d.account_id = $2");
@@ -387,6 +447,12 @@ pub async fn answer(
     if state != DecisionState::Pending {
         return Err(already_answered(state.as_str()));
     }
+    if action_hash.is_some_and(|hash| !crate::credentials::hashes_match(&row.action_hash, hash)) {
+        return Err(ApiError::new(
+            Code::InvalidState,
+            "The question is about another action than the notification showed; answer it on its card.",
+        ));
+    }
     if !accepts_web_answers(row.capabilities_json.as_deref()) {
         return Err(ApiError::new(
             Code::InvalidState,
@@ -399,13 +465,46 @@ pub async fn answer(
     let target = Target::Answered {
         answer: request.answer,
         scope: request.scope,
-        by: AnsweredBy::Web,
+        by,
     };
     let settled = settle(&mut tx, &row, &job, target, now).await?;
     tx.commit().await?;
-    tracing::info!(decision_id = %decision_id, answer = request.answer.as_str(), "decision answered on the web");
+    tracing::info!(decision_id = %decision_id, answer = request.answer.as_str(), by = by.as_str(), "decision answered");
     let decision = get(store, account_id, decision_id).await?;
     Ok(Answered { decision, settled })
+}
+
+/// A fresh key for the notification of a pending decision (its SHA-256 replaces the one
+/// before), with whether the owner lets notifications allow; `None` once it is not pending.
+///
+/// # Errors
+/// A database error.
+pub async fn notification_key(
+    store: &Store,
+    decision_id: &DecisionId,
+) -> Result<Option<(String, bool)>, ApiError> {
+    let key = crate::credentials::random_token("");
+    let hash = crate::credentials::hash_token(&key);
+    let mut tx = store.begin().await?;
+    let account_id = on_tx!(&mut tx, |conn| sqlx::query_scalar::<_, String>(
+        "UPDATE decisions SET notification_key_hash = $1 \
+         WHERE id = $2 AND state = 'pending' RETURNING account_id"
+    )
+    .bind(&hash)
+    .bind(decision_id.as_str())
+    .fetch_optional(conn)
+    .await)?;
+    let Some(account_id) = account_id else {
+        return Ok(None);
+    };
+    let allowed = on_tx!(&mut tx, |conn| sqlx::query_scalar::<_, i64>(
+        "SELECT allow_from_notifications FROM accounts WHERE id = $1"
+    )
+    .bind(&account_id)
+    .fetch_one(conn)
+    .await)?;
+    tx.commit().await?;
+    Ok(Some((key, allowed != 0)))
 }
 
 /// The account's decisions, newest first, at most [`LIST_LIMIT`]; `state` filters (a
@@ -552,7 +651,7 @@ impl Target {
     fn settlement(self) -> Settlement {
         match self {
             Target::Answered {
-                by: AnsweredBy::Web,
+                by: AnsweredBy::Web | AnsweredBy::Notification,
                 ..
             } => Settlement::AnsweredOnWeb,
             Target::Answered {

@@ -244,6 +244,7 @@ fn settled_text(decision: &Decision, now: DateTime<Utc>) -> String {
             let by = match decision.answered_by {
                 Some(AnsweredBy::Web) => " on the web",
                 Some(AnsweredBy::Computer) => " on the computer",
+                Some(AnsweredBy::Notification) => " from a notification",
                 None => "",
             };
             format!("{answer}{by}, {when}")

@@ -8,12 +8,12 @@
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
 use maud::{html, Markup};
-use tether_protocol::push::{Kinds, Subscription};
+use tether_protocol::push::{Kinds, PushSettings, Subscription};
 
 use super::layout::{ago, error_page, page};
 use super::redirects::signin_redirect;
 use crate::auth::Caller;
-use crate::push::subscriptions;
+use crate::push::{settings, subscriptions};
 use crate::state::AppState;
 
 pub async fn show(state: web::Data<AppState>, caller: Option<Caller>) -> HttpResponse {
@@ -21,9 +21,10 @@ pub async fn show(state: web::Data<AppState>, caller: Option<Caller>) -> HttpRes
         return signin_redirect("/account/notifications");
     };
     let listed = subscriptions::list(&state.store, &caller.account.id).await;
-    let listed = match listed {
-        Ok(listed) => listed,
-        Err(error) => return error_page(&caller, &error),
+    let settings = settings::get(&state.store, &caller.account.id).await;
+    let (listed, settings) = match (listed, settings) {
+        (Ok(listed), Ok(settings)) => (listed, settings),
+        (Err(error), _) | (_, Err(error)) => return error_page(&caller, &error),
     };
     let now = state.store.clock().now();
     let body = html! {
@@ -44,9 +45,30 @@ pub async fn show(state: web::Data<AppState>, caller: Option<Caller>) -> HttpRes
                 }
             }
         }
+        (answers_section(settings))
         script src="/assets/notifications.js" defer {}
     };
     page("Notifications", Some(&caller), body)
+}
+
+/// What a question's notification may answer: Deny always, Allow only when turned on here.
+fn answers_section(settings: PushSettings) -> Markup {
+    html! {
+        section.card #push-answers aria-labelledby="push-answers-title" {
+            h2 #push-answers-title { "Answering from a notification" }
+            p {
+                "A question's notification has Deny and Allow. Deny answers at once, even from \
+                 the lock screen. Allow opens the question first, so you see the exact action \
+                 before it runs."
+            }
+            label.inline {
+                input type="checkbox" data-push-setting="allowFromNotifications"
+                    checked[settings.allow_from_notifications];
+                "Allow from notifications: let Allow answer without opening the question"
+            }
+            p.error role="alert" {}
+        }
+    }
 }
 
 /// The form for this browser; the script shows it once it knows the browser can take push.

@@ -7,7 +7,7 @@
 //! back up) composes to nothing.
 
 use tether_protocol::jobs::JobState;
-use tether_protocol::push::{PushKind, PushMessage, MAX_TITLE_CHARS};
+use tether_protocol::push::{PushDecision, PushKind, PushMessage, MAX_TITLE_CHARS};
 use tether_protocol::{AccountId, DecisionId, DeviceId, JobId};
 
 use crate::clock::Millis;
@@ -73,21 +73,26 @@ pub async fn compose(store: &Store, notice: &Notice) -> Result<Option<Outgoing>,
 async fn decision(store: &Store, id: &DecisionId) -> Result<Option<Outgoing>, ApiError> {
     let row = on_read!(store, |pool| sqlx::query_as::<
         _,
-        (String, String, Millis, String),
+        (String, String, Millis, String, String),
     >(
-        "SELECT d.account_id, d.question, d.expires_at, v.name FROM decisions d \
+        "SELECT d.account_id, d.question, d.expires_at, v.name, d.action_hash FROM decisions d \
          JOIN devices v ON v.id = d.device_id WHERE d.id = $1 AND d.state = 'pending'"
     )
     .bind(id.as_str())
     .fetch_optional(pool)
     .await)?;
-    let Some((account_id, question, expires_at, computer)) = row else {
+    let Some((account_id, question, expires_at, computer, action_hash)) = row else {
         return Ok(None);
     };
     let left_secs = (expires_at - store.now()) / 1000;
     if left_secs < 1 {
         return Ok(None);
     }
+    let Some((answer_key, allow_from_notification)) =
+        crate::jobs::decisions::notification_key(store, id).await?
+    else {
+        return Ok(None);
+    };
     Ok(Some(Outgoing {
         account_id: stored_id(account_id)?,
         message: PushMessage {
@@ -96,6 +101,12 @@ async fn decision(store: &Store, id: &DecisionId) -> Result<Option<Outgoing>, Ap
             computer: bounded(&computer, MAX_COMPUTER_CHARS),
             url: format!("/needs-me#{id}"),
             tag: format!("decision-{id}"),
+            decision: Some(PushDecision {
+                id: id.clone(),
+                action_hash,
+                answer_key,
+                allow_from_notification,
+            }),
         },
         ttl_secs: left_secs.min(DECISION_TTL_SECS),
         urgency: Urgency::High,
@@ -131,6 +142,7 @@ async fn job_ended(store: &Store, id: &JobId) -> Result<Option<Outgoing>, ApiErr
             computer: bounded(&computer, MAX_COMPUTER_CHARS),
             url: format!("/jobs/{id}"),
             tag: format!("job-{id}"),
+            decision: None,
         },
         ttl_secs: RESULT_TTL_SECS,
         urgency: Urgency::Normal,
@@ -164,6 +176,7 @@ async fn device_offline(store: &Store, id: &DeviceId) -> Result<Option<Outgoing>
             computer,
             url: "/computers".to_owned(),
             tag: format!("offline-{id}"),
+            decision: None,
         },
         ttl_secs: RESULT_TTL_SECS,
         urgency: Urgency::Normal,

@@ -35,6 +35,7 @@ pub mod messages;
 pub mod outages;
 pub mod queue;
 pub mod sender;
+pub mod settings;
 pub mod subscriptions;
 pub mod vapid;
 

@@ -17,6 +17,7 @@ use tether_protocol::decisions::{
     AnswerRequest, AskRequest, AskResponse, CloseRequest, Decision, DecisionChange, DecisionState,
     DecisionsEvent, DeviceDecision,
 };
+use tether_protocol::push::NotificationAnswer;
 use tether_protocol::{AccountId, DecisionId, JobId, SessionId};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::{interval_at, Instant, Interval, MissedTickBehavior};
@@ -98,6 +99,18 @@ pub(super) fn routes(table: &mut Table) {
         .body::<AnswerRequest>()
         .answer::<Decision>(200, "The answered decision.")
         .errors(&[400, 404, 409, 413, 415, 422]);
+    // No session: a notification's action runs in the service worker, and the key it
+    // carries answers only this decision (deny; allow when the owner lets it).
+    table
+        .post(
+            "/api/decisions/{id}/notification-answer",
+            answer_from_notification,
+            Access::Public,
+            "Answer a decision from its notification",
+        )
+        .body::<NotificationAnswer>()
+        .answer::<Decision>(200, "The answered decision.")
+        .errors(&[400, 403, 404, 409, 413, 415, 422]);
 }
 
 async fn ask(
@@ -181,6 +194,21 @@ async fn answer(
     let web_answer = WebAnswer::try_from(params.into_inner())?;
     let answered =
         decisions::answer(&state.store, &caller.account.id, &decision_id, web_answer).await?;
+    let decision = &answered.decision;
+    state
+        .notices
+        .decision_answered(&decision.device_id, &decision.id, answered.settled)
+        .await;
+    Ok(HttpResponse::Ok().json(answered.decision))
+}
+
+async fn answer_from_notification(
+    state: web::Data<AppState>,
+    decision_id: web::Path<DecisionId>,
+    params: web::Json<NotificationAnswer>,
+) -> Result<HttpResponse, ApiError> {
+    let request = params.into_inner();
+    let answered = decisions::answer_from_notification(&state.store, &decision_id, request).await?;
     let decision = &answered.decision;
     state
         .notices

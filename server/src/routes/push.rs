@@ -1,16 +1,18 @@
 //! `GET /api/push/key`, `POST|GET /api/push/subscriptions`,
 //! `GET|PATCH|DELETE /api/push/subscriptions/{id}`: a signed-in person's browsers, subscribed
-//! to Web Push notifications (see `push`).
+//! to Web Push notifications (see `push`); `GET|PATCH /api/push/settings`: what notifications
+//! may do.
 
 use actix_web::{web, HttpResponse};
 use tether_protocol::push::{
-    PushKey, SubscribeParams, Subscribed, Subscription, UpdateSubscriptionParams,
+    PushKey, PushSettings, SubscribeParams, Subscribed, Subscription, UpdateSubscriptionParams,
 };
 use tether_protocol::SubscriptionId;
 
 use super::table::{Access, Table};
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::push::settings;
 use crate::push::subscriptions::{self, KindsUpdate, NewSubscription, Subscribing};
 use crate::state::AppState;
 
@@ -78,6 +80,25 @@ pub(super) fn routes(table: &mut Table) {
         )
         .empty(204, "Removed: nothing more is sent to it.")
         .errors(&[400, 404]);
+    table
+        .get(
+            "/api/push/settings",
+            settings_get,
+            Access::User,
+            "What notifications may do",
+        )
+        .answer::<PushSettings>(200, "The account's settings.")
+        .errors(&[]);
+    table
+        .patch(
+            "/api/push/settings",
+            settings_patch,
+            Access::User,
+            "Change what notifications may do",
+        )
+        .body::<PushSettings>()
+        .answer::<PushSettings>(200, "The settings as they are now.")
+        .errors(&[400, 413, 415, 422]);
 }
 
 async fn key(state: web::Data<AppState>, _caller: Caller) -> HttpResponse {
@@ -128,6 +149,25 @@ async fn update(
     let change = KindsUpdate::from(params.into_inner());
     let subscription = subscriptions::update(&state.store, &caller.account.id, &id, change).await?;
     Ok(HttpResponse::Ok().json(subscription))
+}
+
+async fn settings_get(
+    state: web::Data<AppState>,
+    caller: Caller,
+) -> Result<HttpResponse, ApiError> {
+    let settings = settings::get(&state.store, &caller.account.id).await?;
+    Ok(HttpResponse::Ok()
+        .insert_header(("cache-control", "no-store"))
+        .json(settings))
+}
+
+async fn settings_patch(
+    state: web::Data<AppState>,
+    caller: Caller,
+    params: web::Json<PushSettings>,
+) -> Result<HttpResponse, ApiError> {
+    let settings = settings::set(&state.store, &caller.account.id, params.into_inner()).await?;
+    Ok(HttpResponse::Ok().json(settings))
 }
 
 async fn delete(

@@ -28,6 +28,7 @@ pub enum LedgerKind {
     GitPushed,
     GitPullRequest,
     GitMerged,
+    NotificationSettingsChanged,
 }
 
 impl LedgerKind {
@@ -47,6 +48,7 @@ impl LedgerKind {
             LedgerKind::GitPushed => "git.pushed",
             LedgerKind::GitPullRequest => "git.pull_request",
             LedgerKind::GitMerged => "git.merged",
+            LedgerKind::NotificationSettingsChanged => "account.notification_settings",
         }
     }
 }
@@ -141,6 +143,84 @@ pub async fn list(
         .fetch_all(pool)
         .await)?;
     Ok(entries)
+}
+
+/// What the platform admin's ledger is narrowed to; each `None` narrows nothing.
+#[derive(Debug, Clone, Default)]
+pub struct LedgerSearch {
+    pub account_id: Option<AccountId>,
+    /// Entries about this device: its own, and those whose detail names it (its jobs).
+    pub device_id: Option<String>,
+    /// A kind, as [`LedgerKind::as_str`] writes it.
+    pub kind: Option<String>,
+    /// From this moment on (inclusive).
+    pub since: Option<Millis>,
+    /// Before this moment.
+    pub until: Option<Millis>,
+    pub limit: i64,
+}
+
+/// An entry of any account, with the account's name, as the admin page shows it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct AdminEntry {
+    pub at: Millis,
+    pub kind: String,
+    pub subject: String,
+    pub detail_json: String,
+    pub account_id: String,
+    pub account_name: String,
+}
+
+/// Every account's entries that `search` admits, newest first, at most `search.limit`.
+///
+/// # Errors
+/// A database error.
+pub async fn search(
+    store: &crate::store::Store,
+    search: &LedgerSearch,
+) -> Result<Vec<AdminEntry>, ApiError> {
+    let sql = "SELECT l.at, l.kind, l.subject, l.detail_json, l.account_id, \
+               a.name AS account_name FROM ledger l JOIN accounts a ON a.id = l.account_id \
+               WHERE ($1 IS NULL OR l.account_id = $1) \
+               AND ($2 IS NULL OR l.subject = $2 OR l.detail_json LIKE $3) \
+               AND ($4 IS NULL OR l.kind = $4) \
+               AND ($5 IS NULL OR l.at >= $5) AND ($6 IS NULL OR l.at < $6) \
+               ORDER BY l.at DESC, l.id DESC LIMIT $7";
+    let account = search.account_id.as_ref().map(|id| id.as_str().to_owned());
+    // Ids hold no LIKE wildcards (they are parsed before they get here).
+    let mentions = search.device_id.as_ref().map(|id| format!("%\"{id}\"%"));
+    let entries = crate::store::on_read!(store, |pool| sqlx::query_as(sql)
+        .bind(&account)
+        .bind(&search.device_id)
+        .bind(&mentions)
+        .bind(&search.kind)
+        .bind(search.since)
+        .bind(search.until)
+        .bind(search.limit)
+        .fetch_all(pool)
+        .await)?;
+    Ok(entries)
+}
+
+/// The kinds the ledger holds, for the admin page's filter.
+///
+/// # Errors
+/// A database error.
+pub async fn kinds(store: &crate::store::Store) -> Result<Vec<String>, ApiError> {
+    let sql = "SELECT DISTINCT kind FROM ledger ORDER BY kind";
+    let kinds =
+        crate::store::on_read!(store, |pool| sqlx::query_scalar(sql).fetch_all(pool).await)?;
+    Ok(kinds)
+}
+
+/// Every account's id and name, by name: whose the admin page's rows are.
+///
+/// # Errors
+/// A database error.
+pub async fn account_names(store: &crate::store::Store) -> Result<Vec<(String, String)>, ApiError> {
+    let sql = "SELECT id, name FROM accounts ORDER BY name, id";
+    let names = crate::store::on_read!(store, |pool| sqlx::query_as(sql).fetch_all(pool).await)?;
+    Ok(names)
 }
 
 fn uuid_like() -> String {

@@ -326,11 +326,16 @@ both_backends! {
         let exp = claims["exp"].as_i64().unwrap();
         let now = Utc::now().timestamp();
         assert!(exp > now && exp <= now + 24 * 3600, "exp {exp}, now {now}");
+        let mut told = browser.decrypt(&push.body);
+        let answer_key = told["decision"]["answerKey"].take();
+        assert_eq!(URL_SAFE_NO_PAD.decode(answer_key.as_str().unwrap()).unwrap().len(), 32);
         assert_eq!(
-            browser.decrypt(&push.body),
+            told,
             json!({
                 "kind": "decision", "title": "Run the test suite?", "computer": "laptop",
                 "url": format!("/needs-me#{decision_id}"), "tag": format!("decision-{decision_id}"),
+                "decision": { "id": decision_id, "actionHash": HASH, "answerKey": null,
+                              "allowFromNotification": false },
             })
         );
 
@@ -435,6 +440,90 @@ both_backends! {
         ended.sort();
         assert_eq!(ended, ["/push/loud", "/push/quiet"]);
         assert!(double.next_within(Duration::from_millis(500)).await.is_none());
+    }
+
+    async fn deny_answers_from_the_notification_and_allow_only_when_the_owner_lets_it(backend) {
+        let app = loopback_app(backend).await;
+        let double = PushDouble::start().await;
+        let ann = app.user("ann@example.com").await;
+        let browser = Browser::new();
+        subscribe(&ann, &browser.subscription(&double.endpoint("phone"))).await;
+        let laptop = app.device(&ann, "install-1").await;
+        let (job_id, lease) = running(&ann, &laptop).await;
+        let first = asked(&laptop, &job_id, &lease).await;
+        let told = browser.decrypt(&double.next().await.body);
+        let key = told["decision"]["answerKey"].as_str().unwrap().to_owned();
+        let anonymous = reqwest::Client::new();
+        let answer = |id: &str, body: Value| {
+            anonymous
+                .post(format!("{}/api/decisions/{id}/notification-answer", app.base))
+                .json(&body)
+                .send()
+        };
+
+        // Another key, another decision's id, garbage: nothing is answered.
+        let wrong_key = URL_SAFE_NO_PAD.encode([7u8; 32]);
+        let res = answer(&first, json!({ "answer": "deny", "actionHash": HASH, "answerKey": wrong_key })).await.unwrap();
+        assert_error(res, 404, "not_found").await;
+        let unknown = "01900000-0000-7000-8000-000000000000";
+        let res = answer(unknown, json!({ "answer": "deny", "actionHash": HASH, "answerKey": key })).await.unwrap();
+        assert_error(res, 404, "not_found").await;
+        let res = answer(&first, json!({ "answer": "maybe", "actionHash": HASH, "answerKey": key })).await.unwrap();
+        assert!(res.status().is_client_error(), "{}", res.status());
+        // The key answers only the action the notification showed.
+        let other_hash = "0".repeat(64);
+        let res = answer(&first, json!({ "answer": "deny", "actionHash": other_hash, "answerKey": key })).await.unwrap();
+        assert_error(res, 409, "invalid_state").await;
+        // Allow needs the owner's consent; until then it is refused and nothing changes.
+        let res = answer(&first, json!({ "answer": "allow", "actionHash": HASH, "answerKey": key })).await.unwrap();
+        assert_error(res, 403, "forbidden").await;
+        let listed: Value = ann.get("/api/decisions?state=pending").await.json().await.unwrap();
+        assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+
+        let res = answer(&first, json!({ "answer": "deny", "actionHash": HASH, "answerKey": key })).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        let denied: Value = res.json().await.unwrap();
+        assert_eq!(denied["state"], "answered");
+        assert_eq!(denied["answer"], "deny");
+        assert_eq!(denied["answeredBy"], "notification");
+        let seen: Value = laptop
+            .http
+            .get(format!("{}/api/devices/self/decisions/{first}", laptop.base))
+            .bearer_auth(&laptop.token)
+            .header("x-tether-protocol", "1")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(seen["answer"], "deny");
+        // The first answer wins: the same tap again, or the page afterwards, changes nothing.
+        let res = answer(&first, json!({ "answer": "deny", "actionHash": HASH, "answerKey": key })).await.unwrap();
+        assert_error(res, 409, "already_answered").await;
+        let res = ann.post(&format!("/api/decisions/{first}/answer"), &json!({ "answer": "allow", "scope": "once" })).await;
+        assert_error(res, 409, "already_answered").await;
+
+        // The owner lets notifications allow: the next question's Allow answers.
+        let settings: Value = ann.get("/api/push/settings").await.json().await.unwrap();
+        assert_eq!(settings, json!({ "allowFromNotifications": false }));
+        let res = ann.patch("/api/push/settings", &json!({ "allowFromNotifications": true })).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        let res = ann.patch("/api/push/settings", &json!({ "allowFromNotifications": "yes" })).await;
+        assert!(res.status().is_client_error(), "{}", res.status());
+        let ledger = query_i64(&app.store, "SELECT COUNT(*) FROM ledger WHERE kind = 'account.notification_settings'").await;
+        assert_eq!(ledger, Some(1));
+        let second = asked(&laptop, &job_id, &lease).await;
+        let told = browser.decrypt(&double.next().await.body);
+        assert_eq!(told["decision"]["allowFromNotification"], true);
+        let second_key = told["decision"]["answerKey"].as_str().unwrap().to_owned();
+        // One decision's key does not answer another.
+        let res = answer(&second, json!({ "answer": "allow", "actionHash": HASH, "answerKey": key })).await.unwrap();
+        assert_error(res, 404, "not_found").await;
+        let res = answer(&second, json!({ "answer": "allow", "actionHash": HASH, "answerKey": second_key })).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        let allowed: Value = res.json().await.unwrap();
+        assert_eq!((allowed["answer"].as_str(), allowed["scope"].as_str()), (Some("allow"), Some("once")));
     }
 
     async fn a_computer_gone_silent_with_work_running_is_told_once_per_outage(backend) {

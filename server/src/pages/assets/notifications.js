@@ -129,6 +129,23 @@ document.addEventListener("change", async (event) => {
   }
 });
 
+// The account's settings (Allow from notifications), sent as each changes.
+document.addEventListener("change", async (event) => {
+  const box = event.target.closest("input[data-push-setting]");
+  if (!box) return;
+  const slot = box.closest("section").querySelector(".error");
+  slot.textContent = "";
+  box.disabled = true;
+  try {
+    await api("PATCH", "/api/push/settings", { [box.dataset.pushSetting]: box.checked });
+  } catch (error) {
+    box.checked = !box.checked;
+    slot.textContent = error.message;
+  } finally {
+    box.disabled = false;
+  }
+});
+
 // Removing this browser's own entry also ends its subscription with the push service.
 document.addEventListener("submit", async (event) => {
   const item = event.target.closest("li[data-subscription]");

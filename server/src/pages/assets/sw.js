@@ -99,35 +99,86 @@ async function shellFile(request) {
   }
 }
 
-// A push is JSON {kind, title, computer, url, tag} (docs/NOTIFICATIONS.md). A question
-// stays on screen until the person acts on it.
+// A push is JSON {kind, title, computer, url, tag, decision?} (docs/NOTIFICATIONS.md). A
+// question stays on screen until the person acts on it, and carries Deny and Allow: Deny
+// answers from the lock screen; Allow opens the question's card unless the owner lets
+// notifications allow ("Allow…" then reads "Allow").
 self.addEventListener("push", (event) => {
   let message = {};
   try { message = event.data ? event.data.json() : {}; } catch (notJson) { message = {}; }
   const title = typeof message.title === "string" && message.title ? message.title : "Tether";
+  const decision = message.kind === "decision" ? checkedDecision(message.decision) : null;
   const options = {
     body: typeof message.computer === "string" ? message.computer : "",
     tag: typeof message.tag === "string" ? message.tag : undefined,
-    data: { url: samePath(message.url) },
+    data: { url: samePath(message.url), decision, title },
     icon: "/assets/icon-192.png",
     badge: "/assets/icon-192.png",
     requireInteraction: message.kind === "decision",
   };
+  if (decision) {
+    options.actions = [
+      { action: "deny", title: "Deny" },
+      { action: "allow", title: decision.allowFromNotification ? "Allow" : "Allow…" },
+    ];
+  }
   event.waitUntil(self.registration.showNotification(title, options));
 });
 
-// Opens the message's page: in a Tether tab already open if there is one, else a new one.
+// The decision part of a message, when it has the shape the server sends.
+function checkedDecision(decision) {
+  if (!decision || typeof decision !== "object") return null;
+  const { id, actionHash, answerKey, allowFromNotification } = decision;
+  const text = (value) => typeof value === "string" && value.length > 0 && value.length < 200;
+  if (!text(id) || !text(actionHash) || !text(answerKey)) return null;
+  return { id, actionHash, answerKey, allowFromNotification: allowFromNotification === true };
+}
+
+// Deny (and Allow, when the owner lets it) answers here; any other tap opens the page.
 self.addEventListener("notificationclick", (event) => {
   event.notification.close();
-  const url = samePath(event.notification.data?.url);
-  event.waitUntil((async () => {
-    const tabs = await self.clients.matchAll({ type: "window", includeUncontrolled: true });
-    const tab = tabs.find((client) => new URL(client.url).origin === self.location.origin);
-    if (!tab) return self.clients.openWindow(url);
-    const focused = await tab.focus();
-    return focused.navigate ? focused.navigate(url).catch(() => self.clients.openWindow(url)) : null;
-  })());
+  const data = event.notification.data || {};
+  const url = samePath(data.url);
+  const decision = data.decision;
+  const answer = event.action === "deny" ? "deny"
+    : event.action === "allow" && decision?.allowFromNotification ? "allow" : null;
+  if (decision && answer) event.waitUntil(answerHere(decision, answer, data.title, url));
+  else event.waitUntil(openPage(url));
 });
+
+// Answers from the notification; a refusal (answered already, the network) opens the card,
+// where the question's state is shown.
+async function answerHere(decision, answer, title, url) {
+  let response = null;
+  try {
+    response = await fetch(`/api/decisions/${encodeURIComponent(decision.id)}/notification-answer`, {
+      method: "POST",
+      credentials: "omit",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ answer, actionHash: decision.actionHash, answerKey: decision.answerKey }),
+    });
+  } catch (offline) {
+    response = null;
+  }
+  if (!response || !response.ok) return openPage(url);
+  const said = answer === "deny" ? "Denied" : "Allowed once";
+  return self.registration.showNotification(`${said}: ${title || "the question"}`, {
+    tag: `answered-${decision.id}`,
+    body: "Answered from the notification.",
+    icon: "/assets/icon-192.png",
+    badge: "/assets/icon-192.png",
+    data: { url },
+  });
+}
+
+// Opens `url`: in a Tether tab already open if there is one, else a new one.
+async function openPage(url) {
+  const tabs = await self.clients.matchAll({ type: "window", includeUncontrolled: true });
+  const tab = tabs.find((client) => new URL(client.url).origin === self.location.origin);
+  if (!tab) return self.clients.openWindow(url);
+  const focused = await tab.focus();
+  return focused.navigate ? focused.navigate(url).catch(() => self.clients.openWindow(url)) : null;
+}
 
 // A path of this site; anything else (another origin, nonsense) becomes the home page.
 function samePath(url) {
