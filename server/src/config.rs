@@ -81,6 +81,9 @@ pub struct Config {
     /// `http://[::1]:PORT/…` (`TETHER_PUSH_ALLOW_LOOPBACK=1`), for tests only: with it, any
     /// account can make the server POST to this host's loopback services.
     pub push_allow_loopback: bool,
+    /// The newest tether-agent release (`TETHER_LATEST_AGENT_VERSION`, e.g. `0.5.0`): the
+    /// Computers pages mark an older agent "update available". `None` marks none.
+    pub latest_agent_version: Option<String>,
 }
 
 impl Config {
@@ -116,6 +119,7 @@ impl Config {
             vapid_private_key: None,
             push_subject: None,
             push_allow_loopback: false,
+            latest_agent_version: None,
         }
     }
 
@@ -244,6 +248,9 @@ struct Cli {
         hide = true
     )]
     push_allow_loopback: bool,
+    /// The newest tether-agent version, e.g. 0.5.0: older agents show "update available".
+    #[arg(long, env = "TETHER_LATEST_AGENT_VERSION")]
+    latest_agent_version: Option<String>,
 }
 
 /// A switch that only `1` or `true` turns on; `0`, `false` or nothing leaves it off, and
@@ -302,6 +309,10 @@ impl Cli {
         config.vapid_private_key = self.vapid_private_key.filter(|key| !key.trim().is_empty());
         config.push_subject = self.push_subject.filter(|subject| !subject.is_empty());
         config.push_allow_loopback = self.push_allow_loopback;
+        config.latest_agent_version = self
+            .latest_agent_version
+            .map(|version| version.trim().to_owned())
+            .filter(|version| !version.is_empty());
         config.evidence_max_bytes = self
             .evidence_max_bytes
             .min(tether_protocol::jobs::MAX_EVIDENCE_BYTES);

@@ -1,8 +1,9 @@
-//! The Jobs list: every job of the account, newest first, with where and how long it ran.
+//! The Jobs list: every job of the account, newest first, with where and how long it ran,
+//! kept current without a reload (`assets/lists.js` asks again with the page's ETag).
 
 use std::collections::HashMap;
 
-use actix_web::{web, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use maud::{html, Markup};
 use serde::Deserialize;
@@ -10,7 +11,7 @@ use tether_protocol::devices::Device;
 use tether_protocol::jobs::{Job, JobState};
 use tether_protocol::DeviceId;
 
-use super::layout::{ago, duration_text, error_page, page};
+use super::layout::{duration_text, error_page, list_etag, live_page, not_modified, when};
 use super::redirects::signin_redirect;
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -27,6 +28,7 @@ pub async fn list_page(
     state: web::Data<AppState>,
     caller: Option<Caller>,
     query: web::Query<ListQuery>,
+    request: HttpRequest,
 ) -> HttpResponse {
     let Some(caller) = caller else {
         return signin_redirect("/jobs");
@@ -47,18 +49,47 @@ pub async fn list_page(
         .iter()
         .map(|device| (&device.id, device.name.as_str()))
         .collect();
+    let etag = list_etag(&caller, &shown(&jobs, &names));
+    if let Some(unchanged) = not_modified(&request, &etag) {
+        return unchanged;
+    }
     let now = state.store.clock().now();
-    page(
+    live_page(
+        &etag,
         "Jobs",
-        Some(&caller),
+        &caller,
         html! {
             h1 { "Jobs" }
-            @if jobs.is_empty() { p.muted { "No jobs yet. " a href="/assign" { "Assign one" } "." } }
-            @for job in &jobs {
-                (job_card(job, names.get(&job.device_id).copied(), now))
+            div #job-list data-live=(etag) data-live-region {
+                @if jobs.is_empty() { p.muted { "No jobs yet. " a href="/assign" { "Assign one" } "." } }
+                @for job in &jobs {
+                    (job_card(job, names.get(&job.device_id).copied(), now))
+                }
             }
+            script src="/assets/lists.js" defer {}
         },
     )
+}
+
+/// What the list shows, changing exactly when a card would: the ETag's input. A running
+/// job's duration counts in the browser, so only its start is here.
+fn shown(jobs: &[Job], names: &HashMap<&DeviceId, &str>) -> String {
+    let mut text = String::new();
+    for job in jobs {
+        text.push_str(&format!(
+            "{}\t{}\t{}\t{:?}\t{}\t{}\t{}\t{:?}\t{:?}\n",
+            job.id,
+            job.state.as_str(),
+            job.title,
+            names.get(&job.device_id),
+            job.spec.engine,
+            job.spec.folder,
+            job.created_at.timestamp_millis(),
+            job.started_at.map(|at| at.timestamp_millis()),
+            job.ended_at.map(|at| at.timestamp_millis()),
+        ));
+    }
+    text
 }
 
 async fn list_with_devices(
@@ -79,7 +110,7 @@ fn job_card(job: &Job, device_name: Option<&str>, now: DateTime<Utc>) -> Markup 
             div.muted {
                 (device_name.unwrap_or("a removed computer")) " · " (job.spec.engine) " in " (job.spec.folder)
                 @if let Some(duration) = run_duration(job, now) { " · " (duration) }
-                " · " (ago(job.created_at, now))
+                " · " (when(job.created_at, now))
             }
         }
     }

@@ -1,16 +1,60 @@
 //! The frame every page shares: head, navigation, security headers.
 
 use actix_web::http::{header, StatusCode};
-use actix_web::HttpResponse;
+use actix_web::{HttpRequest, HttpResponse};
 use chrono::{DateTime, SecondsFormat, Utc};
 use maud::{html, Markup, DOCTYPE};
+use sha2::{Digest, Sha256};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
 
 /// Renders a full page. Pages are never cached and may run only our own script.
 pub fn page(title: &str, caller: Option<&Caller>, body: Markup) -> HttpResponse {
-    render(StatusCode::OK, title, caller, None, body)
+    render(StatusCode::OK, title, caller, None, None, body)
+}
+
+/// The ETag of a list page that keeps itself current (`assets/lists.js` asks for it again
+/// with `If-None-Match`): a hash of `shown`, what the list shows, and of who is looking.
+/// Built from the data rather than the markup, which holds times that move on their own.
+pub fn list_etag(caller: &Caller, shown: &str) -> String {
+    let mut hash = Sha256::new();
+    for part in [
+        env!("CARGO_PKG_VERSION"),
+        caller.user.id.as_str(),
+        caller.csrf_token.as_deref().unwrap_or_default(),
+        if caller.user.is_admin { "admin" } else { "" },
+        shown,
+    ] {
+        hash.update(part.as_bytes());
+        hash.update([0]);
+    }
+    let digest = hash.finalize();
+    let hex: String = digest[..12]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    format!("W/\"{hex}\"")
+}
+
+/// 304 when the browser already has the list as `etag` says.
+pub fn not_modified(request: &HttpRequest, etag: &str) -> Option<HttpResponse> {
+    let asked = request
+        .headers()
+        .get(header::IF_NONE_MATCH)?
+        .to_str()
+        .ok()?;
+    asked.split(',').any(|tag| tag.trim() == etag).then(|| {
+        HttpResponse::NotModified()
+            .insert_header((header::ETAG, etag.to_owned()))
+            .insert_header((header::CACHE_CONTROL, "no-store"))
+            .finish()
+    })
+}
+
+/// Like [`page`], for a list that keeps itself current: the page carries its ETag.
+pub fn live_page(etag: &str, title: &str, caller: &Caller, body: Markup) -> HttpResponse {
+    render(StatusCode::OK, title, Some(caller), None, Some(etag), body)
 }
 
 /// Like [`page`], with the count of pending decisions already in the navigation's badge
@@ -21,7 +65,7 @@ pub fn page_with_badge(
     pending: Option<usize>,
     body: Markup,
 ) -> HttpResponse {
-    render(StatusCode::OK, title, caller, pending, body)
+    render(StatusCode::OK, title, caller, pending, None, body)
 }
 
 /// An error as a page, with the status the API would answer.
@@ -38,7 +82,7 @@ pub fn error_page(caller: &Caller, error: &ApiError) -> HttpResponse {
         p { (error.message()) }
         p { a href="/computers" { "Back to Computers" } }
     };
-    render(status, title, Some(caller), None, body)
+    render(status, title, Some(caller), None, None, body)
 }
 
 /// The page for an address that names nothing, with a way back.
@@ -48,7 +92,7 @@ pub fn not_found_page(caller: Option<&Caller>, path: &str) -> HttpResponse {
         p { "There is no page at " code { (path) } "." }
         p { a href="/" { @if caller.is_some() { "Back to Computers" } @else { "Sign in" } } }
     };
-    render(StatusCode::NOT_FOUND, "Not found", caller, None, body)
+    render(StatusCode::NOT_FOUND, "Not found", caller, None, None, body)
 }
 
 fn render(
@@ -56,6 +100,7 @@ fn render(
     title: &str,
     caller: Option<&Caller>,
     pending: Option<usize>,
+    etag: Option<&str>,
     body: Markup,
 ) -> HttpResponse {
     let markup = html! {
@@ -85,7 +130,11 @@ fn render(
             }
         }
     };
-    HttpResponse::build(status)
+    let mut response = HttpResponse::build(status);
+    if let Some(etag) = etag {
+        response.insert_header((header::ETAG, etag.to_owned()));
+    }
+    response
         .content_type("text/html; charset=utf-8")
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .insert_header((
@@ -116,6 +165,7 @@ fn navigation(caller: Option<&Caller>, pending: Option<usize>) -> Markup {
                 a href="/assign" { "Assign" }
                 a href="/jobs" { "Jobs" }
                 a href="/account" { "Account" }
+                @if caller.user.is_admin { a href="/admin" { "Admin" } }
                 form.sign-out data-api="/api/auth/logout" data-redirect="/signin" {
                     button.secondary type="submit" title=(caller.user.email) { "Sign out" }
                 }
@@ -135,6 +185,16 @@ pub fn ago(at: DateTime<Utc>, now: DateTime<Utc>) -> String {
         60..=3599 => format!("{} min ago", secs / 60),
         3600..=86_399 => format!("{} h ago", secs / 3600),
         _ => at.format("%Y-%m-%d %H:%M UTC").to_string(),
+    }
+}
+
+/// A past moment as [`ago`] says it, in a `<time>` that app.js keeps current ("just now"
+/// becomes "5 min ago") and, past a day, shows as a date in the browser's own zone: the one
+/// way lists show a time. The exact moment in UTC is its title.
+pub fn when(at: DateTime<Utc>, now: DateTime<Utc>) -> Markup {
+    html! {
+        time datetime=(at.to_rfc3339_opts(SecondsFormat::Secs, true))
+            title=(at.format("%Y-%m-%d %H:%M UTC").to_string()) data-ago { (ago(at, now)) }
     }
 }
 

@@ -10,6 +10,7 @@
 //! `redirects`. Outside, `routes` uses [`not_found`] for a browser's unknown address.
 
 mod account;
+mod admin;
 mod app_shell;
 mod assign;
 mod changes;
@@ -41,6 +42,7 @@ pub fn routes(table: &mut Table) {
     table.asset("/assets/needs_me.js", needs_me_script, "text/javascript");
     table.asset("/assets/job.js", job_script, "text/javascript");
     table.asset("/assets/assign.js", assign_script, "text/javascript");
+    table.asset("/assets/lists.js", lists_script, "text/javascript");
     table.asset("/assets/app.css", stylesheet, "text/css");
     table.asset("/assets/notifications.js", push_script, "text/javascript");
     app_shell::routes(table);
@@ -58,6 +60,7 @@ pub fn routes(table: &mut Table) {
     table.page("/needs-me", needs_me::show, "Pending decisions");
     table.page("/jobs", job_list::list_page, "Jobs");
     table.page("/jobs/{id}", jobs::job_page, "One job");
+    table.page("/admin", admin::show, "The platform admin's computers and ledger");
 }
 
 /// The 404 page for a browser's unknown address, signed in or not (a session that does not
@@ -110,6 +113,14 @@ async fn job_script() -> HttpResponse {
     asset(
         "text/javascript; charset=utf-8",
         include_str!("assets/job.js"),
+    )
+}
+
+/// Jobs, Computers and Admin kept current, and the Computers table's search, filter, sort.
+async fn lists_script() -> HttpResponse {
+    asset(
+        "text/javascript; charset=utf-8",
+        include_str!("assets/lists.js"),
     )
 }
 

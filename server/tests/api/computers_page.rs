@@ -10,7 +10,7 @@ use tether_protocol::capabilities::{
 };
 
 use crate::both_backends;
-use crate::helpers::{spawn_app, WebClient};
+use crate::helpers::{spawn_app, spawn_app_with, WebClient};
 use crate::secrets::{seal_for, sealed_device, send_and_save};
 
 const BROWSER_ACCEPT: &str =
@@ -220,4 +220,108 @@ both_backends! {
             assert_eq!(body["error"]["code"], "not_found", "{body}");
         }
     }
+
+    async fn the_computers_table_has_a_column_for_each_fact(backend) {
+        let app = spawn_app_with(backend, |config| config.latest_agent_version = Some("0.5.0".to_owned())).await;
+        let ann = app.user("ann@example.com").await;
+        // None yet: the pairing steps are the page, open.
+        let (_, text) = html(&ann, "/computers").await;
+        assert!(text.contains("<h2>Pair a computer</h2>") && !text.contains("pair-help"), "{text}");
+
+        let old = app.device(&ann, "install-1").await;
+        let mut capabilities = old.capabilities();
+        capabilities.agent_version = "0.4.2".to_owned();
+        capabilities.sandbox.strength = SandboxStrength::Strong;
+        assert_eq!(old.heartbeat_with(capabilities, &[]).await.status().as_u16(), 200);
+        let new = app.device(&ann, "install-2").await;
+        let mut capabilities = new.capabilities();
+        capabilities.agent_version = "0.5.0".to_owned();
+        assert_eq!(new.heartbeat_with(capabilities, &[]).await.status().as_u16(), 200);
+
+        let (status, text) = html(&ann, "/computers").await;
+        assert_eq!(status, 200);
+        for (key, label) in [("name", "Name"), ("state", "State"), ("platform", "Platform"), ("agent", "Agent"), ("sandbox", "Sandbox"), ("job", "Current job")] {
+            assert!(text.contains(&format!(r#"<th scope="col" data-sort="{key}"><button class="sort" type="button">{label}"#)), "{label}: {text}");
+        }
+        assert!(text.contains(&format!(r#"<tbody class="machine" id="device-{}""#, old.device_id)), "{text}");
+        let old_row = row_of(&text, &old.device_id);
+        assert!(old_row.contains(r#"data-state="online""#) && old_row.contains(r#"data-online="1""#), "{old_row}");
+        assert!(old_row.contains("<code>0.4.2</code>") && old_row.contains(">update available</span>"), "{old_row}");
+        assert!(old_row.contains(r#"<td class="m-sandbox" data-label="Sandbox"><span class="strength-strong">strong</span></td>"#), "{old_row}");
+        assert!(old_row.contains(r#"<td class="m-platform" data-label="Platform">linux</td>"#), "{old_row}");
+        assert!(old_row.contains("last contact <time"), "{old_row}");
+        let new_row = row_of(&text, &new.device_id);
+        assert!(new_row.contains("<code>0.5.0</code>") && !new_row.contains("update available"), "{new_row}");
+        // Revoke is in the row's menu, behind the one confirmation dialog.
+        assert!(old_row.contains(&format!(r#"data-revoke="/api/devices/{}""#, old.device_id)), "{old_row}");
+        assert!(!text.contains("data-confirm"), "{text}");
+        assert!(text.contains(r#"<dialog id="revoke-dialog""#), "{text}");
+        // Two computers: each card folded, and the pairing steps too.
+        assert!(old_row.contains(&format!(r#"<tr class="machine-detail" id="detail-{}" hidden>"#, old.device_id)), "{old_row}");
+        assert!(text.contains(r#"<details class="pair-help"><summary>Pair another computer</summary>"#), "{text}");
+        assert!(text.contains(r#"<script src="/assets/lists.js" defer>"#), "{text}");
+
+        // Busy: the running job is linked in its row.
+        let job = ann.create_job(&old.device_id).await;
+        assert_eq!(old.claim_job().await.id, job.id);
+        let (_, page) = html(&ann, "/computers").await;
+        let old_row = row_of(&page, &old.device_id);
+        assert!(old_row.contains(r#"data-state="busy""#) && old_row.contains(r#"data-busy="1""#), "{old_row}");
+        assert!(old_row.contains(&format!(r#"<span class="badge state-running">running</span> <a href="/jobs/{}">Run the tests</a>"#, job.id)), "{old_row}");
+
+        // Unheard of: offline, last seen.
+        app.advance(Duration::from_secs(5 * 60));
+        let (_, text) = html(&ann, "/computers").await;
+        let new_row = row_of(&text, &new.device_id);
+        assert!(new_row.contains(r#"data-state="offline""#) && new_row.contains("last seen <time"), "{new_row}");
+        assert!(new_row.contains(">5 min ago</time>"), "{new_row}");
+    }
+
+    async fn lists_answer_304_until_what_they_show_changes(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let device = app.device(&ann, "install-1").await;
+        for path in ["/computers", "/jobs"] {
+            let (status, etag) = conditional(&ann, path, None).await;
+            assert_eq!(status, 200, "{path}");
+            let etag = etag.unwrap_or_else(|| panic!("{path} has no ETag"));
+            assert_eq!(conditional(&ann, path, Some(&etag)).await, (304, Some(etag.clone())), "{path}");
+            // Another person's copy is not this one's.
+            let eve = app.user(&format!("eve{}@example.com", path.len())).await;
+            assert_eq!(conditional(&eve, path, Some(&etag)).await.0, 200, "{path}");
+        }
+        let (_, computers) = conditional(&ann, "/computers", None).await;
+        let (_, jobs) = conditional(&ann, "/jobs", None).await;
+        // A job assigned and taken: both lists change.
+        let job = ann.create_job(&device.device_id).await;
+        let (status, after) = conditional(&ann, "/jobs", jobs.as_deref()).await;
+        assert_eq!(status, 200);
+        assert_ne!(after, jobs);
+        assert_eq!(device.claim_job().await.id, job.id);
+        let (status, busy) = conditional(&ann, "/computers", computers.as_deref()).await;
+        assert_eq!(status, 200);
+        // The computer going quiet changes Computers again.
+        assert_eq!(conditional(&ann, "/computers", busy.as_deref()).await.0, 304);
+        app.advance(Duration::from_secs(5 * 60));
+        assert_eq!(conditional(&ann, "/computers", busy.as_deref()).await.0, 200);
+    }
+}
+
+/// A row of the Computers table, from its `<tbody>` to its end.
+fn row_of(text: &str, device_id: &str) -> String {
+    let start = text
+        .find(&format!(r#"id="device-{device_id}""#))
+        .unwrap_or_else(|| panic!("no row for {device_id}: {text}"));
+    text[start..start + text[start..].find("</tbody>").unwrap()].to_owned()
+}
+
+/// `path` asked for with `If-None-Match: etag`: the status and the ETag answered.
+async fn conditional(web: &WebClient, path: &str, etag: Option<&str>) -> (u16, Option<String>) {
+    let mut request = web.http.get(format!("{}{path}", web.base));
+    if let Some(etag) = etag {
+        request = request.header("if-none-match", etag);
+    }
+    let res = request.send().await.unwrap();
+    let tag = res.headers().get("etag").map(|value| value.to_str().unwrap().to_owned());
+    (res.status().as_u16(), tag)
 }

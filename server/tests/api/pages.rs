@@ -198,4 +198,86 @@ both_backends! {
         let script = res.text().await.unwrap();
         assert!(script.contains("import { sealSecret") && script.contains("{ name, sealed }"));
     }
+
+    async fn the_admin_page_is_the_platform_admins_alone(backend) {
+        let app = spawn_app(backend).await;
+        let admin = app.user("admin@example.com").await;
+        let bob = app.user("bob@example.com").await;
+        let bobs = app.device(&bob, "install-bob").await;
+        let admins = app.device(&admin, "install-admin").await;
+
+        // Anyone else: 403, as the API answers, and no link to it.
+        let (status, text) = html(&bob, "/admin").await;
+        assert_eq!(status, 403, "{text}");
+        assert!(!text.contains(&bobs.device_id), "{text}");
+        let (_, computers) = html(&bob, "/computers").await;
+        assert!(!computers.contains(r#"href="/admin""#), "{computers}");
+        let signed_out = reqwest::Client::builder().redirect(Policy::none()).build().unwrap();
+        let res = signed_out.get(format!("{}/admin", app.base)).send().await.unwrap();
+        assert_eq!(res.headers()["location"], "/signin?next=/admin");
+
+        // The admin: every account's computers with their account, each revocable through
+        // the admin API after a confirmation.
+        let (_, computers) = html(&admin, "/computers").await;
+        assert!(computers.contains(r#"<a href="/admin">Admin</a>"#), "{computers}");
+        let (status, text) = html(&admin, "/admin").await;
+        assert_eq!(status, 200, "{text}");
+        for device in [&bobs, &admins] {
+            assert!(text.contains(&format!(r#"id="device-{}""#, device.device_id)), "{text}");
+            assert!(text.contains(&format!(r#"data-revoke="/api/admin/devices/{}""#, device.device_id)), "{text}");
+        }
+        assert!(text.contains(r#"<th scope="col" data-sort="account"><button class="sort" type="button">Account"#), "{text}");
+        assert!(text.contains(r#"<dialog id="revoke-dialog""#), "{text}");
+        let bob_account = bob.me().await.account.id;
+        assert!(text.contains(&format!("<code>{bob_account}</code>")), "{text}");
+        // Revoked ones leave the list.
+        app.advance(std::time::Duration::from_secs(1));
+        assert_eq!(admin.delete(&format!("/api/admin/devices/{}", bobs.device_id)).await.status().as_u16(), 204);
+        let (_, text) = html(&admin, "/admin").await;
+        assert!(!text.contains(&format!(r#"id="device-{}""#, bobs.device_id)), "{text}");
+
+        // The ledger, every account's, newest first.
+        let entries = |text: &str| -> Vec<(String, String)> {
+            let table = &text[text.find(r#"<table class="ledger">"#).map_or(text.len(), |at| at)..];
+            table.split(r#"<tr data-kind=""#).skip(1).map(|row| {
+                let kind = row[..row.find('"').unwrap()].to_owned();
+                let subject = row.split("data-label=\"Subject\"><code>").nth(1).map_or("", |rest| &rest[..rest.find('<').unwrap()]).to_owned();
+                (kind, subject)
+            }).collect()
+        };
+        let all = entries(&text);
+        assert_eq!(all.first().map(|e| e.0.as_str()), Some("device.revoked"), "{all:?}");
+        assert!(all.iter().any(|e| e.0 == "device.paired" && e.1 == admins.device_id), "{all:?}");
+        // By account.
+        let (_, text) = html(&admin, &format!("/admin?account={bob_account}")).await;
+        let bobs_entries = entries(&text);
+        assert!(!bobs_entries.is_empty() && bobs_entries.iter().all(|e| e.1 != admins.device_id), "{bobs_entries:?}");
+        // By computer: its own entries and its jobs'.
+        app.advance(std::time::Duration::from_secs(1));
+        let job = admin.create_job(&admins.device_id).await;
+        let (_, text) = html(&admin, &format!("/admin?device={}", admins.device_id)).await;
+        let kinds: Vec<(String, String)> = entries(&text);
+        assert_eq!(kinds, vec![("job.created".to_owned(), job.id.to_string()), ("device.paired".to_owned(), admins.device_id.clone())]);
+        // By action.
+        let (_, text) = html(&admin, "/admin?action=device.paired").await;
+        let paired = entries(&text);
+        assert_eq!(paired.len(), 2, "{paired:?}");
+        assert!(paired.iter().all(|e| e.0 == "device.paired"), "{paired:?}");
+        assert!(text.contains(r#"<option value="device.paired" selected>"#), "{text}");
+        // By time: today holds them all, tomorrow none, and the day before none.
+        let today = app.now().date_naive();
+        let day = |offset: i64| (today + chrono::Duration::days(offset)).format("%Y-%m-%d").to_string();
+        let (_, text) = html(&admin, &format!("/admin?since={}&until={}", day(0), day(0))).await;
+        assert_eq!(entries(&text).len(), all.len() + 1, "{text}");
+        let (_, text) = html(&admin, &format!("/admin?since={}", day(1))).await;
+        assert!(entries(&text).is_empty() && text.contains("No entry matches."), "{text}");
+        let (_, text) = html(&admin, &format!("/admin?until={}", day(-1))).await;
+        assert!(entries(&text).is_empty(), "{text}");
+        // A filter that is not an id or a date is refused, naming it.
+        let (status, text) = html(&admin, "/admin?device=%3Cscript%3E").await;
+        assert_eq!(status, 422, "{text}");
+        assert!(text.contains("device") && !text.contains("<script>"), "{text}");
+        let (status, _) = html(&admin, "/admin?since=yesterday").await;
+        assert_eq!(status, 422);
+    }
 }

@@ -128,13 +128,18 @@ function clockText(at) {
   return at.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false });
 }
 
-// As ago in pages/layout.rs.
+// As ago in pages/layout.rs; past a day, the date as localTimes writes it.
 function agoText(at) {
   const secs = Math.max(0, Math.floor((Date.now() - at.getTime()) / 1000));
   if (secs < 60) return "just now";
   if (secs < 3600) return `${Math.floor(secs / 60)} min ago`;
   if (secs < 86400) return `${Math.floor(secs / 3600)} h ago`;
-  return at.toLocaleString();
+  return dateText(at);
+}
+
+// The one way a date is shown, in the browser's own zone and language.
+function dateText(at) {
+  return at.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
 }
 
 function clockNode(at) {
@@ -301,8 +306,13 @@ function localTimes() {
   for (const time of document.querySelectorAll("time[data-local]")) {
     const at = new Date(time.dateTime);
     if (!Number.isNaN(at.getTime())) {
-      time.textContent = at.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
+      time.textContent = dateText(at);
     }
+  }
+  // Times in lists (layout.rs `when`) say how long ago, kept current.
+  for (const time of document.querySelectorAll("time[data-ago]")) {
+    const at = new Date(time.dateTime);
+    if (!Number.isNaN(at.getTime())) time.textContent = agoText(at);
   }
 }
 
@@ -326,6 +336,7 @@ function tickDurations() {
 
 localTimes();
 setInterval(tickDurations, 1000);
+setInterval(localTimes, 30000);
 // A timeline entry's time says how long ago on hover.
 document.addEventListener("mouseover", (event) => {
   const time = event.target.closest?.("time[data-clock]");
