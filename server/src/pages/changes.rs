@@ -1,6 +1,10 @@
 //! What a run changed, on its job page: the files its computer reported, each one's diff
-//! read live on a tap (`assets/job.js`), and a warning on files that can run code outside
-//! the sandbox later. Credential files are named, never opened.
+//! read from the computer on a tap (`assets/job.js`), and a warning on files that can run
+//! code outside the sandbox later. Credential files are named, never opened.
+//!
+//! A diff is the run's start against the run's end, as the computer recorded them: later
+//! jobs' work is no part of it. Beside each diff, "Compare with the folder now" asks for the
+//! start against the folder as it is now (`against=now`).
 
 use maud::{html, Markup};
 use tether_protocol::changes::{
@@ -89,7 +93,17 @@ fn file_item(n: usize, file: &ChangedFile) -> Markup {
                     " Listed only: its contents are never shown."
                 }
             }
-            @if diffable { div.diff id=(panel) hidden {} }
+            @if diffable {
+                div.diff id=(panel) hidden {
+                    p.diff-caption.muted aria-live="polite" {}
+                    div.diff-body {}
+                    p.diff-tools {
+                        button.secondary type="button" data-diff-against="now" aria-controls=(panel) {
+                            "Compare with the folder now"
+                        }
+                    }
+                }
+            }
         }
     }
 }
@@ -125,15 +139,16 @@ fn status_name(status: ChangeStatus) -> &'static str {
 fn base_text(base: &ChangeBase) -> String {
     match (base.kind, &base.head) {
         (ChangeBaseKind::Git, Some(head)) => format!(
-            "Compared with the folder as the run found it (git, HEAD {}).",
+            "The folder as the run found it (git, HEAD {}) against the folder as the run left \
+             it: later work is no part of these diffs.",
             head.get(..7).unwrap_or(head)
         ),
-        (ChangeBaseKind::Git, None) => {
-            "Compared with the folder as the run found it (git, no commit yet).".to_owned()
-        }
-        (ChangeBaseKind::Snapshot, _) => {
-            "Compared with a snapshot of the folder taken when the run started.".to_owned()
-        }
+        (ChangeBaseKind::Git, None) => "The folder as the run found it (git, no commit yet) \
+             against the folder as the run left it: later work is no part of these diffs."
+            .to_owned(),
+        (ChangeBaseKind::Snapshot, _) => "A snapshot of the folder taken when the run started \
+             against one taken when it ended: later work is no part of these diffs."
+            .to_owned(),
     }
 }
 
@@ -217,6 +232,16 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("HEAD 0123456"), "{html}");
+        assert!(
+            html.contains("later work is no part of these diffs"),
+            "{html}"
+        );
+        assert_eq!(
+            html.matches(r#"data-diff-against="now" aria-controls="diff-"#)
+                .count(),
+            3,
+            "each diff can be compared with the folder now: {html}"
+        );
         assert!(!html.contains("not listed"), "{html}");
     }
 

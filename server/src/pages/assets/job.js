@@ -76,16 +76,70 @@
     return pre;
   }
 
-  function renderDiff(text, path) {
+  // `against` is what the computer compared the run's start with: "end" or "now".
+  function renderDiff(text, path, against) {
     if (!text.trim()) {
-      return el("p", "muted", "No difference now: the file is as the run found it.");
+      return el("p", "muted", against === "end"
+        ? "No difference: the run left this file as it found it."
+        : "No difference now: the file is as the run found it.");
     }
     const code = el("code");
     for (const [kind, line] of diffLines(text)) code.append(el("span", `line ${kind}`, line || " "));
     return scrollBox(el("pre", "diff-text", code), `Diff of ${path}`);
   }
 
-  async function showDiff(button) {
+  // GETs a diff: its text and what the computer compared the run's start with (the
+  // x-tether-diff-against header; an older computer always compares with now).
+  async function readDiff(url) {
+    let response;
+    try {
+      response = await fetch(url, { credentials: "same-origin", headers: { accept: "text/plain" } });
+    } catch (error) {
+      throw new Error("The server could not be reached. Check your connection and try again.");
+    }
+    const text = await response.text();
+    if (response.ok) return { text, against: response.headers.get("x-tether-diff-against") || "now" };
+    let body = null;
+    try { body = JSON.parse(text); } catch (error) { /* not JSON: say the status */ }
+    throw new Error(refusalText(body?.error?.code, body?.error?.message || `The server answered ${response.status}.`));
+  }
+
+  function diffCaption(asked, against) {
+    if (against === "end") return "From the run's start to its end: later work is not shown.";
+    if (asked === "now") return "From the run's start to the folder as it is now, later work included.";
+    return "From the run's start to the folder now: the computer kept no record of the run's end.";
+  }
+
+  // Loads the panel's diff: the run's start against its end (`asked` "end") or against the
+  // folder now ("now"); the button beside it then offers the other.
+  async function loadDiff(panel, section, path, asked) {
+    const body = panel.querySelector(".diff-body") || panel;
+    const caption = panel.querySelector(".diff-caption");
+    const other = panel.querySelector("[data-diff-against]");
+    panel.dataset.loaded = "loading";
+    body.replaceChildren(el("p", "muted", "Reading the diff from the computer…"));
+    panel.setAttribute("aria-busy", "true");
+    try {
+      const url = section.dataset.changes + query(path) + (asked === "now" ? "&against=now" : "");
+      const { text, against } = await readDiff(url);
+      body.replaceChildren(renderDiff(text, path, against));
+      if (caption) caption.textContent = diffCaption(asked, against);
+      if (other) {
+        other.dataset.diffAgainst = asked === "now" ? "end" : "now";
+        other.textContent = asked === "now" ? "Show what the run changed" : "Compare with the folder now";
+        // Without a recorded end the diff already is against now.
+        other.hidden = asked !== "now" && against !== "end";
+      }
+      panel.dataset.loaded = "yes";
+    } catch (error) {
+      body.replaceChildren(el("p", "error", error.message));
+      delete panel.dataset.loaded; // a tap tries again
+    } finally {
+      panel.removeAttribute("aria-busy");
+    }
+  }
+
+  function showDiff(button) {
     const panel = document.getElementById(button.getAttribute("aria-controls"));
     const section = button.closest("[data-changes]");
     if (!panel || !section) return;
@@ -93,19 +147,16 @@
     button.setAttribute("aria-expanded", String(open));
     panel.hidden = !open;
     if (!open || panel.dataset.loaded === "yes" || panel.dataset.loaded === "loading") return;
-    panel.dataset.loaded = "loading";
-    panel.replaceChildren(el("p", "muted", "Reading the diff from the computer…"));
-    panel.setAttribute("aria-busy", "true");
-    try {
-      const text = await read(section.dataset.changes + query(button.dataset.diffPath), false);
-      panel.replaceChildren(renderDiff(text, button.dataset.diffPath));
-      panel.dataset.loaded = "yes";
-    } catch (error) {
-      panel.replaceChildren(el("p", "error", error.message));
-      delete panel.dataset.loaded; // a tap tries again
-    } finally {
-      panel.removeAttribute("aria-busy");
-    }
+    loadDiff(panel, section, button.dataset.diffPath, "end");
+  }
+
+  // "Compare with the folder now", and back.
+  function switchDiff(button) {
+    const panel = document.getElementById(button.getAttribute("aria-controls"));
+    const section = button.closest("[data-changes]");
+    const file = button.closest("[data-change-path]");
+    if (!panel || !section || !file || panel.dataset.loaded === "loading") return;
+    loadDiff(panel, section, file.dataset.changePath, button.dataset.diffAgainst);
   }
 
   // ---- Files: a folder browser over /tree and /file.
@@ -208,6 +259,7 @@
     const target = event.target.closest("button");
     if (!target) return;
     if (target.matches("[data-diff-path]")) showDiff(target);
+    else if (target.matches("[data-diff-against]")) switchDiff(target);
     else if (target.matches("[data-files-toggle]")) toggleFiles(target);
     const browser = target.closest("[data-files]");
     if (!browser) return;
