@@ -709,11 +709,34 @@ pub fn add_recipe(config: &mut Config, name: &str, command: &[String]) -> Result
     recipes::add(config, name, program, args)
 }
 
+/// `recipe add`: refuses a program a job's sandbox could not start (not on `PATH`, or
+/// outside what the sandbox shows), as a run would later end `blocked` on it. Looked up
+/// with this command's `PATH`, which the agent started from the same account passes on.
+///
+/// # Errors
+/// [`Refused`] naming the path and what to do.
+fn check_recipe_program(data_dir: &DataDir, config: &Config, recipe: &Recipe) -> Result<()> {
+    let path_var = std::env::var("PATH").ok();
+    let home = dirs::home_dir();
+    let folders: Vec<PathBuf> = config.folders.iter().map(|f| f.path.clone()).collect();
+    let guard = Guard::for_user(data_dir.root());
+    let sight = recipes::Sight {
+        path_var: path_var.as_deref(),
+        home: home.as_deref(),
+        folders: &folders,
+        guard: &guard,
+    };
+    recipes::check_program(&recipe.program, &sight).map_err(|why| {
+        Refused(format!("recipe {:?} would never start: {why}", recipe.name)).into()
+    })
+}
+
 fn apply_recipes(data_dir: &DataDir, command: RecipeCommand) -> Result<i32> {
     let mut config = data_dir.load_or_init_config()?;
     match command {
         RecipeCommand::Add { name, command } => {
             let recipe = add_recipe(&mut config, &name, &command)?;
+            check_recipe_program(data_dir, &config, &recipe)?;
             data_dir.save_config(&config)?;
             println!(
                 "Recipe {:?}: {}",

@@ -75,3 +75,42 @@ pub fn toolchains(home: Option<&Path>, path_var: Option<&str>) -> Vec<PathBuf> {
     });
     found
 }
+
+/// Whether a confined program can see `path` (read it, run it), whatever the backend: it
+/// lies in a system folder, in one of this user's toolchain folders ([`toolchains`]) or in
+/// one of `folders` (the folders the owner shares, one of which a job runs in). The guard's
+/// protected paths are hidden on top of this; checking them is the caller's.
+pub fn sees(path: &Path, home: Option<&Path>, path_var: Option<&str>, folders: &[PathBuf]) -> bool {
+    SYSTEM_READ
+        .iter()
+        .map(PathBuf::from)
+        .chain(toolchains(home, path_var))
+        .chain(folders.iter().cloned())
+        .any(|root| path.starts_with(root))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_program_is_seen_in_system_toolchain_and_shared_folders_only() -> std::io::Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let home = tmp.path().join("home");
+        for dir in [".cargo/bin", "tools/bin", "work", "elsewhere"] {
+            std::fs::create_dir_all(home.join(dir))?;
+        }
+        let path_var = format!("/usr/bin:{}", home.join("tools/bin").display());
+        let shared = [home.join("work")];
+        let seen = |path: &Path| sees(path, Some(&home), Some(&path_var), &shared);
+        assert!(seen(Path::new("/usr/bin/make")));
+        assert!(seen(Path::new("/bin/sh")));
+        assert!(seen(&home.join(".cargo/bin/cargo")));
+        assert!(seen(&home.join("tools/bin/mytool")));
+        assert!(seen(&home.join("work/scripts/run.sh")));
+        assert!(!seen(&home.join("elsewhere/run.sh")));
+        assert!(!seen(Path::new("/srv/tools/run")));
+        assert!(!seen(&home.join("workshop/run.sh")));
+        Ok(())
+    }
+}
