@@ -4,7 +4,8 @@
 //! caller (main) passes `ctrl_c()`. Four kinds of task run side by side:
 //!
 //! - the **heartbeat** task, alone on its own tokio task so busy runs cannot starve it,
-//!   reports capabilities and held leases every `heartbeatSecs`, applies `lost` (reattaching
+//!   reports capabilities and held leases every `heartbeatSecs` (and at once when the local
+//!   configuration changed: a recipe, folder or engine added), applies `lost` (reattaching
 //!   runs whose lease ran out while this computer was cut off, stopping the others) and
 //!   `cancelRequested`, and wakes the claim loop;
 //! - the **event stream** ([`crate::remote::events`]) wakes the claim loop at once on `wake`
@@ -26,7 +27,7 @@ pub mod reconcile;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
 use tether_protocol::capabilities::{Capabilities, SealKey};
@@ -60,6 +61,8 @@ const MAX_HEARTBEAT: Duration = Duration::from_secs(300);
 const STOP_RUNS_WAIT: Duration = Duration::from_secs(15);
 /// On shutdown, how long the event stream has to close with its close frame.
 const STREAM_CLOSE_WAIT: Duration = Duration::from_secs(3);
+/// How often the heartbeat task looks whether the files capabilities come from changed.
+const CONFIG_CHECK_EVERY: Duration = Duration::from_secs(1);
 /// Locked by a running daemon (see [`lock_data_dir`]).
 const RUN_LOCK_FILE: &str = "run.lock";
 
@@ -372,6 +375,8 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
     let mut period = DEFAULT_HEARTBEAT;
     let mut backoff = Backoff::new();
     loop {
+        // Taken before the files are read, so a change made while they are is not missed.
+        let stamp = shared.capability_stamp();
         let params = HeartbeatParams {
             capabilities: shared.capabilities(),
             running: shared.held_leases(),
@@ -401,11 +406,52 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
                 period
             }
         };
-        tokio::time::sleep(delay).await;
+        if shared.changed_within(&stamp, delay).await {
+            tracing::info!(
+                "the local configuration changed: sending this computer's capabilities now"
+            );
+        }
     }
 }
 
+/// When each file capabilities come from was last replaced (files are written by renaming
+/// a new one into place, so a write changes its inode), `None` for a missing one.
+type Stamp = Vec<Option<(SystemTime, u64, u64)>>;
+
 impl Shared {
+    fn capability_stamp(&self) -> Stamp {
+        [
+            crate::local::state::CONFIG_FILE,
+            crate::local::engine_checks::FILE,
+        ]
+        .iter()
+        .map(|name| {
+            let meta = std::fs::metadata(self.data_dir.path(name)).ok()?;
+            #[cfg(unix)]
+            let inode = std::os::unix::fs::MetadataExt::ino(&meta);
+            #[cfg(not(unix))]
+            let inode = 0;
+            Some((meta.modified().ok()?, meta.len(), inode))
+        })
+        .collect()
+    }
+
+    /// Waits `delay`, looking every [`CONFIG_CHECK_EVERY`] whether the files capabilities
+    /// come from changed since `stamp`; whether they did (and the wait was cut short).
+    async fn changed_within(&self, stamp: &Stamp, delay: Duration) -> bool {
+        let end = tokio::time::Instant::now() + delay;
+        loop {
+            let left = end.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            tokio::time::sleep(left.min(CONFIG_CHECK_EVERY)).await;
+            if self.capability_stamp() != *stamp {
+                return true;
+            }
+        }
+    }
+
     /// The configuration on disk now (the last good one if it cannot be read).
     fn fresh_config(&self) -> Config {
         match self.data_dir.load_config() {

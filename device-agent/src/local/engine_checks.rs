@@ -12,7 +12,7 @@ use tether_protocol::capabilities::{Engine, EngineCheck, EngineKind};
 
 use super::state::DataDir;
 
-const FILE: &str = "engine-checks.json";
+pub const FILE: &str = "engine-checks.json";
 const LOCK_FILE: &str = "engine-checks.lock";
 
 /// The last check of each engine, by engine name.

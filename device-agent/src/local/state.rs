@@ -24,7 +24,8 @@ use crate::local::presets::PresetName;
 use crate::local::private_files::{create_private_dir, set_mode, DIR_MODE, FILE_MODE};
 use tether_protocol::{AccountId, DeviceId};
 
-const CONFIG_FILE: &str = "config.json";
+/// The configuration's file in the data dir.
+pub const CONFIG_FILE: &str = "config.json";
 const TOKEN_FILE: &str = "device-token";
 
 /// The agent's data directory. Only this type writes inside it.
