@@ -472,7 +472,16 @@ pub struct ProgressParams {
     #[serde(default)]
     pub lines: Vec<String>,
     pub status: Option<String>,
+    /// How long before this call each of `lines` was printed, in milliseconds, in the same
+    /// order. An age rather than a time, so a computer's clock set wrong does not matter;
+    /// the server stamps each line with its receipt time less its age (bounded by
+    /// [`MAX_LINE_AGE_MS`]). Absent: every line is stamped with the receipt time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line_ages_ms: Option<Vec<u64>>,
 }
+
+/// The oldest a line's age may make it: older ones are stamped this much before the call.
+pub const MAX_LINE_AGE_MS: u64 = 60_000;
 
 /// Answer of a progress call.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -7,6 +7,10 @@
 //! flushed every [`FLUSH_EVERY`] or when a batch is full. Each call carries a `seq` one higher
 //! than the last; a call that got no answer is sent again with the same `seq`, which the
 //! server treats as a repeat, so no line is recorded twice.
+//!
+//! Each line keeps the moment it was read, and each call says how long ago that was
+//! (`lineAgesMs`), measured again on every retry, so the job page shows when a line was
+//! printed rather than when its batch arrived.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,6 +19,7 @@ use std::time::Duration;
 use tether_protocol::jobs::{ProgressParams, MAX_LINES_PER_PROGRESS, MAX_LINE_BYTES};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 use crate::local::vault::redact;
 use crate::remote::backoff::Backoff;
@@ -32,12 +37,24 @@ pub const FLUSH_EVERY: Duration = Duration::from_millis(250);
 pub struct Batch {
     pub seq: u64,
     pub lines: Vec<String>,
+    /// When each line was read, in the order of `lines`.
+    pub printed: Vec<Instant>,
 }
 
-/// Collects lines into batches and numbers them. Pure: no I/O, no clock.
+/// How long before `now` each line was printed, in milliseconds (0 for a time after it).
+pub fn line_ages(printed: &[Instant], now: Instant) -> Vec<u64> {
+    printed
+        .iter()
+        .map(|at| u64::try_from(now.saturating_duration_since(*at).as_millis()).unwrap_or(u64::MAX))
+        .collect()
+}
+
+/// Collects lines into batches and numbers them. Pure: no I/O, no clock (the caller says
+/// when each line was printed).
 #[derive(Debug)]
 pub struct ProgressBatcher {
     lines: Vec<String>,
+    printed: Vec<Instant>,
     bytes: usize,
     /// The last `seq` taken, shared with whatever else reports progress for the attempt.
     last_seq: Arc<AtomicU64>,
@@ -54,14 +71,15 @@ impl ProgressBatcher {
     pub fn numbered_by(last_seq: Arc<AtomicU64>) -> ProgressBatcher {
         ProgressBatcher {
             lines: Vec::new(),
+            printed: Vec::new(),
             bytes: 0,
             last_seq,
         }
     }
 
-    /// Adds a line (cut to [`MAX_LINE_BYTES`]). Returns a batch that must be sent now when
-    /// the line filled the current one or did not fit in it.
-    pub fn push(&mut self, line: String) -> Option<Batch> {
+    /// Adds a line printed at `printed` (cut to [`MAX_LINE_BYTES`]). Returns a batch that
+    /// must be sent now when the line filled the current one or did not fit in it.
+    pub fn push(&mut self, line: String, printed: Instant) -> Option<Batch> {
         let line = cut_line(line);
         let ready = if !self.lines.is_empty() && self.bytes + line.len() > MAX_BATCH_BYTES {
             self.take()
@@ -70,6 +88,7 @@ impl ProgressBatcher {
         };
         self.bytes += line.len();
         self.lines.push(line);
+        self.printed.push(printed);
         // A line is at most 4 KiB, so a batch started by a cut holds one line and cannot be
         // full by count as well.
         ready.or_else(|| {
@@ -89,6 +108,7 @@ impl ProgressBatcher {
         Some(Batch {
             seq,
             lines: std::mem::take(&mut self.lines),
+            printed: std::mem::take(&mut self.printed),
         })
     }
 }
@@ -235,7 +255,7 @@ pub async fn report_output(
         let mut answer = None;
         let mut closed = false;
         match wake {
-            Wake::Line(Some(line)) => batches.extend(batcher.push(redacted(line))),
+            Wake::Line(Some(line)) => batches.extend(batcher.push(redacted(line), Instant::now())),
             Wake::Line(None) => {
                 batches.extend(batcher.take());
                 closed = true;
@@ -244,7 +264,7 @@ pub async fn report_output(
             Wake::Flush(Some(request)) => {
                 // Every line sent before the request is in the channel by now.
                 while let Ok(line) = lines.try_recv() {
-                    batches.extend(batcher.push(redacted(line)));
+                    batches.extend(batcher.push(redacted(line), Instant::now()));
                 }
                 batches.extend(batcher.take());
                 answer = Some(request);
@@ -256,8 +276,10 @@ pub async fn report_output(
                 seq: batch.seq,
                 lines: batch.lines,
                 status: None,
+                line_ages_ms: None,
             };
-            if deliver(&client, &lease, params, &stop).await == Delivery::Abandoned {
+            let printed = Some(batch.printed.as_slice());
+            if deliver(&client, &lease, params, printed, &stop).await == Delivery::Abandoned {
                 return;
             }
         }
@@ -291,20 +313,28 @@ pub async fn say(
     status: Option<String>,
 ) {
     let seq = lease.progress_seq().fetch_add(1, Ordering::SeqCst) + 1;
-    let params = ProgressParams { seq, lines, status };
-    deliver(client, lease, params, stop).await;
+    let params = ProgressParams {
+        seq,
+        lines,
+        status,
+        line_ages_ms: None,
+    };
+    deliver(client, lease, params, None, stop).await;
 }
 
-/// Sends one batch, retrying with the same `seq` while the server cannot be reached.
+/// Sends one batch, retrying with the same `seq` while the server cannot be reached. The
+/// lines' ages are measured again on each try, from when each was `printed`.
 async fn deliver(
     client: &DeviceClient,
     lease: &RunLease,
-    params: ProgressParams,
+    mut params: ProgressParams,
+    printed: Option<&[Instant]>,
     stop: &RunStop,
 ) -> Delivery {
     let job_id = lease.job_id();
     let mut backoff = Backoff::new();
     loop {
+        params.line_ages_ms = printed.map(|printed| line_ages(printed, Instant::now()));
         let token = lease.token();
         let wait = match client.progress(job_id, &token, &params).await {
             Ok(answer) => {
@@ -384,7 +414,7 @@ mod tests {
         let mut batcher = ProgressBatcher::new();
         let mut batches: Vec<Batch> = input
             .into_iter()
-            .filter_map(|line| batcher.push(line))
+            .filter_map(|line| batcher.push(line, Instant::now()))
             .collect();
         batches.extend(batcher.take());
         let shape: Vec<(u64, usize)> = batches.iter().map(|b| (b.seq, b.lines.len())).collect();
@@ -410,18 +440,39 @@ mod tests {
     #[test]
     fn seq_goes_up_by_one_per_batch_and_survives_empty_flushes() {
         let mut batcher = ProgressBatcher::new();
+        let now = Instant::now();
         assert_eq!(batcher.take(), None);
-        assert_eq!(batcher.push("a".into()), None);
+        assert_eq!(batcher.push("a".into(), now), None);
         assert_eq!(
             batcher.take(),
             Some(Batch {
                 seq: 1,
-                lines: vec!["a".into()]
+                lines: vec!["a".into()],
+                printed: vec![now],
             })
         );
         assert_eq!(batcher.take(), None);
-        assert_eq!(batcher.push("b".into()), None);
+        assert_eq!(batcher.push("b".into(), now), None);
         assert_eq!(batcher.take().map(|b| b.seq), Some(2));
+    }
+
+    #[test]
+    fn each_line_keeps_when_it_was_printed_and_is_sent_with_its_age() {
+        let start = Instant::now();
+        let mut batcher = ProgressBatcher::new();
+        for (line, after) in [("one", 0), ("two", 100), ("three", 300)] {
+            let printed = start + Duration::from_millis(after);
+            assert_eq!(batcher.push(line.into(), printed), None);
+        }
+        let batch = batcher.take().unwrap_or_else(|| panic!("no batch"));
+        assert_eq!(batch.lines, ["one", "two", "three"]);
+        let sent = start + Duration::from_millis(500);
+        assert_eq!(line_ages(&batch.printed, sent), [500, 400, 200]);
+        // A retry a second later says each line is a second older.
+        let again = sent + Duration::from_secs(1);
+        assert_eq!(line_ages(&batch.printed, again), [1500, 1400, 1200]);
+        // A moment before a line (never, but not negative) is an age of 0.
+        assert_eq!(line_ages(&batch.printed, start), [0, 0, 0]);
     }
 
     use crate::run::test_http::read_request;
@@ -498,6 +549,8 @@ mod tests {
                 body["lines"],
                 serde_json::json!([format!("printed {round} [hidden]")])
             );
+            let ages = body["lineAgesMs"].as_array().map(Vec::len);
+            assert_eq!(ages, Some(1), "each line says how old it is: {body}");
         }
         drop(lines);
         tokio::time::timeout(Duration::from_secs(5), reporter).await??;

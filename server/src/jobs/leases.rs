@@ -18,7 +18,7 @@ use tether_protocol::devices::{
 use tether_protocol::jobs::{
     ClaimedJob, CompleteParams, EarlierRun, Job, JobOutcome, JobState, LeaseGrant, Outcome,
     ProgressParams, ProgressResponse, MAX_AUTO_RESUMES, MAX_EARLIER_TEXT_CHARS,
-    MAX_LINES_PER_PROGRESS, MAX_LINE_BYTES, RESUME_WINDOW_SECS,
+    MAX_LINES_PER_PROGRESS, MAX_LINE_AGE_MS, MAX_LINE_BYTES, RESUME_WINDOW_SECS,
 };
 use tether_protocol::text::{self, TextKind};
 use tether_protocol::{Code, JobId, LeaseToken};
@@ -80,6 +80,24 @@ pub struct ProgressReport {
     lines: Vec<String>,
     /// Absent when the device sent none or an empty one.
     status: Option<String>,
+    /// How long before the call each line was printed, in milliseconds, at most
+    /// [`MAX_LINE_AGE_MS`]; empty when the device did not say.
+    ages: Vec<Millis>,
+}
+
+impl ProgressReport {
+    /// Each line's time: `now` less its age, in the order printed, never after `now`.
+    /// Without ages, none: the lines take the time they were received.
+    fn line_times(&self, now: Millis) -> Vec<Millis> {
+        let mut earliest = Millis::MIN;
+        self.ages
+            .iter()
+            .map(|age| {
+                earliest = earliest.max(now - age);
+                earliest
+            })
+            .collect()
+    }
 }
 
 impl TryFrom<ProgressParams> for ProgressReport {
@@ -94,7 +112,18 @@ impl TryFrom<ProgressParams> for ProgressReport {
         }
         let seq = i64::try_from(params.seq)
             .map_err(|_| ApiError::invalid_field("seq", "is too large."))?;
+        let ages = params.line_ages_ms.unwrap_or_default();
+        if !ages.is_empty() && ages.len() != params.lines.len() {
+            return Err(ApiError::invalid_field(
+                "lineAgesMs",
+                "must have one age per line.",
+            ));
+        }
         Ok(ProgressReport {
+            ages: ages
+                .iter()
+                .map(|age| Millis::try_from((*age).min(MAX_LINE_AGE_MS)).unwrap_or(0))
+                .collect(),
             seq,
             lines: params
                 .lines
@@ -363,6 +392,7 @@ pub async fn progress(
 ) -> Result<ProgressResponse, ApiError> {
     let now = store.now();
     let lease_until = now + secs(config.lease_secs);
+    let ats = report.line_times(now);
     let mut lines: Vec<job_rows::Line> = report
         .lines
         .iter()
@@ -376,6 +406,7 @@ pub async fn progress(
         lease,
         report.seq,
         &lines,
+        &ats,
         lease_until,
         now,
     )
@@ -390,7 +421,8 @@ pub async fn progress(
     let job = job_rows::fenced(&mut tx, &device.device_id, job_id, lease, now).await?;
     let applies = report.seq > job.progress_seq;
     if applies {
-        job_rows::append_events(&mut tx, &job, now, "output", &report.lines).await?;
+        job_rows::append_timed_events(&mut tx, &job, now, "output", &report.lines, &ats)
+            .await?;
         if let Some(status) = report.status {
             job_rows::append_events(&mut tx, &job, now, "status", &[status]).await?;
         }

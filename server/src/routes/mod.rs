@@ -22,6 +22,7 @@ mod evidence;
 mod files;
 mod idempotency;
 mod input;
+mod job_log;
 mod jobs;
 mod lease;
 pub(crate) mod links;
@@ -64,6 +65,7 @@ fn routes(table: &mut Table) {
     events::routes(table);
     evidence::routes(table);
     files::routes(table);
+    job_log::routes(table);
     pairing::routes(table);
     push::routes(table);
     admin::routes(table);

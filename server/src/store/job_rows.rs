@@ -32,7 +32,7 @@ use crate::store::{on_read, on_reads, on_tx, stored_id, ReadSource, Store, Tx};
 
 mod in_one;
 pub(crate) use in_one::Line;
-use in_one::{update_with_lines, Clause};
+use in_one::{update_with_lines, update_with_timed_lines, Clause};
 
 const JOB_COLUMNS: &str = "id, account_id, device_id, title, spec_json, state, attempt, \
     cancel_requested, outcome_json, lease_token_hash, lease_expires_at, progress_seq, \
@@ -274,6 +274,31 @@ pub(crate) async fn events(
     Ok(rows.into_iter().map(EventRow::into_event).collect())
 }
 
+/// At most `limit` lines of a job of `account_id` after line `after`, in order: a long log
+/// read a page at a time.
+///
+/// # Errors
+/// A database error.
+pub async fn events_page(
+    store: &Store,
+    account_id: &AccountId,
+    job_id: &JobId,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<JobEvent>, ApiError> {
+    let rows = on_read!(store, |pool| sqlx::query_as::<_, EventRow>(
+        "SELECT seq, at, kind, text FROM job_events \
+         WHERE job_id = $1 AND account_id = $2 AND seq > $3 ORDER BY seq LIMIT $4"
+    )
+    .bind(job_id.as_str())
+    .bind(account_id.as_str())
+    .bind(after)
+    .bind(limit)
+    .fetch_all(pool)
+    .await)?;
+    Ok(rows.into_iter().map(EventRow::into_event).collect())
+}
+
 /// The devices of `account_id` with queued jobs: the ones to wake when a run slot frees.
 ///
 /// # Errors
@@ -414,6 +439,31 @@ pub(crate) async fn set_chain(
     Ok(())
 }
 
+/// The follow-up of a job, in the caller's transaction.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn follow_up_in_tx(
+    tx: &mut Tx,
+    job_id: &JobId,
+) -> Result<Option<String>, ApiError> {
+    let row = on_tx!(tx, |conn| sqlx::query_scalar::<_, String>(
+        "SELECT id FROM jobs WHERE continues = $1"
+    )
+    .bind(job_id.as_str())
+    .fetch_optional(conn)
+    .await)?;
+    Ok(row)
+}
+
+/// Another job of this device, read in the caller's transaction without locking it (the
+/// earlier job a claimed follow-up continues).
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn read_for_device(
+    tx: &mut Tx,
+    device_id: &str,
     job_id: &str,
 ) -> Result<Option<JobRow>, ApiError> {
     let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND device_id = $2");
@@ -836,6 +886,7 @@ pub(crate) async fn progress_in_one(
     lease: &LeaseToken,
     seq: i64,
     lines: &[Line<'_>],
+    ats: &[Millis],
     lease_until: Millis,
     now: Millis,
 ) -> Result<Option<bool>, ApiError> {
@@ -855,8 +906,16 @@ pub(crate) async fn progress_in_one(
         query.push(" AND lease_token_hash = ").push_bind(hash);
         query.push(" AND progress_seq < ").push_bind(seq);
     });
-    let matched =
-        update_with_lines(pool, job_id.as_str(), now, lines, Some(set), Some(filter)).await?;
+    let matched = update_with_timed_lines(
+        pool,
+        job_id.as_str(),
+        now,
+        lines,
+        ats,
+        Some(set),
+        Some(filter),
+    )
+    .await?;
     Ok(matched.map(|cancel_requested| cancel_requested != 0))
 }
 
@@ -1168,6 +1227,71 @@ pub(crate) async fn append_events(
             .bind(kind);
         for (offset, text) in (0_i64..).zip(texts) {
             query = query.bind(first + offset).bind(text);
+        }
+        query.execute(conn).await.map(|done| done.rows_affected())
+    })?;
+    Ok(())
+}
+
+/// Appends output lines each at its own time in `ats` (`now` past its end), never before
+/// the job's last line already stored.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn append_timed_events(
+    tx: &mut Tx,
+    job: &JobRow,
+    now: Millis,
+    kind: &str,
+    texts: &[String],
+    ats: &[Millis],
+) -> Result<(), ApiError> {
+    if texts.is_empty() {
+        return Ok(());
+    }
+    if let Tx::Postgres(tx) = tx {
+        let lines: Vec<Line> = texts.iter().map(|text| (kind, text.as_str())).collect();
+        update_with_timed_lines(&mut **tx, &job.id, now, &lines, ats, None, None).await?;
+        return Ok(());
+    }
+    let last_at = on_tx!(tx, |conn| sqlx::query_scalar::<_, i64>(
+        "SELECT at FROM job_events WHERE job_id = $1 ORDER BY seq DESC LIMIT 1"
+    )
+    .bind(&job.id)
+    .fetch_optional(conn)
+    .await)?;
+    let count = i64::try_from(texts.len()).unwrap_or(i64::MAX);
+    let last = on_tx!(tx, |conn| sqlx::query_scalar::<_, i64>(
+        "UPDATE jobs SET event_seq = event_seq + $1 WHERE id = $2 RETURNING event_seq"
+    )
+    .bind(count)
+    .bind(&job.id)
+    .fetch_one(conn)
+    .await)?;
+    let first = last - count + 1;
+    let mut sql =
+        String::from("INSERT INTO job_events (job_id, account_id, kind, seq, at, text) VALUES ");
+    for index in 0..texts.len() {
+        let param = 4 + 3 * index;
+        if index > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(&format!("($1, $2, $3, ${param}, ${}, ${})", param + 1, param + 2));
+    }
+    on_tx!(tx, |conn| {
+        let mut query = sqlx::query(&sql)
+            .bind(&job.id)
+            .bind(&job.account_id)
+            .bind(kind);
+        for (offset, text) in (0_i64..).zip(texts) {
+            let at = usize::try_from(offset)
+                .ok()
+                .and_then(|index| ats.get(index).copied())
+                .unwrap_or(now);
+            query = query
+                .bind(first + offset)
+                .bind(last_at.map_or(at, |last_at| at.max(last_at)))
+                .bind(text);
         }
         query.execute(conn).await.map(|done| done.rows_affected())
     })?;

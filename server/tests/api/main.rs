@@ -25,6 +25,7 @@ mod files;
 mod follow_ups;
 mod hostile;
 mod idempotency;
+mod job_log;
 mod job_page;
 mod jobs;
 mod leases;

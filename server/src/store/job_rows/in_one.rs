@@ -33,6 +33,23 @@ pub(crate) async fn update_with_lines<'a>(
     set: Option<Clause<'a>>,
     filter: Option<Clause<'a>>,
 ) -> Result<Option<i64>, ApiError> {
+    update_with_timed_lines(executor, job_id, now, lines, &[], set, filter).await
+}
+
+/// [`update_with_lines`], each line stamped with its time in `ats` (`now` past its end),
+/// but never before the job's last line already stored.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn update_with_timed_lines<'a>(
+    executor: impl PgExecutor<'_>,
+    job_id: &'a str,
+    now: Millis,
+    lines: &'a [Line<'a>],
+    ats: &[Millis],
+    set: Option<Clause<'a>>,
+    filter: Option<Clause<'a>>,
+) -> Result<Option<i64>, ApiError> {
     let count = lines.len();
     let mut query = QueryBuilder::<Postgres>::new(format!(
         "WITH changed AS (UPDATE jobs SET event_seq = event_seq + {count}"
@@ -53,7 +70,13 @@ pub(crate) async fn update_with_lines<'a>(
                 ", appended AS (INSERT INTO job_events (job_id, account_id, at, kind, seq, text) \
                  SELECT changed.id, changed.account_id, ",
             )
-            .push_bind(now)
+            .push(if ats.is_empty() {
+                "lines.at"
+            } else {
+                // The statement reads the rows as they were before it: the last line stored.
+                "GREATEST(lines.at, COALESCE((SELECT last.at FROM job_events last \
+                 WHERE last.job_id = changed.id ORDER BY last.seq DESC LIMIT 1), lines.at))"
+            })
             .push(", lines.kind, changed.base + lines.n, lines.text FROM changed, (VALUES ");
         for (index, (kind, text)) in lines.iter().enumerate() {
             if index > 0 {
@@ -64,9 +87,11 @@ pub(crate) async fn update_with_lines<'a>(
                 .push_bind(*kind)
                 .push(", ")
                 .push_bind(*text)
+                .push(", ")
+                .push_bind(ats.get(index).copied().unwrap_or(now))
                 .push(")");
         }
-        query.push(") AS lines (n, kind, text))");
+        query.push(") AS lines (n, kind, text, at))");
     }
     query.push(" SELECT cancel_requested FROM changed");
     let matched = query
