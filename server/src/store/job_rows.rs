@@ -354,31 +354,6 @@ pub(crate) async fn follow_up_of(
     row.map(stored_id).transpose()
 }
 
-/// The follow-up of a job, in the caller's transaction.
-///
-/// # Errors
-/// A database error.
-pub(crate) async fn follow_up_in_tx(
-    tx: &mut Tx,
-    job_id: &JobId,
-) -> Result<Option<String>, ApiError> {
-    let row = on_tx!(tx, |conn| sqlx::query_scalar::<_, String>(
-        "SELECT id FROM jobs WHERE continues = $1"
-    )
-    .bind(job_id.as_str())
-    .fetch_optional(conn)
-    .await)?;
-    Ok(row)
-}
-
-/// Another job of this device, read in the caller's transaction without locking it (the
-/// earlier job a claimed follow-up continues).
-///
-/// # Errors
-/// A database error.
-pub(crate) async fn read_for_device(
-    tx: &mut Tx,
-    device_id: &str,
 /// The re-runs of a job of `account_id`, oldest first (at most 100).
 ///
 /// # Errors
