@@ -102,7 +102,7 @@ async fn browser_pairs_assigns_and_follows_a_job() {
     browser
         .wait_for("document.querySelector('[data-field=state]').textContent === 'succeeded'")
         .await;
-    browser.wait_for("document.querySelector('pre.output').textContent.includes('asked: hello from the browser')").await;
+    browser.wait_for("document.querySelector('.log-rows').textContent.includes('asked: hello from the browser')").await;
     assert!(browser
         .text("[data-field=outcome]")
         .await

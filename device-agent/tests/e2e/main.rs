@@ -22,6 +22,7 @@ mod external;
 mod folders;
 mod git_assign;
 mod installable;
+mod log_viewer;
 #[path = "../support/model_server.rs"]
 mod model_server;
 mod npm;

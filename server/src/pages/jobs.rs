@@ -1,12 +1,14 @@
 //! The job page, which follows a running job until it ends and then shows
 //! what it changed, its folder, and how to run it again or carry on from it.
 
+use std::collections::HashMap;
+
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
 use maud::{html, Markup};
 use tether_protocol::decisions::DecisionState;
 use tether_protocol::devices::Device;
-use tether_protocol::jobs::{Job, JobState};
+use tether_protocol::jobs::{Job, JobState, TimelineKind};
 use tether_protocol::{Code, JobId};
 
 use super::changes::changes_section;
@@ -17,6 +19,7 @@ use super::redirects::signin_redirect;
 use super::timeline::timeline;
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::jobs::timeline::{is_exit, terminal_line};
 use crate::state::AppState;
 
 pub async fn job_page(
@@ -75,29 +78,52 @@ fn unless_not_found<T>(result: Result<T, ApiError>) -> Result<Option<T>, ApiErro
 fn job_view(context: &JobContext, now: DateTime<Utc>) -> Markup {
     let job = &context.job;
     let last_seq = job.events.last().map_or(0, |event| event.seq);
+    let failing = failing_step(job);
+    // A coding agent's run reads best as its timeline; a recipe's as its log.
+    let timeline_first = job.events.iter().any(|event| {
+        event.entry.is_some_and(|entry| {
+            matches!(
+                entry.kind,
+                TimelineKind::Message
+                    | TimelineKind::Plan
+                    | TimelineKind::Tool
+                    | TimelineKind::Command
+            )
+        })
+    });
+    let run = html! {
+        section.run #run aria-labelledby="run-heading" {
+            h2 #run-heading { "The run" }
+            div #job-run data-refresh data-last-seq=(last_seq) { (timeline(job, now)) }
+        }
+    };
+    let log = log_section(job, failing.as_ref().and_then(|failing| failing.line));
     html! {
         section.job data-job-live={ "/api/jobs/" (job.id) } data-state=(job.state.as_str()) data-last-seq=(last_seq) {
-            h1 { (job.title) }
-            div.row {
-                span data-field="state" class={ "badge state-" (job.state.as_str()) } { (job.state.as_str()) }
-                // Only a run carried on or tried again has an attempt worth naming.
-                span.muted data-field="attempt" hidden[job.attempt < 2] { "attempt " (job.attempt) }
-            }
-            (where_it_runs(job, context.device.as_ref()))
-            (when_it_ran(job, now))
-            (chain(&context.chain))
-            @if !job.spec.prompt.is_empty() { p.prompt { (job.spec.prompt) } }
-            p.muted {
-                @if job.spec.network { "Network on" } @else { "Network off" }
-                @if !job.spec.secrets.is_empty() {
-                    " · secrets: "
-                    @for (n, name) in job.spec.secrets.iter().enumerate() {
-                        @if n > 0 { ", " } code { (name) }
+            div.job-head {
+                h1 { (job.title) }
+                p.job-status {
+                    span data-field="state" class={ "badge state-" (job.state.as_str()) } { (job.state.as_str()) }
+                    // Only a run carried on or tried again has an attempt worth naming.
+                    span.muted data-field="attempt" hidden[job.attempt < 2] { "attempt " (job.attempt) }
+                    span #job-took data-refresh {
+                        @if let Some(duration) = run_duration(job, now) { "for " (duration) }
+                    }
+                    span { "on " (computer_link(context.device.as_ref())) }
+                }
+                div #job-failing data-refresh { (failing_view(failing.as_ref())) }
+                p data-field="outcome" { @if let Some(summary) = outcome_text(job) { (sentences(summary)) } }
+                (chain(&context.chain))
+                @if !job.state.is_final() {
+                    form.cancel data-while-active data-api={ "/api/jobs/" (job.id) "/cancel" } data-confirm="Stop this job?" {
+                        button.danger type="submit" { "Cancel" }
+                        span.error {}
                     }
                 }
             }
-            p data-field="outcome" { @if let Some(summary) = outcome_text(job) { (summary) } }
+            (section_links(job, context.device.as_ref()))
             (pending_questions(job))
+            @if timeline_first { (run) (log) } @else { (log) (run) }
             // The regions marked data-refresh are rendered again when the job's state
             // changes (app.js), so what an ended run brings appears without a reload.
             div #job-changes data-refresh {
@@ -106,23 +132,226 @@ fn job_view(context: &JobContext, now: DateTime<Utc>) -> Markup {
             div #job-delivery data-refresh {
                 @if let Some(report) = &job.delivery { (delivery_section(report, job.spec.git.as_ref())) }
             }
-            section.run aria-labelledby="run-heading" {
-                h2 #run-heading { "The run" }
-                div #job-run data-refresh data-last-seq=(last_seq) { (timeline(job, now)) }
-            }
-            @if !job.state.is_final() {
-                form data-while-active data-api={ "/api/jobs/" (job.id) "/cancel" } data-confirm="Stop this job?" {
-                    button.danger type="submit" { "Cancel" }
-                    span.error {}
-                }
-            }
             div #job-end data-refresh {
                 (evidence_list(job))
                 (next_steps(job, context.device.as_ref(), &context.chain))
             }
             (files_section(job))
+            section.details #details aria-labelledby="details-heading" {
+                h2 #details-heading { "Details" }
+                @if !job.spec.prompt.is_empty() { p.prompt { (job.spec.prompt) } }
+                (where_it_runs(job, context.device.as_ref()))
+                (when_it_ran(job, now))
+                p.muted {
+                    @if job.spec.network { "Network on" } @else { "Network off" }
+                    @if !job.spec.secrets.is_empty() {
+                        " · secrets: "
+                        @for (n, name) in job.spec.secrets.iter().enumerate() {
+                            @if n > 0 { ", " } code { (name) }
+                        }
+                    }
+                }
+            }
         }
+        script src="/assets/log.js" defer {}
         script src="/assets/job.js" defer {}
+    }
+}
+
+/// The sections below the log, one tap each: a bar that stays at the top while the page
+/// scrolls. Rendered again when the job's state changes (what an ended run brings).
+fn section_links(job: &Job, device: Option<&Device>) -> Markup {
+    let ended = job.state.is_final();
+    let can_run_again = ended && device.is_some_and(|device| device.revoked_at.is_none());
+    html! {
+        nav.section-links #job-sections data-refresh aria-label="This job" {
+            a href="#log" { "Log" }
+            a href="#run" { "Timeline" }
+            @if job.changes.is_some() { a href="#job-changes" { "Changes" } }
+            @if job.delivery.is_some() { a href="#job-delivery" { "Delivery" } }
+            a href="#files" { "Files" }
+            @if can_run_again {
+                a href="#run-again-heading" { "Run again" }
+                a href="#continue-heading" { "Continue" }
+            }
+            a href="#details" { "Details" }
+        }
+    }
+}
+
+/// The computer, linked to its card on Computers.
+fn computer_link(device: Option<&Device>) -> Markup {
+    html! {
+        @match device {
+            Some(device) => {
+                a href={ "/computers#device-" (device.id) } { (device.name) }
+                @if device.revoked_at.is_some() { span.muted { " (no longer paired)" } }
+                @else if !device.online { span.muted { " (offline)" } }
+            }
+            None => span.muted { "a removed computer" },
+        }
+    }
+}
+
+/// A summary a sentence a line (`white-space: pre-line` shows the breaks).
+fn sentences(summary: &str) -> String {
+    let mut out = String::with_capacity(summary.len());
+    let mut chars = summary.chars().peekable();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if matches!(c, '.' | '!' | '?') && chars.peek() == Some(&' ') {
+            while chars.peek() == Some(&' ') {
+                chars.next();
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The step a run that did not succeed stopped at: the last command that failed, else its
+/// program's exit; and the log's line to open at.
+struct Failing {
+    /// `$ command`, or the engine's name.
+    step: String,
+    /// `exit code 2`, `killed by SIGKILL`.
+    exit: Option<String>,
+    /// The log's line with the error (its `seq`).
+    line: Option<i64>,
+}
+
+fn failing_step(job: &Job) -> Option<Failing> {
+    if !matches!(
+        job.state,
+        JobState::Failed | JobState::Blocked | JobState::Interrupted
+    ) {
+        return None;
+    }
+    let mut commands: HashMap<i64, &str> = HashMap::new();
+    let mut failed = None;
+    for event in &job.events {
+        let Some(entry) = event
+            .entry
+            .filter(|entry| entry.kind == TimelineKind::Command)
+        else {
+            continue;
+        };
+        match entry.group {
+            None => {
+                commands.insert(event.seq, event.text.as_str());
+            }
+            Some(group) => {
+                let rest = terminal_line(&event.text).map_or(event.text.as_str(), |(_, rest)| rest);
+                if is_exit(rest) && rest != "exit code 0" {
+                    failed = commands
+                        .get(&group)
+                        .map(|command| (*command, rest, event.seq));
+                }
+            }
+        }
+    }
+    let error = error_line(job);
+    if let Some((command, exit, seq)) = failed {
+        return Some(Failing {
+            step: command.to_owned(),
+            exit: Some(exit.to_owned()),
+            line: error.or(Some(seq)),
+        });
+    }
+    let exit = job
+        .outcome
+        .as_ref()
+        .and_then(|outcome| outcome.exit_code)
+        .map(|code| format!("exit code {code}"));
+    Some(Failing {
+        step: job.spec.engine.clone(),
+        exit,
+        line: error,
+    })
+}
+
+/// The last line of output that reads like an error, else the last line of output.
+fn error_line(job: &Job) -> Option<i64> {
+    const WORDS: [&str; 8] = [
+        "error",
+        "fail",
+        "fatal",
+        "panic",
+        "exception",
+        "traceback",
+        "denied",
+        "refused",
+    ];
+    let printed = || {
+        job.events
+            .iter()
+            .rev()
+            .filter(|event| event.kind == "output")
+    };
+    printed()
+        .find(|event| {
+            let text = event.text.to_lowercase();
+            WORDS.iter().any(|word| text.contains(word))
+                && !text.contains("0 errors")
+                && !text.contains("0 failed")
+        })
+        .or_else(|| printed().next())
+        .map(|event| event.seq)
+}
+
+fn failing_view(failing: Option<&Failing>) -> Markup {
+    html! {
+        @if let Some(failing) = failing {
+            p.failing {
+                "Stopped at " code { (failing.step) }
+                @if let Some(exit) = &failing.exit { " · " span.exit-failed { (exit) } }
+                @if let Some(line) = failing.line { " · " a href={ "#L" (line) } { "line " (line) } }
+            }
+        }
+    }
+}
+
+/// Lines of the run the page carries for the log to show at once: its end. The viewer
+/// reads the rest a page at a time (`GET /api/jobs/{id}/lines`).
+const LOG_TAIL_LINES: usize = 2000;
+
+/// The run's log (`assets/log.js`): numbered lines, each with its time and colours, search,
+/// links to lines, following the end while it runs; the raw text to download.
+fn log_section(job: &Job, error_line: Option<i64>) -> Markup {
+    let last_seq = job.events.last().map_or(0, |event| event.seq);
+    let from = job.events.len().saturating_sub(LOG_TAIL_LINES);
+    let tail: Vec<(i64, i64, &str, &str)> = job
+        .events
+        .iter()
+        .skip(from)
+        .map(|event| {
+            let at = event.at.timestamp_millis();
+            (event.seq, at, event.kind.as_str(), event.text.as_str())
+        })
+        .collect();
+    let tail = serde_json::to_string(&tail).unwrap_or_else(|_| "[]".to_owned());
+    html! {
+        section.log-section #log aria-labelledby="log-heading" {
+            div.log-head {
+                h2 #log-heading { "Log" }
+                a.log-download href={ "/api/jobs/" (job.id) "/log" } download { "Download" }
+            }
+            div.log data-log={ "/api/jobs/" (job.id) } data-state=(job.state.as_str())
+                data-total=(last_seq) data-error-line=[error_line] data-tail=(tail) {
+                div.log-tools role="search" {
+                    input type="search" aria-label="Search the log" placeholder="Search the log" enterkeyhint="search";
+                    span.log-count role="status" {}
+                    button.secondary type="button" data-log-previous aria-label="Previous match" { "↑" }
+                    button.secondary type="button" data-log-next aria-label="Next match" { "↓" }
+                }
+                div.log-scroll tabindex="0" role="region" aria-label="Log" {
+                    div.log-spacer { div.log-rows {} }
+                }
+                button.log-jump type="button" data-log-jump hidden { "Jump to latest" }
+                p.log-status role="status" {}
+                noscript { p { "Showing the log needs JavaScript; " a href={ "/api/jobs/" (job.id) "/log" } { "download it" } " instead." } }
+            }
+        }
     }
 }
 
@@ -202,7 +431,7 @@ fn outcome_text(job: &Job) -> Option<&str> {
 /// (`assets/job.js`).
 fn files_section(job: &Job) -> Markup {
     html! {
-        section.files aria-labelledby="files-heading" {
+        section.files #files aria-labelledby="files-heading" {
             h2 #files-heading { "Files" }
             button.secondary type="button" data-files-toggle aria-expanded="false" aria-controls="files-browser" {
                 "Browse files"

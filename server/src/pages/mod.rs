@@ -41,6 +41,7 @@ pub fn routes(table: &mut Table) {
     table.asset("/assets/secrets.js", secrets_script, "text/javascript");
     table.asset("/assets/needs_me.js", needs_me_script, "text/javascript");
     table.asset("/assets/job.js", job_script, "text/javascript");
+    table.asset("/assets/log.js", log_script, "text/javascript");
     table.asset("/assets/assign.js", assign_script, "text/javascript");
     table.asset("/assets/lists.js", lists_script, "text/javascript");
     table.asset("/assets/app.css", stylesheet, "text/css");
@@ -113,6 +114,14 @@ async fn job_script() -> HttpResponse {
     asset(
         "text/javascript; charset=utf-8",
         include_str!("assets/job.js"),
+    )
+}
+
+/// The job page's log viewer.
+async fn log_script() -> HttpResponse {
+    asset(
+        "text/javascript; charset=utf-8",
+        include_str!("assets/log.js"),
     )
 }
 

@@ -1,7 +1,11 @@
 //! The job page's timeline: the run's lines as entries (read by `crate::jobs::timeline`), each
 //! with its time, and the run's questions where they were asked. `app.js` appends live
 //! lines to the same structure from their `entry`; keep the two in step.
+//!
+//! A run of plain output shows only its last lines here, linked to the whole of it in the
+//! log (`assets/log.js`), which shows every line. Escape sequences are dropped here.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -19,6 +23,8 @@ use crate::jobs::timeline::{is_exit, plan_step, terminal_line, tool_line, ASKED_
 const LATE_LINES_MS: i64 = 1000;
 /// A command's output longer than this is folded.
 const FOLD_AFTER_LINES: usize = 5;
+/// The last lines of a run of plain output shown on the timeline (`app.js`: PREVIEW_LINES).
+const PREVIEW_LINES: usize = 3;
 
 /// An entry: its first line and the lines that add to it.
 struct Entry<'a> {
@@ -42,7 +48,7 @@ impl Item<'_> {
     }
 }
 
-/// The run as `ol.timeline`, with the plain text of every line below it.
+/// The run as `ol.timeline`.
 pub(super) fn timeline(job: &Job, now: DateTime<Utc>) -> Markup {
     let items = placed(entries(&job.events), &job.decisions);
     let running = !job.state.is_final();
@@ -51,16 +57,51 @@ pub(super) fn timeline(job: &Job, now: DateTime<Utc>) -> Markup {
             @for item in &items { (item_view(item, running, now)) }
         }
         @if items.is_empty() { p.muted.timeline-empty { "Nothing yet." } }
-        details.raw-output {
-            summary { "Raw output" }
-            pre.output {
-                @for event in &job.events {
-                    @if event.kind != "output" { "[" (event.kind) "] " }
-                    (event.text) "\n"
+    }
+}
+
+/// A line as a terminal would show it, without its escape sequences: colours and the rest
+/// (CSI, OSC and two-character escapes), other control characters but tab, and what a
+/// carriage return wrote over. `app.js`'s `plainText` reads a line alike.
+pub(super) fn plain(text: &str) -> Cow<'_, str> {
+    let text = text.rsplit('\r').next().unwrap_or(text);
+    if !text.chars().any(|c| c.is_control() && c != '\t') {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\u{1b}' {
+            if !c.is_control() || c == '\t' {
+                out.push(c);
+            }
+            continue;
+        }
+        match chars.next() {
+            // CSI: parameters and intermediates, then one final byte.
+            Some('[') => {
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
                 }
             }
+            // OSC: up to BEL or ESC \.
+            Some(']') => {
+                while let Some(c) = chars.next() {
+                    if c == '\u{7}' {
+                        break;
+                    }
+                    if c == '\u{1b}' {
+                        chars.next_if_eq(&'\\');
+                        break;
+                    }
+                }
+            }
+            _ => {}
         }
     }
+    Cow::Owned(out)
 }
 
 /// The lines gathered into entries, in the order their first lines came.
@@ -234,19 +275,36 @@ fn body(entry: &Entry<'_>, running: bool) -> Markup {
         TimelineKind::Command => command_view(entry, running),
         TimelineKind::Stderr => html! {
             span.label.label-stderr { "stderr" }
-            pre.lines { @for line in lines() { (strip(&line.text, "stderr: ")) "\n" } }
+            pre.lines { @for line in lines() { (plain(strip(&line.text, "stderr: "))) "\n" } }
         },
         TimelineKind::Refused => html! {
             span.label.label-refused { "refused" } " " (strip(&head_text(entry), "refused: "))
         },
         TimelineKind::Status => html! { span.label { "status" } " " (head_text(entry)) },
-        TimelineKind::Output => html! { pre.lines { @for line in lines() { (line.text) "\n" } } },
+        TimelineKind::Output => output_view(entry),
         TimelineKind::Message => html! {
             p.message { @for (n, line) in lines().enumerate() { @if n > 0 { br; } (line.text) } }
         },
         TimelineKind::Note | TimelineKind::Asked | TimelineKind::System => {
             html! { (head_text(entry)) }
         }
+    }
+}
+
+/// A run of plain output: which lines of the log it is, and its last lines.
+fn output_view(entry: &Entry<'_>) -> Markup {
+    let first = entry.head.seq;
+    let last = entry.more.last().map_or(first, |line| line.seq);
+    let count = entry.more.len() + 1;
+    let shown = std::iter::once(entry.head)
+        .chain(entry.more.iter().copied())
+        .skip(count.saturating_sub(PREVIEW_LINES));
+    html! {
+        a.log-range href={ "#L" (first) "-L" (last) } data-first=(first) {
+            @if count == 1 { "Line " (first) } @else { "Lines " (first) "–" (last) }
+            " in the log"
+        }
+        pre.lines { @for line in shown { (plain(&line.text)) "\n" } }
     }
 }
 
@@ -318,9 +376,25 @@ fn command_view(entry: &Entry<'_>, running: bool) -> Markup {
                 }
             }
             pre.lines.command-output {
-                @for line in &output { (line) "\n" }
+                @for line in &output { (plain(line)) "\n" }
             }
             @if output.is_empty() { p.muted.no-output { "No output shown." } }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plain;
+
+    #[test]
+    fn plain_drops_escapes_and_what_a_carriage_return_wrote_over() {
+        assert_eq!(plain("ok"), "ok");
+        assert_eq!(plain("\u{1b}[1;31merror\u{1b}[0m: no"), "error: no");
+        assert_eq!(plain("\u{1b}[38;2;1;2;3mrgb\u{1b}[m"), "rgb");
+        assert_eq!(plain("\u{1b}]0;title\u{7}text"), "text");
+        assert_eq!(plain("\u{1b}]8;;http://x\u{1b}\\link"), "link");
+        assert_eq!(plain("10%\r50%\r100%"), "100%");
+        assert_eq!(plain("a\tb\u{7}c"), "a\tbc");
     }
 }

@@ -318,8 +318,11 @@ both_backends! {
         // Each entry has its time; the plain text of every line is kept.
         assert_eq!(page.matches(" data-clock>").count(), page.matches(r#"<li class="entry"#).count(), "{page}");
         assert!(page.matches(r#"<li class="entry"#).count() >= 10, "{page}");
-        assert!(page.contains(r#"<details class="raw-output"><summary>Raw output</summary><pre class="output">"#), "{page}");
-        assert!(page.contains("[status] building\n"), "{page}");
+        // The log (assets/log.js) comes with the run's lines, the end first, and the raw
+        // text to download.
+        assert!(page.contains(&format!(r#"data-log="/api/jobs/{id}" data-state="running" data-total=""#)), "{page}");
+        assert!(page.contains("&quot;status&quot;,&quot;building&quot;]]"), "{page}");
+        assert!(page.contains(&format!(r#"<a class="log-download" href="/api/jobs/{id}/log" download>"#)), "{page}");
         // Answered: nothing waits at the top.
         assert!(page.contains(r#"<section class="decisions" data-job-decisions="#) && page.contains("hidden><h2>Waiting for your answer</h2>"), "{page}");
     }

@@ -95,10 +95,12 @@ document.addEventListener("change", (event) => {
 
 const FINAL = ["succeeded", "failed", "blocked", "cancelled", "interrupted"];
 
-// The summary, unless it only repeats the state (as outcome_text in pages/jobs.rs).
+// The summary, unless it only repeats the state (as outcome_text in pages/jobs.rs), a
+// sentence a line (as sentences there).
 function outcomeText(job) {
   const summary = (job.outcome?.summary || "").trim();
-  return summary.replace(/\.+$/, "").toLowerCase() === job.state ? "" : summary;
+  if (summary.replace(/\.+$/, "").toLowerCase() === job.state) return "";
+  return summary.replace(/([.!?]) +/g, "$1\n");
 }
 
 // Renders the page's [data-refresh] regions again from the server (times, what an ended
@@ -151,6 +153,20 @@ function clockNode(at) {
 }
 
 const label = (className, text) => make("span", `label ${className}`, text);
+// A line without its escape sequences, as a terminal shows it (as timeline::plain); the
+// log (assets/log.js) draws their colours.
+const plainText = (text) => text.slice(text.lastIndexOf("\r") + 1)
+  .replace(/\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[ -/]*[0-~]?|[\x00-\x08\x0b-\x1f\x7f]/g, "");
+const PREVIEW_LINES = 3;
+
+// A run of plain output on the timeline: which lines of the log, and its last lines.
+function outputRange(first, last) {
+  const link = make("a", "log-range",
+    first === last ? `Line ${first} in the log` : `Lines ${first}–${last} in the log`);
+  link.href = `#L${first}-L${last}`;
+  link.dataset.first = String(first);
+  return link;
+}
 const stripPrefix = (text, prefix) => (text.startsWith(prefix) ? text.slice(prefix.length) : text);
 const EXIT = /^(exit code -?\d+|killed by .+|ended)$/;
 const FOLD_AFTER_LINES = 5;
@@ -164,7 +180,7 @@ function toolParts(text) {
   return { title: named ? named[1] : head, kind: named ? named[2] : "", status: rest.slice(cut + 1) };
 }
 
-function entryBody(kind, text) {
+function entryBody(kind, text, seq) {
   switch (kind) {
     case "plan": return [make("strong", "", "Plan"), make("ul", "checklist")];
     case "tool": {
@@ -185,10 +201,10 @@ function entryBody(kind, text) {
       details.open = true;
       return [details];
     }
-    case "stderr": return [label("label-stderr", "stderr"), make("pre", "lines", `${stripPrefix(text, "stderr: ")}\n`)];
+    case "stderr": return [label("label-stderr", "stderr"), make("pre", "lines", `${plainText(stripPrefix(text, "stderr: "))}\n`)];
     case "refused": return [label("label-refused", "refused"), ` ${stripPrefix(text, "refused: ")}`];
     case "status": return [label("", "status"), ` ${text}`];
-    case "output": return [make("pre", "lines", `${text}\n`)];
+    case "output": return [outputRange(seq, seq), make("pre", "lines", `${plainText(text)}\n`)];
     case "message": return [make("p", "message", text)];
     default: return [text];
   }
@@ -196,7 +212,7 @@ function entryBody(kind, text) {
 
 // A line that adds to an entry already shown: a plan's step, a tool's status, a
 // command's output or exit, more of a message, of stderr or of plain output.
-function addToEntry(entry, kind, text) {
+function addToEntry(entry, kind, text, seq) {
   const body = entry.querySelector(".entry-body");
   if (kind === "plan") {
     const step = /^ {2}\[(x|~| )\] (.*)$/.exec(text);
@@ -220,22 +236,28 @@ function addToEntry(entry, kind, text) {
       const lines = output.textContent.split("\n").length - 1;
       details.open = lines >= 1 && lines <= FOLD_AFTER_LINES;
     } else {
-      output.append(`${rest}\n`);
+      output.append(`${plainText(rest)}\n`);
       details.querySelector(".no-output")?.remove();
     }
   } else if (kind === "message") {
     body.querySelector("p.message").append(make("br"), text);
+  } else if (kind === "output") {
+    const link = body.querySelector("a.log-range");
+    link.replaceWith(outputRange(Number(link.dataset.first), seq));
+    const pre = body.querySelector("pre.lines");
+    const shown = [...pre.textContent.split("\n").slice(0, -1), plainText(text)].slice(-PREVIEW_LINES);
+    pre.textContent = `${shown.join("\n")}\n`;
   } else {
-    body.querySelector("pre.lines")?.append(`${stripPrefix(text, "stderr: ")}\n`);
+    body.querySelector("pre.lines")?.append(`${plainText(stripPrefix(text, "stderr: "))}\n`);
   }
 }
 
 function appendLine(timeline, line) {
   const entry = line.entry || { kind: "output" };
   const group = entry.group == null ? null : timeline.querySelector(`[data-seq="${entry.group}"]`);
-  if (group) return addToEntry(group, entry.kind, line.text);
+  if (group) return addToEntry(group, entry.kind, line.text, line.seq);
   const item = make("li", `entry entry-${entry.kind}`,
-    clockNode(line.at), make("div", "entry-body", ...entryBody(entry.kind, line.text)));
+    clockNode(line.at), make("div", "entry-body", ...entryBody(entry.kind, line.text, line.seq)));
   item.id = `event-${line.seq}`;
   item.dataset.seq = line.seq;
   const at = Date.parse(line.at);
@@ -262,13 +284,15 @@ function followJob(root) {
       const job = await api("GET", url);
       // Looked up each time: a change of state renders the region again.
       const timeline = root.querySelector("[data-timeline]");
-      const output = root.querySelector("pre.output");
-      for (const line of job.events.filter((e) => e.seq > lastSeq)) {
+      const fresh = job.events.filter((e) => e.seq > lastSeq);
+      for (const line of fresh) {
         if (timeline) appendLine(timeline, line);
-        if (output) output.append((line.kind === "output" ? "" : `[${line.kind}] `) + line.text + "\n");
         lastSeq = line.seq;
       }
+      // The log (assets/log.js) takes the same lines.
+      if (fresh.length) document.dispatchEvent(new CustomEvent("tether:lines", { detail: fresh }));
       const changed = job.state !== root.dataset.state;
+      if (changed) document.dispatchEvent(new CustomEvent("tether:state", { detail: job.state }));
       state.textContent = job.state;
       state.className = `badge state-${job.state}`;
       root.dataset.state = job.state;
