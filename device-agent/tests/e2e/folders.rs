@@ -1,7 +1,8 @@
 //! Parallel runs and shared folders, end to end with `run --max-runs 2`: two jobs in one
 //! folder never run at the same time (the second waits, saying so, and can be cancelled
 //! while it waits), and a job asking for a worktree while the folder is busy runs at once in
-//! its own worktree on its own branch, leaving the shared checkout untouched.
+//! its own worktree on its own branch, leaving the shared checkout untouched. Also: what
+//! `recipe add` refuses, and a running agent publishing a new recipe and folder at once.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,7 +16,8 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
 use crate::{
-    agent_command, agent_ok, backend_works, collect, output_lines, pair, spawn_server, Daemon, Web,
+    agent, agent_command, agent_ok, backend_works, collect, output_lines, pair, spawn_server,
+    spawn_server_with, start_daemon, Daemon, Web,
 };
 
 /// Notes its start and end in the folder's `runs.log`, sleeping the prompt's seconds between.
@@ -266,4 +268,128 @@ fn stamp(lines: &[String], label: &str) -> u128 {
         .iter()
         .find_map(|line| line.strip_prefix(&format!("{label} "))?.parse().ok())
         .unwrap_or_else(|| panic!("no {label} in {lines:?}"))
+}
+
+/// A running agent tells the server at once when a recipe, folder or engine is added (not
+/// at its next heartbeat, here an hour away), and says it did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_agent_publishes_a_new_recipe_at_once() {
+    let server = spawn_server_with(None, |config| {
+        config.heartbeat_secs = 3600;
+        config.online_secs = 3600;
+    })
+    .await;
+    let web = Web::sign_up(&server.base).await;
+    let home = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let device_id = pair(&server.base, &web, home.path()).await;
+    let mut daemon = start_daemon(home.path(), "landlock");
+    // Capabilities come with the first heartbeat, whose answer sets the hour-long pace.
+    web.wait_for_device(&device_id, |device| device.capabilities.is_some())
+        .await;
+    agent_ok(
+        home.path(),
+        &["folders", "share", "work", work.path().to_str().unwrap()],
+    )
+    .await;
+    agent_ok(
+        home.path(),
+        &["recipe", "add", "late", "--", "sh", "-c", "echo late"],
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let res = web.get("/api/devices").await;
+        let devices: Vec<Value> = res.json().await.unwrap();
+        let device = devices
+            .iter()
+            .find(|device| device["id"] == device_id.as_str())
+            .unwrap();
+        let caps = &device["capabilities"];
+        let has_recipe = caps["engines"]
+            .as_array()
+            .is_some_and(|engines| engines.iter().any(|engine| engine["name"] == "late"));
+        if has_recipe && caps["folders"] == json!(["work"]) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the server never heard of the new recipe: {device:#}\n{}",
+            daemon.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        daemon
+            .stderr()
+            .contains("the local configuration changed: sending this computer's capabilities now"),
+        "{}",
+        daemon.stderr()
+    );
+    daemon.signal("TERM").await;
+    let _ = daemon.wait(Duration::from_secs(10)).await;
+}
+
+/// Runs the agent with `args`, which must be refused (exit 2, one line) saying each of `says`.
+async fn refused(home: &Path, args: &[&str], says: Vec<String>) {
+    let output = agent(home, args).await;
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    for said in says {
+        assert!(stderr.contains(&said), "{args:?}: {stderr}");
+    }
+}
+
+/// `recipe add` of a program a job's sandbox could not see is refused at once (exit 2, one
+/// line naming the path and what to do), and accepted once the program is in a shared folder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recipe_add_refuses_a_program_the_sandbox_cannot_see() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let tools = tempfile::tempdir().unwrap();
+    let tools_path = tools.path().canonicalize().unwrap();
+    let program = tools_path.join("check.sh");
+    std::fs::write(&program, "#!/bin/sh\necho checked\n").unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let program = program.to_str().unwrap();
+    refused(
+        home.path(),
+        &["recipe", "add", "check", "--", program],
+        vec![
+            format!(
+                "recipe \"check\" would never start: {program}, which a job's sandbox cannot see"
+            ),
+            "Move it into a shared folder".to_owned(),
+            "install it system-wide".to_owned(),
+        ],
+    )
+    .await;
+    refused(
+        home.path(),
+        &[
+            "recipe",
+            "add",
+            "nothing",
+            "--",
+            "tether-no-such-program",
+            "x",
+        ],
+        vec!["tether-no-such-program is not on PATH".to_owned()],
+    )
+    .await;
+    let listed = agent_ok(home.path(), &["recipe", "list"]).await;
+    assert!(!listed.contains("check"), "{listed}");
+    agent_ok(
+        home.path(),
+        &["folders", "share", "tools", tools_path.to_str().unwrap()],
+    )
+    .await;
+    let said = agent_ok(home.path(), &["recipe", "add", "check", "--", program]).await;
+    assert!(said.contains("Recipe \"check\""), "{said}");
+    agent_ok(
+        home.path(),
+        &["recipe", "add", "greet", "--", "sh", "-c", "echo hi"],
+    )
+    .await;
 }
