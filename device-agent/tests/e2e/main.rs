@@ -13,6 +13,7 @@ mod changes;
 mod chromium;
 mod coding_agents;
 mod confined;
+mod continue_git;
 mod decisions;
 mod delivery;
 mod engine_setup;
