@@ -13,6 +13,7 @@ use reqwest::StatusCode;
 use tether_protocol::changes::{ChangeBaseKind, ChangeStatus, FLAG_RUNS_LATER};
 use tether_protocol::jobs::JobState;
 
+use crate::chromium::{chromium_or_skip, Browser};
 use crate::{agent_ok, pair, spawn_server, Daemon, Web};
 
 const RECIPE: &str = r#"printf 'a line the run added\n' >> edited.txt
@@ -332,5 +333,48 @@ async fn an_older_jobs_diff_shows_only_its_own_work_after_later_jobs_and_a_gc() 
         ))
         .await;
     assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY);
+
+    // The job page: the diff says it runs to the run's end; the button beside it compares
+    // with the folder now, and back.
+    if let Some(chromium) = chromium_or_skip("the job page's diff") {
+        let mut browser = Browser::launch(&chromium).await;
+        browser.phone_viewport().await;
+        let job_path = format!("/jobs/{first_id}");
+        browser
+            .sign_in(&server.base, "owner@example.com", &job_path)
+            .await;
+        let button = "button[data-diff-path='README.md']";
+        browser
+            .wait_for(&format!("document.querySelector({button:?})"))
+            .await;
+        let panel = browser
+            .eval(&format!(
+                "'#' + document.querySelector({button:?}).getAttribute('aria-controls')"
+            ))
+            .await;
+        let panel = panel.as_str().unwrap().to_owned();
+        browser.click(button).await;
+        let added = |panel: &str| {
+            format!("document.querySelectorAll('{panel} .diff-body .line.add').length")
+        };
+        browser.wait_for(&format!("{} === 2", added(&panel))).await;
+        let caption = browser.text(&format!("{panel} .diff-caption")).await;
+        assert!(caption.contains("to its end"), "{caption}");
+        let compare = format!("{panel} button[data-diff-against]");
+        assert_eq!(
+            browser.text(&compare).await.trim(),
+            "Compare with the folder now"
+        );
+        browser.click(&compare).await;
+        browser.wait_for(&format!("{} === 11", added(&panel))).await;
+        let caption = browser.text(&format!("{panel} .diff-caption")).await;
+        assert!(caption.contains("as it is now"), "{caption}");
+        assert_eq!(
+            browser.text(&compare).await.trim(),
+            "Show what the run changed"
+        );
+        browser.click(&compare).await;
+        browser.wait_for(&format!("{} === 2", added(&panel))).await;
+    }
     eprintln!("--- tether-agent run said:\n{}", daemon.stderr());
 }
