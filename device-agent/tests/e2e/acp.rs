@@ -1401,7 +1401,7 @@ const app = acp
     const read = await client.request(acp.methods.client.fs.readTextFile, { sessionId, path: `${cwd}/notes.txt`, line: 1, limit: 1 });
     log("read", read);
     await client.request(acp.methods.client.fs.writeTextFile, { sessionId, path: `${cwd}/ts.txt`, content: "from typescript\n" });
-    const command = "echo ts-terminal > ts-terminal.txt";
+    const command = "echo ts-terminal > ts-terminal.txt; echo ts-printed";
     await update({ sessionUpdate: "tool_call", toolCallId: "ts-cmd", title: "Write with a command", kind: "execute", status: "pending", rawInput: { command } });
     const permission = await client.request(acp.methods.client.session.requestPermission, {
       sessionId,
@@ -1529,6 +1529,9 @@ async fn acp_an_agent_on_the_official_typescript_sdk_works_too() {
         "  [~] check the notes",
         "tool: Write with a command (execute) pending",
         "wrote ts.txt",
+        "$ sh -c 'echo ts-terminal > ts-terminal.txt; echo ts-printed'",
+        "term-1: ts-printed",
+        "term-1: exit code 0",
         "tool: Write with a command done",
     ] {
         assert!(
