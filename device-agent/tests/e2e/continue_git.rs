@@ -19,6 +19,24 @@ const NOTES: &str = r#"printf '%s\n' "$TETHER_TASK_PROMPT" >> notes.txt
 echo done"#;
 /// The Continue form on a job page.
 const CONTINUE: &str = "section[aria-labelledby=continue-heading] form";
+/// The Run again form on a job page.
+const RERUN: &str = "section[aria-labelledby=run-again-heading] form";
+/// axe's serious and critical violations on the page, each named with its elements.
+const RUN_AXE: &str = r#"axe.run(document).then((result) => result.violations
+    .filter((v) => v.impact === "serious" || v.impact === "critical")
+    .map((v) => `${v.id}: ${v.help} at ${v.nodes.map((n) => n.target.join(" ")).join(", ")}`))"#;
+
+/// What axe-core (from npm, as the accessibility test installs it) finds on the page;
+/// nothing, after saying why, when it cannot be installed here.
+async fn axe_problems(browser: &mut Browser) -> Vec<serde_json::Value> {
+    let Some(dir) = crate::npm::AXE_CORE.installed().await else {
+        return Vec::new();
+    };
+    let axe = std::fs::read_to_string(dir.join("node_modules/axe-core/axe.min.js")).unwrap();
+    browser.eval(&axe).await;
+    let found = browser.eval(RUN_AXE).await;
+    found.as_array().cloned().unwrap()
+}
 
 async fn is(browser: &mut Browser, expression: &str) -> bool {
     browser.eval(&format!("!!({expression})")).await == json!(true)
@@ -140,6 +158,12 @@ async fn continue_of_a_commit_job_commits() {
         "the page is wider than a phone"
     );
     browser.screenshot("continue-commit-phone").await;
+    // Both forms opened, every setting on show, pass axe as a phone.
+    browser
+        .click(&format!("{RERUN} details.settings summary"))
+        .await;
+    let problems = axe_problems(&mut browser).await;
+    assert!(problems.is_empty(), "axe: {problems:#?}");
     browser
         .fill(&format!("{CONTINUE} textarea[name=prompt]"), "second line")
         .await;
