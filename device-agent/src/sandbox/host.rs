@@ -78,10 +78,16 @@ pub fn toolchains(home: Option<&Path>, path_var: Option<&str>) -> Vec<PathBuf> {
 
 /// Whether a confined program can see `path` (read it, run it), whatever the backend: it
 /// lies in a system folder, in one of this user's toolchain folders ([`toolchains`]) or in
-/// one of `folders` (the folders the owner shares, one of which a job runs in). The guard's
-/// protected paths are hidden on top of this; checking them is the caller's.
+/// one of `folders` (the folders the owner shares, one of which a job runs in); on macOS the
+/// system folders are the ones the seatbelt profile allows. The guard's protected paths are
+/// hidden on top of this; checking them is the caller's.
 pub fn sees(path: &Path, home: Option<&Path>, path_var: Option<&str>, folders: &[PathBuf]) -> bool {
-    SYSTEM_READ
+    let system = if cfg!(target_os = "macos") {
+        super::seatbelt::MAC_SYSTEM_READ
+    } else {
+        SYSTEM_READ
+    };
+    system
         .iter()
         .map(PathBuf::from)
         .chain(toolchains(home, path_var))

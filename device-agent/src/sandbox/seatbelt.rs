@@ -19,7 +19,7 @@ use crate::sandbox::host;
 pub const SANDBOX_EXEC: &str = "/usr/bin/sandbox-exec";
 
 /// System folders a confined program may read on macOS.
-const MAC_SYSTEM_READ: &[&str] = &[
+pub const MAC_SYSTEM_READ: &[&str] = &[
     "/usr",
     "/bin",
     "/sbin",
