@@ -722,11 +722,17 @@ fn an_older_jobs_diff_shows_its_own_work_after_later_jobs_a_commit_and_a_gc() ->
     rig.write("src/lib.rs", "pub fn lib() {}\n")?;
     git(&rig.work, &["add", "-A"])?;
     git(&rig.work, &["commit", "-q", "-m", "first"])?;
+    // The owner's staged line: its blob is only in the repository's index, and no commit
+    // will hold it.
+    let staged = lines(3, "readme") + "the owner's staged line\n";
+    rig.write("README.md", &staged)?;
+    git(&rig.work, &["add", "README.md"])?;
+    let staged_blob = git(&rig.work, &["rev-parse", ":README.md"])?;
     let objects_before = git(&rig.work, &["count-objects", "-v"])?;
 
     // Job A adds two lines and a file nobody commits.
     rig.start()?;
-    rig.write("README.md", lines(5, "readme"))?;
+    rig.write("README.md", staged.clone() + "run line 1\nrun line 2\n")?;
     rig.write("notes/a.txt", "from job a\n")?;
     let changes = rig.report()?;
     assert_eq!(
@@ -739,13 +745,14 @@ fn an_older_jobs_diff_shows_its_own_work_after_later_jobs_a_commit_and_a_gc() ->
     let readme = job_diff(&rig.data, &rig.job.id, &rig.work, "README.md")?;
     assert_eq!(
         added_and_deleted(&readme),
-        (vec!["+readme line 4", "+readme line 5"], vec![])
+        (vec!["+run line 1", "+run line 2"], vec![])
     );
     let notes = job_diff(&rig.data, &rig.job.id, &rig.work, "notes/a.txt")?;
     // Nothing of it landed in the owner's repository.
     assert_eq!(git(&rig.work, &["count-objects", "-v"])?, objects_before);
 
-    // Job B, later: more lines, another file, A's file deleted; then a commit and a gc.
+    // Job B, later: more lines, another file, A's file deleted; then a commit and a gc,
+    // which prunes the owner's staged blob A's start holds.
     let job_b = later_job(&rig);
     record_start(&rig.data, &job_b, &rig.work)?;
     rig.write("README.md", lines(20, "readme"))?;
@@ -779,7 +786,12 @@ fn an_older_jobs_diff_shows_its_own_work_after_later_jobs_a_commit_and_a_gc() ->
     );
     // B's own diff: its lines only.
     let b_readme = job_diff(&rig.data, &job_b.id, &rig.work, "README.md")?;
-    assert_eq!(added_and_deleted(&b_readme).0.len(), 15, "{b_readme}");
+    assert_eq!(added_and_deleted(&b_readme).0.len(), 17, "{b_readme}");
+
+    assert!(
+        git(&rig.work, &["cat-file", "-e", &staged_blob]).is_err(),
+        "the gc pruned the staged blob"
+    );
 
     // Compared with the folder now: everything since A's start.
     let now = now_diff(&rig.data, &rig.job.id, &rig.work, "README.md")?;
