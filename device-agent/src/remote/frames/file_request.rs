@@ -1,6 +1,6 @@
-//! Answering the web's `file.request`: a directory listing, a file, or one file's diff
-//! since the run's start, of a job's folder, read live on this computer (seed 003 §4.6), in
-//! the folder the job used as this computer shares it now.
+//! Answering the web's `file.request`: a directory listing, a file, or one file's diff of
+//! the run (its start against its end, or against now), of a job's folder, read on this
+//! computer (seed 003 §4.6), in the folder the job used as this computer shares it now.
 //!
 //! The web names a job and a path *relative to that job's shared folder*; this computer
 //! decides what that means and what it shows:
