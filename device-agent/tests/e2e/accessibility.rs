@@ -120,6 +120,9 @@ async fn every_page_passes_axe() {
         "/account/notifications",
         "/link",
         "/link?code=ABCD-EFGH",
+        // The owner is the platform admin (the first to sign up).
+        "/admin",
+        "/computers?q=test&show=online&sort=-agent",
         // The error page: a job that is not there.
         "/jobs/01900000-0000-7000-8000-000000000000",
         "/assets/offline.html",

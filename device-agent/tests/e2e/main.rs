@@ -24,6 +24,7 @@ mod folders;
 mod git_assign;
 mod installable;
 mod log_viewer;
+mod machines;
 #[path = "../support/model_server.rs"]
 mod model_server;
 mod npm;
