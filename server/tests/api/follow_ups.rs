@@ -443,4 +443,22 @@ both_backends! {
         assert_eq!(res.status(), StatusCode::NOT_FOUND);
         assert!(!res.text().await.unwrap().contains(second.id.as_str()));
     }
+
+    async fn assign_says_what_each_mode_means_in_one_line(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        app.device(&ann, "install-1").await;
+        let page = html(&ann, "/assign").await;
+        assert!(page.contains(r#"<select name="mode" aria-describedby="assign-mode-hints">"#), "{page}");
+        let (_, hints) = page.split_once(r#"<ul class="mode-hints muted" id="assign-mode-hints">"#).unwrap();
+        let (hints, _) = hints.split_once("</ul>").unwrap();
+        for (mode, says) in [
+            ("ask", "asks you before it runs a command or changes a file"),
+            ("review", "works freely in the job's folder"),
+            ("unattended", "never waits for you"),
+        ] {
+            assert!(hints.contains(&format!("<li><strong>{mode}</strong>: {says}")), "{mode}: {hints}");
+        }
+        assert_eq!(hints.matches("<li>").count(), 3, "{hints}");
+    }
 }
