@@ -108,6 +108,20 @@ async fn set_screen(browser: &mut Browser, phone: bool) {
     }
 }
 
+/// The contrast of each coloured span of the error line against the log's background.
+const CONTRASTS: &str = r#"(() => {
+    const rgb = (css) => css.match(/[\d.]+/g).slice(0, 3).map(Number);
+    const lum = (c) => { const [r, g, b] = c.map((v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; }); return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+    const page = rgb(getComputedStyle(document.body).backgroundColor);
+    const tint = rgb(getComputedStyle(document.querySelector('.log-scroll')).backgroundColor.replace(/rgba?\(/, '').replace(/\)/, ''));
+    const alpha = Number((getComputedStyle(document.querySelector('.log-scroll')).backgroundColor.match(/[\d.]+/g)[3]) ?? 1);
+    const back = page.map((v, i) => v + (tint[i] - v) * alpha);
+    return [...document.querySelectorAll('.log-line.log-error .log-text span')].map((s) => {
+        const [a, b] = [lum(rgb(getComputedStyle(s).color)), lum(back)].sort((x, y) => y - x);
+        return (a + 0.05) / (b + 0.05);
+    });
+})()"#;
+
 /// 1,497 lines of progress, then the error in colour and one more line; exit 3.
 const FAILING: &str = "i=1; while [ $i -le 1497 ]; do echo \"step $i ok\"; i=$((i+1)); done; \
     printf '\\033[1;31merror:\\033[0m the build broke at \\033[38;5;208mstep 1498\\033[0m \\033[38;2;10;120;200mhere\\033[0m\\033]0;title\\007\\n'; \
@@ -171,20 +185,30 @@ async fn a_failed_recipes_log_opens_at_its_error_with_colours_search_and_links()
                 .await,
             json!(format!("#L{error}"))
         );
-        // Colours are spans; no escape is shown.
+        // Colours are spans (a program's own 256 and 24-bit colours kept readable against
+        // the log's background); no escape is shown.
         let spans = browser
             .eval(
                 "[...document.querySelectorAll('.log-line.log-error .log-text span')]\
-                 .map((s) => [s.className, s.style.color, s.textContent])",
+                 .map((s) => [s.className, s.style.color !== '', s.textContent])",
             )
             .await;
         assert_eq!(
             spans,
             json!([
-                ["ansi-bold ansi-fg-1", "", "error:"],
-                ["", "rgb(255, 135, 0)", "step 1498"],
-                ["", "rgb(10, 120, 200)", "here"]
+                ["ansi-bold ansi-fg-1", false, "error:"],
+                ["", true, "step 1498"],
+                ["", true, "here"]
             ])
+        );
+        let ratios = browser.eval(CONTRASTS).await;
+        assert!(
+            ratios
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|ratio| ratio.as_f64().unwrap() >= 4.5),
+            "{ratios}"
         );
         let red = browser
             .eval("getComputedStyle(document.querySelector('.log-error .ansi-fg-1')).color")

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
 use maud::{html, Markup};
+use tether_protocol::capabilities::EngineKind;
 use tether_protocol::decisions::DecisionState;
 use tether_protocol::devices::Device;
 use tether_protocol::jobs::{Job, JobState, TimelineKind};
@@ -79,8 +80,18 @@ fn job_view(context: &JobContext, now: DateTime<Utc>) -> Markup {
     let job = &context.job;
     let last_seq = job.events.last().map_or(0, |event| event.seq);
     let failing = failing_step(job);
-    // A coding agent's run reads best as its timeline; a recipe's as its log.
-    let timeline_first = job.events.iter().any(|event| {
+    // A coding agent's run reads best as its timeline; a recipe's as its log. The engine's
+    // kind as its computer publishes it, else what the run printed so far.
+    let engine_kind = context
+        .device
+        .as_ref()
+        .and_then(|device| device.capabilities.as_ref())
+        .and_then(|capabilities| {
+            let mut engines = capabilities.engines.iter();
+            engines.find(|engine| engine.name == job.spec.engine)
+        })
+        .map(|engine| engine.kind);
+    let printed_steps = job.events.iter().any(|event| {
         event.entry.is_some_and(|entry| {
             matches!(
                 entry.kind,
@@ -91,6 +102,7 @@ fn job_view(context: &JobContext, now: DateTime<Utc>) -> Markup {
             )
         })
     });
+    let timeline_first = engine_kind.map_or(printed_steps, |kind| kind == EngineKind::Acp);
     let run = html! {
         section.run #run aria-labelledby="run-heading" {
             h2 #run-heading { "The run" }
@@ -193,13 +205,17 @@ fn computer_link(device: Option<&Device>) -> Markup {
     }
 }
 
-/// A summary a sentence a line (`white-space: pre-line` shows the breaks).
+/// A summary a sentence a line (`white-space: pre-line` shows the breaks): a sentence ends
+/// at `.`, `!` or `?` before a space, or before a capital letter (an agent's messages run
+/// together: "Made the change.Finished."). `app.js`'s `outcomeText` splits alike.
 fn sentences(summary: &str) -> String {
     let mut out = String::with_capacity(summary.len());
     let mut chars = summary.chars().peekable();
     while let Some(c) = chars.next() {
         out.push(c);
-        if matches!(c, '.' | '!' | '?') && chars.peek() == Some(&' ') {
+        let next = chars.peek().copied();
+        let ends = next.is_some_and(|next| next == ' ' || next.is_uppercase());
+        if matches!(c, '.' | '!' | '?') && ends {
             while chars.peek() == Some(&' ') {
                 chars.next();
             }
@@ -503,4 +519,26 @@ fn human_size(bytes: u64) -> String {
         unit += 1;
     }
     format!("{size:.1} {}", UNITS[unit])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sentences;
+
+    #[test]
+    fn a_summary_reads_a_sentence_a_line() {
+        assert_eq!(sentences("exit code 3"), "exit code 3");
+        assert_eq!(
+            sentences("Built it. Tests pass!  Done?"),
+            "Built it.\nTests pass!\nDone?"
+        );
+        assert_eq!(
+            sentences("Making the change.Finished."),
+            "Making the change.\nFinished."
+        );
+        assert_eq!(
+            sentences("Bumped to v1.2.3 today"),
+            "Bumped to v1.2.3 today"
+        );
+    }
 }

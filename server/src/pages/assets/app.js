@@ -100,7 +100,7 @@ const FINAL = ["succeeded", "failed", "blocked", "cancelled", "interrupted"];
 function outcomeText(job) {
   const summary = (job.outcome?.summary || "").trim();
   if (summary.replace(/\.+$/, "").toLowerCase() === job.state) return "";
-  return summary.replace(/([.!?]) +/g, "$1\n");
+  return summary.replace(/([.!?])(?: +|(?=\p{Lu}))/gu, "$1\n");
 }
 
 // Renders the page's [data-refresh] regions again from the server (times, what an ended
@@ -305,6 +305,8 @@ function followJob(root) {
         waiting.hidden = !waiting.textContent;
       }
       delay = 1000;
+      // Ended: Cancel goes at once, before the regions are read again.
+      if (FINAL.includes(job.state)) root.querySelectorAll("[data-while-active]").forEach((node) => node.remove());
       if (changed) {
         await refreshRegions().catch(() => location.reload());
         lastSeq = Math.max(lastSeq, Number(document.getElementById("job-run")?.dataset.lastSeq || 0));

@@ -101,6 +101,38 @@
     return { plain, pieces, end: style };
   }
 
+  // Colours a program chose itself (256 and 24-bit) are kept readable: moved toward black
+  // (light pages) or white (dark) until they stand 4.5:1 against what is behind them.
+  const darkScheme = window.matchMedia("(prefers-color-scheme: dark)");
+  const LOG_BACKGROUND = { light: [247, 247, 247], dark: [30, 31, 36] };
+  const readableCache = new Map();
+  const channels = (css) => (css.match(/\d+/g) || []).slice(0, 3).map(Number);
+  function luminance(rgb) {
+    const [r, g, b] = rgb.map((v) => {
+      const c = v / 255;
+      return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
+    });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  }
+  function contrast(a, b) {
+    const [x, y] = [luminance(a), luminance(b)].sort((p, q) => q - p);
+    return (x + 0.05) / (y + 0.05);
+  }
+  function readable(fg, behind) {
+    const dark = darkScheme.matches;
+    const back = behind ? channels(behind) : LOG_BACKGROUND[dark ? "dark" : "light"];
+    const key = `${fg}|${back}`;
+    if (readableCache.has(key)) return readableCache.get(key);
+    let rgb = channels(fg);
+    const toward = luminance(back) > 0.18 ? 0 : 255;
+    for (let step = 0; step < 20 && contrast(rgb, back) < 4.5; step++) {
+      rgb = rgb.map((v) => Math.round(v + (toward - v) * 0.15));
+    }
+    const colour = `rgb(${rgb.join(", ")})`;
+    readableCache.set(key, colour);
+    return colour;
+  }
+
   function styled(node, style) {
     if (style === RESET) return node;
     let { fg, bg } = style;
@@ -112,7 +144,7 @@
     if (style.underline) classes.push("ansi-underline");
     if (typeof fg === "number") classes.push(`ansi-fg-${fg}`);
     else if (fg === "default-bg") classes.push("ansi-fg-inverse");
-    else if (fg) node.style.color = fg;
+    else if (fg) node.style.color = readable(fg, typeof bg === "string" && bg.startsWith("rgb") ? bg : null);
     if (typeof bg === "number") classes.push(`ansi-bg-${bg}`);
     else if (bg === "default-fg") classes.push("ansi-bg-inverse");
     else if (bg) node.style.backgroundColor = bg;
