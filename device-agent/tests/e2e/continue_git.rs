@@ -157,7 +157,18 @@ async fn continue_of_a_commit_job_commits() {
         .await,
         "the page is wider than a phone"
     );
+    browser
+        .eval(&format!(
+            "document.querySelector('{CONTINUE}').scrollIntoView()"
+        ))
+        .await;
     browser.screenshot("continue-commit-phone").await;
+    browser
+        .eval(&format!(
+            "document.querySelector('{CONTINUE} fieldset.git').scrollIntoView()"
+        ))
+        .await;
+    browser.screenshot("continue-commit-phone-git").await;
     // Both forms opened, every setting on show, pass axe as a phone.
     browser
         .click(&format!("{RERUN} details.settings summary"))
