@@ -173,7 +173,11 @@ impl Trees {
             input,
             WRITE_LIMITS,
         )?;
-        self.git.run(&["prune-packed", "-q"], WRITE_LIMITS)?;
+        // Without the alternate: with it, a loose object of the job's that the repository
+        // holds in a pack of its own would go too, and the repository may drop it later.
+        self.git
+            .with_env("GIT_ALTERNATE_OBJECT_DIRECTORIES", "")
+            .run(&["prune-packed", "-q"], WRITE_LIMITS)?;
         Ok(())
     }
 
