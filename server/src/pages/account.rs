@@ -7,7 +7,7 @@ use maud::{html, Markup};
 use serde::Deserialize;
 use tether_protocol::auth::{ApiToken, Session};
 
-use super::layout::{ago, error_page, page};
+use super::layout::{error_page, page, when};
 use super::redirects::{escape_query_value, safe_next, signin_redirect};
 use crate::accounts::{api_tokens, sessions};
 use crate::auth::Caller;
@@ -166,8 +166,8 @@ fn session_row(session: &Session, now: DateTime<Utc>) -> Markup {
         tr data-session=(session.id) {
             td { (what) @if session.current { " " span.badge { "this browser" } } }
             td { code { (session.address) } }
-            td { (ago(session.last_used_at, now)) }
-            td { (ago(session.created_at, now)) }
+            td { (when(session.last_used_at, now)) }
+            td { (when(session.created_at, now)) }
             td {
                 @if !session.current {
                     form data-api={ "/api/auth/sessions/" (session.id) } data-method="DELETE"
@@ -186,8 +186,8 @@ fn token_row(token: &ApiToken, now: DateTime<Utc>) -> Markup {
     html! {
         tr data-token=(token.id) {
             td { (token.name) }
-            td { (ago(token.created_at, now)) }
-            td { @match token.last_used_at { Some(at) => (ago(at, now)), None => span.muted { "never" } } }
+            td { (when(token.created_at, now)) }
+            td { @match token.last_used_at { Some(at) => (when(at, now)), None => span.muted { "never" } } }
             td {
                 @match token.expires_at {
                     None => span.muted { "never" },

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use maud::{html, Markup};
 use tether_protocol::push::{Kinds, PushSettings, Subscription};
 
-use super::layout::{ago, error_page, page};
+use super::layout::{error_page, page, when};
 use super::redirects::signin_redirect;
 use crate::auth::Caller;
 use crate::push::{settings, subscriptions};
@@ -97,10 +97,10 @@ fn subscription_item(subscription: &Subscription, now: DateTime<Utc>) -> Markup 
                 strong { (name) }
                 span.badge.this-device hidden { "this device" }
             }
-            div.muted { "Through " (subscription.origin) " · added " (ago(subscription.created_at, now)) }
+            div.muted { "Through " (subscription.origin) " · added " (when(subscription.created_at, now)) }
             div.muted {
                 "Last delivered: "
-                @match subscription.last_success_at { Some(at) => (ago(at, now)), None => "not yet" }
+                @match subscription.last_success_at { Some(at) => (when(at, now)), None => "not yet" }
             }
             (kind_toggles(&id, subscription.kinds))
             form data-api={ "/api/push/subscriptions/" (id) } data-method="DELETE"

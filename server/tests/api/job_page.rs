@@ -210,7 +210,8 @@ both_backends! {
         app.advance(Duration::from_secs(180));
         let (_, list) = html(&ann, "/jobs").await;
         assert!(list.contains(r#"<span class="badge state-succeeded">succeeded</span>"#), "{list}");
-        assert!(list.contains("laptop · echo in work · <span>1 min 15 s</span> · 4 min ago"), "{list}");
+        assert!(list.contains("laptop · echo in work · <span>1 min 15 s</span> · <time datetime="), "{list}");
+        assert!(list.contains(" data-ago>4 min ago</time>"), "{list}");
     }
 
     async fn assign_starts_from_the_last_used_computer_folder_and_engine(backend) {

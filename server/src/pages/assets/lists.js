@@ -68,8 +68,10 @@
     for (const row of sorted) {
       row.hidden = !matches(row, words, showing);
       if (!row.hidden) shown += 1;
-      table.append(row);
     }
+    // Rows move only when the order changed: a moved row loses the focus (a card's form
+    // being typed in).
+    if (rows().some((row, index) => row !== sorted[index])) table.append(...sorted);
     for (const th of table.querySelectorAll("th[data-sort]")) {
       if (th.dataset.sort === key) th.setAttribute("aria-sort", descending ? "descending" : "ascending");
       else th.removeAttribute("aria-sort");
@@ -183,12 +185,15 @@
         continue;
       }
       const row = current.querySelector("tr.machine-row");
-      // Someone using its menu keeps it until they are done.
-      if (row.querySelector("details.menu[open]") || row.contains(document.activeElement)) continue;
-      const open = row.querySelector("button.expand")?.getAttribute("aria-expanded");
+      const expandButton = row.querySelector("button.expand");
+      const focused = expandButton && expandButton === document.activeElement;
+      // Someone using its menu or a link in it keeps the row until they are done.
+      if (row.querySelector("details.menu[open]") || (row.contains(document.activeElement) && !focused)) continue;
       const nextRow = document.adoptNode(next.querySelector("tr.machine-row"));
-      if (open) nextRow.querySelector("button.expand")?.setAttribute("aria-expanded", open);
+      const nextButton = nextRow.querySelector("button.expand");
+      if (expandButton && nextButton) nextButton.setAttribute("aria-expanded", expandButton.getAttribute("aria-expanded"));
       row.replaceWith(nextRow);
+      if (focused) nextButton?.focus();
       for (const [name, value] of Object.entries(next.dataset)) current.dataset[name] = value;
     }
     for (const row of rows()) if (!seen.has(row.id)) row.remove();
