@@ -358,7 +358,8 @@ async fn a_running_log_follows_its_end_until_the_reader_scrolls_up() {
     let Some(chromium) = chromium_or_skip("the log following test") else {
         return;
     };
-    let script = "i=1; while [ $i -le 3000 ]; do echo \"tick $i\"; i=$((i+1)); sleep 0.02; done";
+    let script = "i=1; while [ $i -le 3000 ]; do echo \"tick $i\"; i=$((i+1)); sleep 0.02; done; \
+                  echo 'error: the ticks ran out'; exit 4";
     let setup = computer_with(&[("ticks", script)]).await;
     let job = setup
         .web
@@ -430,6 +431,26 @@ async fn a_running_log_follows_its_end_until_the_reader_scrolls_up() {
             .await;
         assert_eq!(last, browser.eval(lines).await, "the newest line is drawn");
     }
+    // It fails while watched: the last lines come, the error is marked, Cancel goes.
+    let job_id = job.id.to_string();
+    assert_eq!(
+        wait_ended(&setup.web, &job_id, Duration::from_secs(240)).await,
+        "failed"
+    );
+    browser
+        .wait_for("document.querySelector('.log-line.log-error .log-text')?.textContent === 'error: the ticks ran out'")
+        .await;
+    assert_eq!(
+        browser.eval(at_end).await,
+        json!(true),
+        "the end is in view"
+    );
+    assert_eq!(
+        browser
+            .eval("document.querySelector('[data-while-active]') === null")
+            .await,
+        json!(true)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -292,7 +292,6 @@ function followJob(root) {
       // The log (assets/log.js) takes the same lines.
       if (fresh.length) document.dispatchEvent(new CustomEvent("tether:lines", { detail: fresh }));
       const changed = job.state !== root.dataset.state;
-      if (changed) document.dispatchEvent(new CustomEvent("tether:state", { detail: job.state }));
       state.textContent = job.state;
       state.className = `badge state-${job.state}`;
       root.dataset.state = job.state;
@@ -310,6 +309,8 @@ function followJob(root) {
       if (changed) {
         await refreshRegions().catch(() => location.reload());
         lastSeq = Math.max(lastSeq, Number(document.getElementById("job-run")?.dataset.lastSeq || 0));
+        // The log reads what it missed, and marks the error the header now links to.
+        document.dispatchEvent(new CustomEvent("tether:state", { detail: job.state }));
       }
       if (FINAL.includes(job.state)) {
         root.querySelectorAll("[data-while-active]").forEach((node) => node.remove());

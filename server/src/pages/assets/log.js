@@ -198,7 +198,7 @@
   const status = root.querySelector(".log-status");
   const searchBox = root.querySelector("input[type=search]");
   const count = root.querySelector(".log-count");
-  const errorLine = Number(root.dataset.errorLine || 0);
+  let errorLine = Number(root.dataset.errorLine || 0);
   let rowHeight = 24;
   let following = !FINAL_STATE(root.dataset.state);
   let selected = null; // [from, to]
@@ -363,7 +363,7 @@
     const range = readHash();
     if (range) {
       select(range, true);
-      root.scrollIntoView({ block: "start" });
+      (root.closest("section") || root).scrollIntoView({ block: "start" });
     }
   });
 
@@ -522,6 +522,11 @@
         more = page.more && page.events.length > 0;
       }
     } catch (error) { /* the download has every line */ }
+    const failing = document.querySelector("#job-failing a[href^='#L']");
+    if (failing) {
+      errorLine = Number(failing.getAttribute("href").slice(2));
+      render(true);
+    }
     jump.hidden = atEnd();
   });
 })();
