@@ -382,6 +382,18 @@
     if (current >= 0) { following = false; reveal(matches[current]); } else render(true);
   }
 
+  // The hits again once earlier lines came, staying on the hit the reader is at.
+  function recount() {
+    const at = matches[current];
+    matches = [];
+    for (let n = 1; n <= total; n++) {
+      if (lines[n] && plainOf(n).toLowerCase().includes(query)) matches.push(n);
+    }
+    current = at === undefined ? (matches.length ? 0 : -1) : matches.indexOf(at);
+    showCount();
+    render(true);
+  }
+
   function showCount() {
     count.textContent = !query ? "" : matches.length ? `${current + 1} of ${matches.length}` : "No matches";
   }
@@ -448,9 +460,7 @@
         for (const event of page.events) put(event.seq, Date.parse(event.at), event.kind, event.text);
         after = page.events[page.events.length - 1].seq;
         parsedTo = 0;
-        if (query) search(); else render(true);
-        const range = readHash();
-        if (range && range[0] <= after && !selected) select(range, true);
+        if (query) recount(); else render(true);
         if (!page.more) break;
       }
       status.textContent = "";
