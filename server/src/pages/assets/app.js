@@ -243,7 +243,7 @@ function addToEntry(entry, kind, text, seq) {
     body.querySelector("p.message").append(make("br"), text);
   } else if (kind === "output") {
     const link = body.querySelector("a.log-range");
-    link.replaceWith(outputRange(Number(link.dataset.first), seq));
+    link?.replaceWith(outputRange(Number(link.dataset.first), seq));
     const pre = body.querySelector("pre.lines");
     const shown = [...pre.textContent.split("\n").slice(0, -1), plainText(text)].slice(-PREVIEW_LINES);
     pre.textContent = `${shown.join("\n")}\n`;
