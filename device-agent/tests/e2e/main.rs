@@ -23,6 +23,7 @@ mod external;
 mod folders;
 mod git_assign;
 mod installable;
+mod lighthouse;
 mod log_viewer;
 mod machines;
 #[path = "../support/model_server.rs"]

@@ -21,6 +21,8 @@ pub static AXE_CORE: Packages = Packages::new("axe-core");
 pub static ACP_SDK_AGENT: Packages = Packages::new("acp-sdk-agent");
 /// The real coding agents (Claude Code, Codex, Gemini CLI).
 pub static ACP_AGENTS: Packages = Packages::new("acp-agents");
+/// Lighthouse, for the pages' accessibility and best-practices scores.
+pub static LIGHTHOUSE: Packages = Packages::new("lighthouse");
 
 /// The coding agents are the largest install; none takes longer than this.
 const INSTALL_LIMIT: Duration = Duration::from_secs(600);
