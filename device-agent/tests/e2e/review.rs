@@ -248,16 +248,19 @@ async fn a_run_is_reviewed_browsed_run_again_and_continued() {
     let follow_up_id = went_to_another_job(&mut browser, &job_id).await;
     assert_ne!(follow_up_id, again_id);
     let continues = browser.text("[data-field=continues]").await;
-    assert_eq!(continues, "Continues run edit");
+    // The first job is run 1 of its chain; the follow-up names it by number and title.
+    assert_eq!(continues, "continues #1 run edit");
     let follow_up = web.job(&follow_up_id).await;
     assert_eq!(follow_up.continues.as_ref(), Some(&job.id));
     assert_eq!(follow_up.title, "Follow-up: run edit");
     assert_eq!(follow_up.spec.prompt, "now tidy up");
     browser.screenshot("follow-up").await;
     browser.goto(&format!("{base}{job_path}")).await;
-    assert_eq!(
-        browser.text("[data-field=continued-by]").await,
-        "Continued by Follow-up: run edit"
+    let continued_by = browser.text("[data-field=continued-by]").await;
+    assert!(
+        continued_by.starts_with("Continued by #")
+            && continued_by.ends_with(" Follow-up: run edit"),
+        "{continued_by}"
     );
     for id in [&again_id, &follow_up_id] {
         let ended = finished(&web, id).await;
