@@ -102,7 +102,7 @@ fn git_changes(
         prefix: start.prefix.clone(),
         object_format: start.object_format.clone(),
     };
-    let trees = crate::changes::start_trees(store, job_id, start)?;
+    let trees = tree::Trees::of_start(store, job_id, start)?;
     let index = store.temp_file("index")?;
     tree::copy_index(&store.start_index(job_id), index.path())?;
     let end = trees.write(index.path())?;

@@ -50,7 +50,7 @@ use tether_protocol::jobs::ClaimedJob;
 use tether_protocol::JobId;
 
 use crate::changes::diff::Side;
-use crate::changes::git::{GitError, Repo};
+use crate::changes::git::GitError;
 use crate::changes::record::{
     Base, EndBase, EndRecord, Entry, GitEnd, GitStart, Manifest, StartRecord,
 };
@@ -111,23 +111,6 @@ pub fn report(
         .check()
         .map_err(|err| anyhow::anyhow!("the change list breaks its own rules: {err}"))?;
     Ok(Some(changes))
-}
-
-/// The git commands on the repository of `start`, with the job's own object store when the
-/// start was written there.
-///
-/// # Errors
-/// When git is missing or the store cannot be made.
-pub(crate) fn start_trees(store: &Store, job_id: &JobId, start: &GitStart) -> Result<Trees> {
-    let repo = Repo {
-        git_dir: start.git_dir.clone(),
-        work_tree: start.work_tree.clone(),
-    };
-    let trees = Trees::new(&repo, &start.prefix, &start.object_format, store)?;
-    if start.own_objects {
-        return trees.with_own_objects(&store.objects_dir(job_id)?);
-    }
-    Ok(trees)
 }
 
 fn real_folder(folder: &Path) -> Result<PathBuf> {
@@ -255,7 +238,7 @@ impl Recorded {
             }
             return Ok(Ended::Sides { before, after });
         }
-        let trees = start_trees(&self.store, &self.record.job_id, start)
+        let trees = Trees::of_start(&self.store, &self.record.job_id, start)
             .map_err(Refusal::Failed)?
             .until(deadline);
         let at_start = trees.entry(&start.tree, path).map_err(git_refusal)?;
@@ -376,7 +359,7 @@ impl Recorded {
         if let Some(side) = self.before_in_nested(start, path)? {
             return Ok(side);
         }
-        let trees = start_trees(&self.store, &self.record.job_id, start)
+        let trees = Trees::of_start(&self.store, &self.record.job_id, start)
             .map_err(Refusal::Failed)?
             .until(deadline);
         let Some(entry) = trees.entry(&start.tree, path).map_err(git_refusal)? else {

@@ -10,9 +10,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use tether_protocol::JobId;
 
 use crate::changes::git::{self, Git, GitError, Limits, Repo, DIFF_SAFETY};
 use crate::changes::manifest::SKIPPED_FOLDERS;
+use crate::changes::record::GitStart;
 use crate::changes::store::Store;
 
 /// Git mode of a gitlink: a repository inside the repository.
@@ -96,6 +98,23 @@ pub struct Trees {
 }
 
 impl Trees {
+    /// The git commands on the repository of `start`, with the job's own object store when
+    /// the start was written there.
+    ///
+    /// # Errors
+    /// When git is missing or the store cannot be made.
+    pub fn of_start(store: &Store, job_id: &JobId, start: &GitStart) -> Result<Trees> {
+        let repo = Repo {
+            git_dir: start.git_dir.clone(),
+            work_tree: start.work_tree.clone(),
+        };
+        let trees = Trees::new(&repo, &start.prefix, &start.object_format, store)?;
+        if start.own_objects {
+            return trees.with_own_objects(&store.objects_dir(job_id)?);
+        }
+        Ok(trees)
+    }
+
     /// # Errors
     /// When git is missing or the excludes file cannot be written.
     pub fn new(repo: &Repo, prefix: &str, object_format: &str, store: &Store) -> Result<Trees> {

@@ -16,6 +16,7 @@ use crate::local::{acp_engines, folders, recipes};
 use crate::policy::guard::{Guard, Refusal};
 use crate::policy::{explain, hard_floor, trust};
 use crate::remote::pairing;
+use crate::sandbox::program_sight;
 use crate::{exit_code, sandbox};
 
 /// What `run` prints when the server revoked this computer.
@@ -720,15 +721,14 @@ fn check_recipe_program(data_dir: &DataDir, config: &Config, recipe: &Recipe) ->
     let home = dirs::home_dir();
     let folders: Vec<PathBuf> = config.folders.iter().map(|f| f.path.clone()).collect();
     let guard = Guard::for_user(data_dir.root());
-    let sight = recipes::Sight {
+    let sight = program_sight::Sight {
         path_var: path_var.as_deref(),
         home: home.as_deref(),
         folders: &folders,
         guard: &guard,
     };
-    recipes::check_program(&recipe.program, &sight).map_err(|why| {
-        Refused(format!("recipe {:?} would never start: {why}", recipe.name)).into()
-    })
+    program_sight::check_program(&recipe.program, &sight)
+        .map_err(|why| Refused(format!("recipe {:?} would never start: {why}", recipe.name)).into())
 }
 
 fn apply_recipes(data_dir: &DataDir, command: RecipeCommand) -> Result<i32> {

@@ -17,6 +17,23 @@ pub const SYSTEM_READ: &[&str] = &[
     "/nix/store",
 ];
 
+/// System folders a confined program may read on macOS (the seatbelt profile's).
+pub const MAC_SYSTEM_READ: &[&str] = &[
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/System",
+    "/Library",
+    "/Applications/Xcode.app",
+    "/opt/homebrew",
+    "/usr/local",
+    "/private/etc",
+    "/etc",
+    "/dev",
+    "/private/var/db/timezone",
+    "/var/db/timezone",
+];
+
 /// Folders under the home folder that hold toolchains, given read-only.
 pub const HOME_TOOLCHAINS: &[&str] = &[
     ".cargo",
@@ -83,7 +100,7 @@ pub fn toolchains(home: Option<&Path>, path_var: Option<&str>) -> Vec<PathBuf> {
 /// hidden on top of this; checking them is the caller's.
 pub fn sees(path: &Path, home: Option<&Path>, path_var: Option<&str>, folders: &[PathBuf]) -> bool {
     let system = if cfg!(target_os = "macos") {
-        super::seatbelt::MAC_SYSTEM_READ
+        MAC_SYSTEM_READ
     } else {
         SYSTEM_READ
     };

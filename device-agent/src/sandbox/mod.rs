@@ -27,6 +27,7 @@ pub mod host;
 pub mod landlock;
 pub mod launch;
 pub mod launcher;
+pub mod program_sight;
 pub mod seatbelt;
 #[cfg(target_os = "linux")]
 pub mod seccomp;

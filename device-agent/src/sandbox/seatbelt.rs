@@ -18,23 +18,6 @@ use crate::sandbox::host;
 /// The only `sandbox-exec` the agent runs (never one found on `PATH`).
 pub const SANDBOX_EXEC: &str = "/usr/bin/sandbox-exec";
 
-/// System folders a confined program may read on macOS.
-pub const MAC_SYSTEM_READ: &[&str] = &[
-    "/usr",
-    "/bin",
-    "/sbin",
-    "/System",
-    "/Library",
-    "/Applications/Xcode.app",
-    "/opt/homebrew",
-    "/usr/local",
-    "/private/etc",
-    "/etc",
-    "/dev",
-    "/private/var/db/timezone",
-    "/var/db/timezone",
-];
-
 /// The profile for `policy`, with `denied` (protected paths) denied whatever the grants.
 pub fn profile(policy: &Policy, denied: &[PathBuf], home: Option<&Path>) -> String {
     let mut out = String::from("(version 1)\n(deny default)\n");
@@ -47,7 +30,7 @@ pub fn profile(policy: &Policy, denied: &[PathBuf], home: Option<&Path>) -> Stri
         .iter()
         .find(|(name, _)| name == "PATH")
         .map(|(_, value)| value.as_str());
-    let mut read: Vec<PathBuf> = MAC_SYSTEM_READ.iter().map(PathBuf::from).collect();
+    let mut read: Vec<PathBuf> = host::MAC_SYSTEM_READ.iter().map(PathBuf::from).collect();
     read.extend(host::toolchains(home, path_var));
     read.extend(policy.readable.iter().cloned());
     out.push_str("(allow file-read*\n");

@@ -421,8 +421,7 @@ pub async fn progress(
     let job = job_rows::fenced(&mut tx, &device.device_id, job_id, lease, now).await?;
     let applies = report.seq > job.progress_seq;
     if applies {
-        job_rows::append_timed_events(&mut tx, &job, now, "output", &report.lines, &ats)
-            .await?;
+        job_rows::append_timed_events(&mut tx, &job, now, "output", &report.lines, &ats).await?;
         if let Some(status) = report.status {
             job_rows::append_events(&mut tx, &job, now, "status", &[status]).await?;
         }

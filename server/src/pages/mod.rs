@@ -61,7 +61,11 @@ pub fn routes(table: &mut Table) {
     table.page("/needs-me", needs_me::show, "Pending decisions");
     table.page("/jobs", job_list::list_page, "Jobs");
     table.page("/jobs/{id}", jobs::job_page, "One job");
-    table.page("/admin", admin::show, "The platform admin's computers and ledger");
+    table.page(
+        "/admin",
+        admin::show,
+        "The platform admin's computers and ledger",
+    );
 }
 
 /// The 404 page for a browser's unknown address, signed in or not (a session that does not

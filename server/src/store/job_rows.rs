@@ -1251,7 +1251,11 @@ pub(crate) async fn append_timed_events(
         if index > 0 {
             sql.push_str(", ");
         }
-        sql.push_str(&format!("($1, $2, $3, ${param}, ${}, ${})", param + 1, param + 2));
+        sql.push_str(&format!(
+            "($1, $2, $3, ${param}, ${}, ${})",
+            param + 1,
+            param + 2
+        ));
     }
     on_tx!(tx, |conn| {
         let mut query = sqlx::query(&sql)
