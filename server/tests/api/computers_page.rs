@@ -322,6 +322,9 @@ async fn conditional(web: &WebClient, path: &str, etag: Option<&str>) -> (u16, O
         request = request.header("if-none-match", etag);
     }
     let res = request.send().await.unwrap();
-    let tag = res.headers().get("etag").map(|value| value.to_str().unwrap().to_owned());
+    let tag = res
+        .headers()
+        .get("etag")
+        .map(|value| value.to_str().unwrap().to_owned());
     (res.status().as_u16(), tag)
 }

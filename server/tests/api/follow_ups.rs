@@ -16,9 +16,19 @@ use crate::helpers::{assert_error, job_body, spawn_app, DeviceClient, TestApp, W
 async fn git_device(app: &TestApp, owner: &WebClient) -> DeviceClient {
     let device = app.device(owner, "install-git").await;
     let mut caps = device.capabilities();
-    caps.git = Some(GitCapability { version: "2.47.3".into(), github_hosts: vec!["github.com".into()] });
-    caps.engines.push(EngineCap { name: "lint".into(), kind: EngineKind::Recipe, check: None });
-    assert_eq!(device.heartbeat_with(caps, &[]).await.status(), StatusCode::OK);
+    caps.git = Some(GitCapability {
+        version: "2.47.3".into(),
+        github_hosts: vec!["github.com".into()],
+    });
+    caps.engines.push(EngineCap {
+        name: "lint".into(),
+        kind: EngineKind::Recipe,
+        check: None,
+    });
+    assert_eq!(
+        device.heartbeat_with(caps, &[]).await.status(),
+        StatusCode::OK
+    );
     device
 }
 
@@ -37,7 +47,9 @@ fn committing_job(device_id: &str) -> Value {
 async fn finish_next(device: &DeviceClient) -> tether_protocol::jobs::ClaimedJob {
     let claimed = device.claim_job().await;
     let done = json!({ "outcome": "succeeded", "summary": "Done." });
-    let res = device.complete(claimed.id.as_str(), claimed.lease_token.expose(), &done).await;
+    let res = device
+        .complete(claimed.id.as_str(), claimed.lease_token.expose(), &done)
+        .await;
     assert_eq!(res.status(), StatusCode::OK);
     claimed
 }
