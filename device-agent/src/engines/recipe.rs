@@ -270,7 +270,7 @@ pub fn recipe_command(
 }
 
 /// Spawns `command` and waits until it ends, times out or is stopped, sending each output
-/// line (stdout and stderr, interleaved as they come) to `lines`.
+/// line (stdout and stderr through one pipe, in the order they were written) to `lines`.
 ///
 /// On timeout or Cancel the whole group gets SIGTERM, then SIGKILL after a grace; on a lost
 /// lease or revocation it gets SIGKILL at once. Whatever the program left running in its
@@ -286,19 +286,21 @@ pub async fn supervise(
     if let Some(reason) = stop.current() {
         return Ended::Stopped(reason);
     }
+    let output = match one_output_pipe(&mut command) {
+        Ok(output) => output,
+        Err(err) => return Ended::SpawnFailed(format!("no pipe for its output: {err}")),
+    };
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(err) => return Ended::SpawnFailed(err.to_string()),
     };
+    // The command holds this process's copies of the pipe's writing end: the reader sees
+    // the end of the output only once they are closed.
+    drop(command);
     let pgid = child.id().unwrap_or(0);
     spawned(pgid);
     let mut readers = JoinSet::new();
-    if let Some(stdout) = child.stdout.take() {
-        readers.spawn(forward_lines(stdout, lines.clone()));
-    }
-    if let Some(stderr) = child.stderr.take() {
-        readers.spawn(forward_lines(stderr, lines.clone()));
-    }
+    readers.spawn(forward_lines(output, lines.clone()));
     drop(lines);
 
     let ended = tokio::select! {
@@ -318,6 +320,15 @@ pub async fn supervise(
     };
     drain(&mut readers, pgid).await;
     ended
+}
+
+/// One pipe for both stdout and stderr, as a terminal is: the lines arrive in the order the
+/// program wrote them, so an error printed last is the log's last line, not wherever a
+/// second reader happened to catch up.
+fn one_output_pipe(command: &mut Command) -> std::io::Result<tokio::net::unix::pipe::Receiver> {
+    let (reader, writer) = std::io::pipe()?;
+    command.stdout(writer.try_clone()?).stderr(writer);
+    tokio::net::unix::pipe::Receiver::from_owned_fd(reader.into())
 }
 
 /// Lets the output readers reach end of file; kills the group's leftovers if they hold the
@@ -433,6 +444,18 @@ mod tests {
         let ended = supervise(command, timeout, stop, sender, |_| {}).await;
         let lines = collector.await.unwrap_or_default();
         (ended, lines, dir)
+    }
+
+    #[tokio::test]
+    async fn stdout_and_stderr_keep_the_order_they_were_written_in() {
+        let stop = RunStop::new();
+        let script = "for i in $(seq 1 200); do echo out$i; echo err$i >&2; done";
+        let (ended, lines, _dir) = run_script(script, Duration::from_secs(30), &stop).await;
+        assert!(matches!(ended, Ended::Exited(status) if status.success()));
+        let written: Vec<String> = (1..=200)
+            .flat_map(|i| [format!("out{i}"), format!("err{i}")])
+            .collect();
+        assert_eq!(lines, written);
     }
 
     #[tokio::test]
