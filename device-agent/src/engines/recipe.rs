@@ -32,6 +32,10 @@ const LINE_BUFFER: usize = 1024;
 /// How long output may keep flowing after the run's first process exited, before whatever
 /// it left behind in its group is killed.
 const DRAIN_GRACE: Duration = Duration::from_secs(1);
+/// Once the group is killed, what is left in the pipe is only what it buffered: it is read
+/// to the end however slowly the reporter takes it, unless a process outside the group
+/// holds the pipe open this long.
+const READ_REST_LIMIT: Duration = Duration::from_secs(60);
 
 /// How the run's program ended.
 #[derive(Debug)]
@@ -332,7 +336,8 @@ fn one_output_pipe(command: &mut Command) -> std::io::Result<tokio::net::unix::p
 }
 
 /// Lets the output readers reach end of file; kills the group's leftovers if they hold the
-/// pipes open, and gives up on readers that still do not finish.
+/// pipes open, reads what the pipe still holds, and gives up only on a pipe that someone
+/// outside the group keeps open.
 async fn drain(readers: &mut JoinSet<()>, pgid: u32) {
     if tokio::time::timeout(DRAIN_GRACE, join_all(readers))
         .await
@@ -345,7 +350,7 @@ async fn drain(readers: &mut JoinSet<()>, pgid: u32) {
         return;
     }
     let _ = process_group::signal_group(pgid, Signal::Kill);
-    if tokio::time::timeout(DRAIN_GRACE, join_all(readers))
+    if tokio::time::timeout(READ_REST_LIMIT, join_all(readers))
         .await
         .is_err()
     {
@@ -444,6 +449,39 @@ mod tests {
         let ended = supervise(command, timeout, stop, sender, |_| {}).await;
         let lines = collector.await.unwrap_or_default();
         (ended, lines, dir)
+    }
+
+    #[tokio::test]
+    async fn output_left_in_the_pipe_when_the_program_exits_is_all_read() {
+        let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("tempdir: {err}"));
+        let recipe = Recipe {
+            name: "tests".into(),
+            program: "seq".into(),
+            args: vec!["1".into(), "12000".into()],
+        };
+        let folder = SharedFolder {
+            label: "work".into(),
+            path: dir.path().to_path_buf(),
+        };
+        let job = job("p", 1);
+        let command = recipe_command(&recipe, &folder, &job, std::env::vars_os());
+        // A reporter slower than the program: the pipe still holds thousands of lines when
+        // `seq` exits, more than the grace lets through.
+        let (sender, mut receiver) = mpsc::channel(16);
+        let collector = tokio::spawn(async move {
+            let mut count = 0_usize;
+            while receiver.recv().await.is_some() {
+                count += 1;
+                if count.is_multiple_of(2) {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+            count
+        });
+        let stop = RunStop::new();
+        let ended = supervise(command, Duration::from_secs(60), &stop, sender, |_| {}).await;
+        assert!(matches!(ended, Ended::Exited(status) if status.success()));
+        assert_eq!(collector.await.unwrap_or_default(), 12000);
     }
 
     #[tokio::test]
