@@ -245,6 +245,14 @@ async fn allows_or_denies_on(screen: Screen) {
         .wait_for(&format!("document.querySelector({})", json!(allow)))
         .await;
     browser.click(allow).await;
+    // The answered card says who answered and when, the time as every list shows it.
+    browser
+        .wait_for(
+            "(() => { const settled = document.querySelector('ol.timeline li.entry-decision .settled'); \
+             return settled && settled.textContent.startsWith('Allowed once on the web, ') \
+             && settled.querySelector('time[data-ago]'); })()",
+        )
+        .await;
     browser
         .wait_for(
             "[...document.querySelectorAll('ol.timeline li.entry-command')].some((entry) => \

@@ -12,7 +12,7 @@ use maud::{html, Markup};
 use serde_json::Value;
 use tether_protocol::decisions::{Answer, AnsweredBy, Decision, DecisionState, Scope};
 
-use super::layout::{ago, error_page, page_with_badge};
+use super::layout::{error_page, page_with_badge, when};
 use super::redirects::signin_redirect;
 use crate::auth::Caller;
 use crate::state::AppState;
@@ -227,12 +227,10 @@ pub(super) fn time_left(expires_at: DateTime<Utc>, now: DateTime<Utc>) -> String
     }
 }
 
-/// "Allowed once on the web, 3 min ago" and the like.
-fn settled_text(decision: &Decision, now: DateTime<Utc>) -> String {
-    let when = decision
-        .answered_at
-        .map(|at| ago(at, now))
-        .unwrap_or_default();
+/// "Allowed once on the web, 3 min ago" and the like; the time as every list says it
+/// (`layout::when`).
+fn settled_text(decision: &Decision, now: DateTime<Utc>) -> Markup {
+    let at = decision.answered_at.map(|at| when(at, now));
     match decision.state {
         DecisionState::Answered => {
             let answer = match (decision.answer, decision.scope) {
@@ -247,11 +245,15 @@ fn settled_text(decision: &Decision, now: DateTime<Utc>) -> String {
                 Some(AnsweredBy::Notification) => " from a notification",
                 None => "",
             };
-            format!("{answer}{by}, {when}")
+            html! { (answer) (by) @if let Some(at) = at { ", " (at) } }
         }
-        DecisionState::Expired => format!("Nobody answered in time; not done ({when})"),
-        DecisionState::Withdrawn => format!("No longer needed by the run ({when})"),
-        DecisionState::Pending => "Waiting for an answer".to_owned(),
+        DecisionState::Expired => {
+            html! { "Nobody answered in time; not done" @if let Some(at) = at { " (" (at) ")" } }
+        }
+        DecisionState::Withdrawn => {
+            html! { "No longer needed by the run" @if let Some(at) = at { " (" (at) ")" } }
+        }
+        DecisionState::Pending => html! { "Waiting for an answer" },
     }
 }
 

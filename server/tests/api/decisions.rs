@@ -747,6 +747,9 @@ both_backends! {
         let (_, job_page) = html(&ann, &format!("/jobs/{job_id}")).await;
         assert!(job_page.contains(&format!(r#"data-decision-id="{decision_id}""#)));
         assert!(job_page.contains("Allowed for this run on the web"), "{job_page}");
+        // When, as every list says it: a <time> app.js keeps current.
+        assert!(job_page.contains(r#"Allowed for this run on the web, <time datetime=""#), "{job_page}");
+        assert!(job_page.contains(r#"data-ago>just now</time>"#), "{job_page}");
         assert!(!job_page.contains(hostile));
     }
 

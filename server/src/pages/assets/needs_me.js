@@ -130,20 +130,30 @@
     return new Date(at).toISOString().slice(0, 16).replace("T", " ") + " UTC";
   }
 
+  // A past moment as every list shows it (layout.rs `when`): app.js keeps it current and,
+  // past a day, writes the browser's own date.
+  function agoTime(at) {
+    const date = new Date(at);
+    const text = typeof agoText === "function" ? agoText(date) : ago(at);
+    return el("time", { datetime: date.toISOString(), title: date.toISOString(), "data-ago": true }, text);
+  }
+
   function settledText(decision) {
-    const when = decision.answeredAt ? ago(decision.answeredAt) : "";
+    const when = decision.answeredAt ? agoTime(decision.answeredAt) : null;
+    const around = (words) => (when ? [words, " (", when, ")"] : [words]);
     switch (decision.state) {
       case "answered": {
         let answer = "Answered";
         if (decision.answer === "allow") answer = decision.scope === "session" ? "Allowed for this run" : "Allowed once";
         else if (decision.answer === "deny") answer = "Denied";
         const by = decision.answeredBy === "web" ? " on the web"
-          : decision.answeredBy === "computer" ? " on the computer" : "";
-        return `${answer}${by}, ${when}`;
+          : decision.answeredBy === "computer" ? " on the computer"
+            : decision.answeredBy === "notification" ? " from a notification" : "";
+        return when ? [`${answer}${by}, `, when] : [`${answer}${by}`];
       }
-      case "expired": return `Nobody answered in time; not done (${when})`;
-      case "withdrawn": return `No longer needed by the run (${when})`;
-      default: return "Waiting for an answer";
+      case "expired": return around("Nobody answered in time; not done");
+      case "withdrawn": return around("No longer needed by the run");
+      default: return ["Waiting for an answer"];
     }
   }
 
@@ -165,7 +175,7 @@
         ` on ${decision.deviceName}`));
     }
     if (decision.state !== "pending") {
-      card.append(el("div", { class: "muted settled" }, settledText(decision)));
+      card.append(el("div", { class: "muted settled" }, ...settledText(decision)));
       return card;
     }
     card.append(el("div", { class: "muted" },
