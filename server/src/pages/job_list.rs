@@ -11,7 +11,8 @@ use tether_protocol::devices::Device;
 use tether_protocol::jobs::{Job, JobState};
 use tether_protocol::DeviceId;
 
-use super::layout::{duration_text, error_page, list_etag, live_page, not_modified, when};
+use super::jobs::run_duration;
+use super::layout::{error_page, list_etag, live_page, not_modified, when};
 use super::redirects::signin_redirect;
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -114,21 +115,6 @@ fn job_card(job: &Job, device_name: Option<&str>, now: DateTime<Utc>) -> Markup 
             }
         }
     }
-}
-
-/// How long a run took, or has taken so far: then app.js keeps counting from the server's
-/// `now`, so a browser clock set wrong does not matter. Nothing before it started.
-fn run_duration(job: &Job, now: DateTime<Utc>) -> Option<Markup> {
-    let started = job.started_at?;
-    if job.state.is_final() {
-        let ended = job.ended_at?;
-        return Some(html! { span { (duration_text((ended - started).num_seconds())) } });
-    }
-    Some(html! {
-        span data-since=(started.timestamp_millis()) data-now=(now.timestamp_millis()) {
-            (duration_text((now - started).num_seconds()))
-        }
-    })
 }
 
 fn state_badge(state: JobState) -> Markup {

@@ -420,7 +420,7 @@ fn when_it_ran(job: &Job, now: DateTime<Utc>) -> Markup {
 
 /// How long a run took, or has taken so far: then app.js keeps counting from the server's
 /// `now`, so a browser clock set wrong does not matter. Nothing before it started.
-fn run_duration(job: &Job, now: DateTime<Utc>) -> Option<Markup> {
+pub(super) fn run_duration(job: &Job, now: DateTime<Utc>) -> Option<Markup> {
     let started = job.started_at?;
     if job.state.is_final() {
         let ended = job.ended_at?;
