@@ -20,8 +20,11 @@ pub(crate) fn claimed_job(engine: &str, mode: Mode) -> ClaimedJob {
             timeout_minutes: 5,
             secrets: Vec::new(),
             git: None,
+            attachments: Vec::new(),
+            links: Vec::new(),
         },
         resumed: None,
         continues: None,
+        context: None,
     }
 }

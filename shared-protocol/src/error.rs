@@ -102,6 +102,8 @@ error_codes! {
     AlreadyAnswered = ("already_answered", 409);
     /// The object is in a state that does not allow this (for example cancelling a finished job).
     InvalidState = ("invalid_state", 409);
+    /// The job ended: what it held for its run (its attachments) is no longer handed out.
+    JobEnded = ("job_ended", 410);
     /// The device is not connected.
     DeviceOffline = ("device_offline", 409);
     /// The device does not publish this engine.

@@ -126,6 +126,10 @@ id_type!(
     /// A browser's Web Push subscription (`push_subscriptions`).
     SubscriptionId
 );
+id_type!(
+    /// A file attached to a job's task (`attachments`): an upload first, then the job's.
+    AttachmentId
+);
 
 #[cfg(test)]
 mod tests {

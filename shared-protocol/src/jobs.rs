@@ -4,10 +4,11 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::attachments::Attachment;
 use crate::changes::Changes;
 use crate::decisions::Decision;
 use crate::git::{DeliveryReport, GitOptions};
-use crate::ids::{DeviceId, JobId};
+use crate::ids::{AttachmentId, DeviceId, JobId};
 use crate::lease::LeaseToken;
 
 /// How much a run may do before it asks.
@@ -145,6 +146,16 @@ pub struct NewJobParams {
     )]
     #[schema(value_type = Option<GitOptions>, nullable)]
     pub git: Option<Option<GitOptions>>,
+    /// Uploads (`POST /api/attachments`) the job carries, in this order: at most
+    /// [`crate::attachments::MAX_ATTACHMENTS_PER_JOB`], together at most
+    /// [`crate::attachments::MAX_ATTACHMENT_BYTES_PER_JOB`] bytes (413 past it). Each is
+    /// taken by this job and no other.
+    #[serde(default)]
+    pub attachments: Vec<AttachmentId>,
+    /// Links the person added for the run to read (`http` or `https`), at most
+    /// [`crate::task_context::MAX_LINKS`].
+    #[serde(default)]
+    pub links: Vec<String>,
 }
 
 /// `POST /api/jobs/{id}/rerun`: a new job with the earlier job's spec, on the same
@@ -180,6 +191,13 @@ pub struct RerunParams {
     )]
     #[schema(value_type = Option<GitOptions>, nullable)]
     pub git: Option<Option<GitOptions>>,
+    /// Absent: the earlier job's attachments again. Given: exactly these, each either an
+    /// attachment of the earlier job or a new upload of this account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attachments: Option<Vec<AttachmentId>>,
+    /// Absent: the earlier job's links.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub links: Option<Vec<String>>,
 }
 
 /// A field that tells absent (`None`, by `default`) from `null` (`Some(None)`).
@@ -207,6 +225,13 @@ pub struct JobSpec {
     /// What becomes of the work in a git repository (delivery, branch, pull request).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git: Option<GitOptions>,
+    /// The files attached to the task, in the order the person gave them. The computer
+    /// downloads each under the job's lease.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
+    /// Links the person added for the run to read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<String>,
 }
 
 /// One line of a job's timeline.
@@ -427,6 +452,12 @@ pub struct ClaimedJob {
     /// Set when this job follows up an earlier one of this computer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continues: Option<EarlierRun>,
+    /// The task's context section, at most [`crate::task_context::MAX_CONTEXT_CHARS`]
+    /// characters: the chain it continues (earlier prompts, outcomes, reports), the links
+    /// the person added, and the computer, folder and branch it was asked for. Engines give
+    /// it to the run after the prompt (recipes: `TETHER_TASK_CONTEXT`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
 }
 
 /// The earlier job a follow-up continues, as its device is told at claim: enough to resume

@@ -5,6 +5,7 @@
 //! sealed box travels here as opaque JSON; sealing, opening and the numbered channels are
 //! `tether-seal`'s.
 
+pub mod attachments;
 pub mod auth;
 pub mod capabilities;
 pub mod changes;
@@ -23,12 +24,13 @@ pub mod push;
 pub mod routes;
 pub mod secrets;
 pub mod sites;
+pub mod task_context;
 pub mod text;
 
 pub use error::{Code, ErrorBody, ErrorDetail};
 pub use ids::{
-    AccountId, DecisionId, DeliveryId, DeviceId, IdError, JobId, SessionId, SubscriptionId,
-    TokenId, UserId,
+    AccountId, AttachmentId, DecisionId, DeliveryId, DeviceId, IdError, JobId, SessionId,
+    SubscriptionId, TokenId, UserId,
 };
 pub use lease::LeaseToken;
 

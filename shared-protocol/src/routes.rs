@@ -6,6 +6,9 @@ pub const PROTOCOL_HEADER: &str = "x-tether-protocol";
 pub const LEASE_HEADER: &str = "x-tether-lease";
 /// Evidence metadata (base64url JSON) on an evidence upload.
 pub const EVIDENCE_HEADER: &str = "x-tether-evidence";
+/// The file's name on an attachment upload (`POST /api/attachments`), percent-encoded
+/// UTF-8 (RFC 3986), so any name a person's file has travels in an ASCII header.
+pub const ATTACHMENT_NAME_HEADER: &str = "x-tether-attachment-name";
 /// The CSRF token a page sends with cookie-authenticated changes.
 pub const CSRF_HEADER: &str = "x-tether-csrf";
 /// The request id echoed on every answer.
@@ -22,8 +25,14 @@ pub const DEVICE_SELF: &str = "/api/devices/self";
 pub const HEARTBEAT: &str = "/api/devices/self/heartbeat";
 pub const CLAIM: &str = "/api/devices/self/claim";
 pub const EVENTS: &str = "/api/devices/self/events";
+pub const ATTACHMENTS: &str = "/api/attachments";
 
 /// `/api/devices/self/jobs/{id}/{action}` for a lease-bound job route.
 pub fn device_job(job_id: &str, action: &str) -> String {
     format!("/api/devices/self/jobs/{job_id}/{action}")
+}
+
+/// `/api/devices/self/jobs/{id}/attachments/{aid}`: one attachment of a claimed job.
+pub fn device_job_attachment(job_id: &str, attachment_id: &str) -> String {
+    format!("/api/devices/self/jobs/{job_id}/attachments/{attachment_id}")
 }

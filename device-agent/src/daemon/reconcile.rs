@@ -188,9 +188,12 @@ mod tests {
                 timeout_minutes: 1,
                 secrets: Vec::new(),
                 git: None,
+                attachments: Vec::new(),
+                links: Vec::new(),
             },
             resumed: None,
             continues: None,
+            context: None,
         };
         RunRecord {
             state,

@@ -496,9 +496,12 @@ mod tests {
                 timeout_minutes: 5,
                 secrets: Vec::new(),
                 git: None,
+                attachments: Vec::new(),
+                links: Vec::new(),
             },
             resumed: Some(1),
             continues: None,
+            context: None,
         }
     }
 

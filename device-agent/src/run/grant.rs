@@ -161,9 +161,12 @@ pub(crate) mod tests {
                 timeout_minutes,
                 secrets: Vec::new(),
                 git: None,
+                attachments: Vec::new(),
+                links: Vec::new(),
             },
             resumed: None,
             continues: None,
+            context: None,
         }
     }
 

@@ -211,6 +211,8 @@ mod tests {
             timeout_minutes: 10,
             secrets: Vec::new(),
             git: None,
+            attachments: Vec::new(),
+            links: Vec::new(),
         }
     }
 

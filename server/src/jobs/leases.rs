@@ -347,6 +347,7 @@ pub async fn claim(
         spec: job.spec()?,
         resumed: None,
         continues,
+        context: None,
     }))
 }
 
@@ -676,6 +677,7 @@ pub async fn resume(
         spec: job.spec()?,
         resumed: Some(u32::try_from(resumes).unwrap_or(u32::MAX)),
         continues,
+        context: None,
     })
 }
 

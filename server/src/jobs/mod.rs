@@ -93,6 +93,8 @@ impl TryFrom<NewJobParams> for NewJob {
             timeout_minutes: params.timeout_minutes,
             secrets: params.secrets,
             git: params.git.flatten(),
+            attachments: Vec::new(),
+            links: Vec::new(),
         };
         if let Some(git) = &spec.git {
             delivery::check_options(git, &spec)?;
@@ -374,6 +376,8 @@ pub async fn rerun(
         secrets: params.secrets.unwrap_or(spec.secrets),
         continues: None,
         git: Some(git),
+        attachments: Vec::new(),
+        links: params.links.unwrap_or(spec.links),
     };
     let mut new = NewJob::try_from(new)?;
     new.rerun_of = Some(job_id.clone());
