@@ -28,6 +28,7 @@
 //! [`Ask`]: crate::policy::asking::Ask
 //! [`Granted`]: grant::Granted
 
+pub mod attachments;
 pub mod decisions;
 pub mod delivery;
 pub mod engine;
