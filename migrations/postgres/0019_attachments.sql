@@ -13,7 +13,10 @@ CREATE TABLE attachments (
     size BIGINT NOT NULL,
     sha256 TEXT NOT NULL,
     media_type TEXT NOT NULL,
-    created_at BIGINT NOT NULL
+    created_at BIGINT NOT NULL,
+    -- Set when its owner removed an upload no job took: it is gone for them at once, and
+    -- swept an hour later like an expired one, so its blob is old enough to go too.
+    dropped_at BIGINT
 );
 CREATE INDEX attachments_job ON attachments (job_id, position);
 CREATE INDEX attachments_waiting ON attachments (created_at) WHERE job_id IS NULL;
