@@ -33,6 +33,8 @@ pub enum Bucket {
     Progress,
     /// `GET /api/jobs/{id}/tree|file`, per account.
     Files,
+    /// `POST /api/devices/self/jobs/{id}/context`, per device.
+    Context,
     /// `POST /api/auth/signup`, per client address.
     Signup,
     /// `POST /api/auth/login`, per client address (the per-email backoff is
@@ -41,13 +43,14 @@ pub enum Bucket {
 }
 
 impl Bucket {
-    pub const ALL: [Bucket; 8] = [
+    pub const ALL: [Bucket; 9] = [
         Bucket::Pairing,
         Bucket::Link,
         Bucket::Register,
         Bucket::Heartbeat,
         Bucket::Progress,
         Bucket::Files,
+        Bucket::Context,
         Bucket::Signup,
         Bucket::Login,
     ];
@@ -61,6 +64,7 @@ impl Bucket {
             Bucket::Heartbeat => "heartbeat",
             Bucket::Progress => "progress",
             Bucket::Files => "files",
+            Bucket::Context => "context",
             Bucket::Signup => "signup",
             Bucket::Login => "login",
         }
@@ -101,6 +105,7 @@ pub struct RateLimitConfig {
     pub heartbeat: Rate,
     pub progress: Rate,
     pub files: Rate,
+    pub context: Rate,
     pub signup: Rate,
     pub login: Rate,
 }
@@ -119,6 +124,7 @@ impl RateLimitConfig {
             heartbeat: Rate::per_minute(60),
             progress: Rate::per_minute(600),
             files: Rate::per_minute(60),
+            context: Rate::per_minute(60),
             signup: Rate::per_hour(20),
             login: Rate::per_hour(60),
         }
@@ -139,6 +145,7 @@ impl RateLimitConfig {
             Bucket::Heartbeat => self.heartbeat,
             Bucket::Progress => self.progress,
             Bucket::Files => self.files,
+            Bucket::Context => self.context,
             Bucket::Signup => self.signup,
             Bucket::Login => self.login,
         }
@@ -152,6 +159,7 @@ impl RateLimitConfig {
             Bucket::Heartbeat => &mut self.heartbeat,
             Bucket::Progress => &mut self.progress,
             Bucket::Files => &mut self.files,
+            Bucket::Context => &mut self.context,
             Bucket::Signup => &mut self.signup,
             Bucket::Login => &mut self.login,
         }

@@ -32,6 +32,7 @@ use crate::error::ApiError;
 use crate::jobs;
 use crate::jobs::claim_gates::ClaimGates;
 use crate::jobs::delivery::{self, ReportedDelivery};
+use crate::jobs::task_context::{self, EarlierJob};
 use crate::store::job_rows::{self, truncate, EndCause, JobRow, OpenDecisions};
 use crate::store::ledger::{self, LedgerKind};
 use crate::store::{stored_id, InTx, Store, Tx};
@@ -327,7 +328,8 @@ pub async fn claim(
     let lease_token = credentials::new_lease_token()?;
     let lease_until = now + secs(config.lease_secs);
     let attempt = job_rows::claim(&mut tx, &job, &lease_token, lease_until, now).await?;
-    let continues = earlier_run(&mut tx, &job).await?;
+    let chain = earlier_runs(&mut tx, &job, now).await?;
+    let continues = earlier_run(&mut tx, &job, &chain).await?;
     // The run limit is checked last, under the account's lock, so that lock is held for one
     // count and the commit only: every claim of the account passes through it, and so the
     // limit holds across devices. The count includes this claim; over the limit, the whole
@@ -339,29 +341,54 @@ pub async fn claim(
     }
     tx.commit().await?;
     tracing::info!(job_id = %job.id, attempt, "job claimed");
+    let spec = job.spec()?;
+    let context = task_context::section(device, &job, &spec, &chain);
     Ok(Some(ClaimedJob {
         id: stored_id(job.id.clone())?,
         attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
         lease_token,
         lease_expires_at: to_time(lease_until),
-        spec: job.spec()?,
+        spec,
         resumed: None,
         continues,
-        context: None,
+        context: Some(context),
     }))
 }
 
-/// What a claimed follow-up is told of the job it continues.
-async fn earlier_run(tx: &mut Tx, job: &JobRow) -> Result<Option<EarlierRun>, ApiError> {
+/// The earlier runs of a claimed job's chain, newest first, for its context section: one
+/// statement for a job that continues or runs again another, none for one alone.
+async fn earlier_runs(tx: &mut Tx, job: &JobRow, now: Millis) -> Result<Vec<EarlierJob>, ApiError> {
+    if !task_context::is_chained(job) {
+        return Ok(Vec::new());
+    }
+    let reads = InTx { tx, now };
+    task_context::earlier_runs(reads, job, task_context::SECTION_RUNS).await
+}
+
+/// What a claimed follow-up is told of the job it continues: from its chain's earlier runs
+/// when they hold it (no statement of its own), else read.
+async fn earlier_run(
+    tx: &mut Tx,
+    job: &JobRow,
+    chain: &[EarlierJob],
+) -> Result<Option<EarlierRun>, ApiError> {
     let Some(earlier_id) = &job.continues else {
         return Ok(None);
     };
-    let Some(earlier) = job_rows::read_for_device(tx, &job.device_id, earlier_id).await? else {
-        return Ok(None);
-    };
-    let outcome: Option<JobOutcome> = match &earlier.outcome_json {
-        Some(json) => Some(serde_json::from_str(json)?),
-        None => None,
+    let (id, prompt, outcome) = match chain.iter().find(|run| &run.id == earlier_id) {
+        Some(run) => (run.id.clone(), run.prompt.clone(), run.outcome.clone()),
+        None => {
+            let read = job_rows::read_for_device(tx, &job.device_id, earlier_id).await?;
+            let Some(earlier) = read else {
+                return Ok(None);
+            };
+            let outcome: Option<JobOutcome> = match &earlier.outcome_json {
+                Some(json) => Some(serde_json::from_str(json)?),
+                None => None,
+            };
+            let prompt = earlier.spec()?.prompt;
+            (earlier.id, prompt, outcome)
+        }
     };
     let cut = |text: &str| {
         text.chars()
@@ -369,8 +396,8 @@ async fn earlier_run(tx: &mut Tx, job: &JobRow) -> Result<Option<EarlierRun>, Ap
             .collect::<String>()
     };
     Ok(Some(EarlierRun {
-        job_id: stored_id(earlier.id.clone())?,
-        prompt: cut(&earlier.spec()?.prompt),
+        job_id: stored_id(id)?,
+        prompt: cut(&prompt),
         summary: outcome
             .as_ref()
             .map_or_else(String::new, |o| cut(&o.summary)),
@@ -666,18 +693,21 @@ pub async fn resume(
         detail,
     )
     .await?;
-    let continues = earlier_run(&mut tx, &job).await?;
+    let chain = earlier_runs(&mut tx, &job, now).await?;
+    let continues = earlier_run(&mut tx, &job, &chain).await?;
     tx.commit().await?;
     tracing::info!(job_id = %job_id, attempt, resumes, "run resumed");
+    let spec = job.spec()?;
+    let context = task_context::section(device, &job, &spec, &chain);
     Ok(ClaimedJob {
         id: job_id.clone(),
         attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
         lease_token,
         lease_expires_at: to_time(lease_until),
-        spec: job.spec()?,
+        spec,
         resumed: Some(u32::try_from(resumes).unwrap_or(u32::MAX)),
         continues,
-        context: None,
+        context: Some(context),
     })
 }
 

@@ -11,11 +11,13 @@
 //! `not_found`.
 
 pub mod claim_gates;
+pub mod context_answers;
 pub mod decisions;
 pub mod delivery;
 pub mod evidence;
 pub mod files;
 pub mod leases;
+pub mod task_context;
 pub mod timeline;
 
 use serde_json::json;
@@ -94,7 +96,7 @@ impl TryFrom<NewJobParams> for NewJob {
             secrets: params.secrets,
             git: params.git.flatten(),
             attachments: Vec::new(),
-            links: Vec::new(),
+            links: task_context::check_links(params.links)?,
         };
         if let Some(git) = &spec.git {
             delivery::check_options(git, &spec)?;

@@ -13,6 +13,7 @@ use crate::error::ApiError;
 mod admin;
 mod auth;
 pub(crate) mod client;
+mod context;
 mod decisions;
 mod device_api;
 mod devices;
@@ -61,6 +62,7 @@ fn routes(table: &mut Table) {
     auth::routes(table);
     tokens::routes(table);
     device_api::routes(table);
+    context::routes(table);
     decisions::routes(table);
     events::routes(table);
     evidence::routes(table);

@@ -43,6 +43,7 @@ mod recovery;
 mod replicas;
 mod secrets;
 mod sessions;
+mod task_context;
 mod tenancy;
 mod text;
 mod tokens;
