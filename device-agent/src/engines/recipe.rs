@@ -67,6 +67,7 @@ async fn execute(recipe: &Recipe, ctx: RunContext<'_>) -> Result<CompleteParams,
         named,
         guard,
         hub: _,
+        attachments,
     } = ctx;
     let (line_sender, line_receiver) = mpsc::channel(LINE_BUFFER);
     let references = named.references;
@@ -80,6 +81,7 @@ async fn execute(recipe: &Recipe, ctx: RunContext<'_>) -> Result<CompleteParams,
         evidence: evidence.as_ref(),
         broker: broker.as_ref(),
         worktree,
+        attachments,
     };
     let mut prepared = match confine(recipe, folder, job, guard, granted) {
         Ok(prepared) => prepared,

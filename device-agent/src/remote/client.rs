@@ -20,7 +20,8 @@ use tether_protocol::jobs::{
 };
 use tether_protocol::pairing::{PairParams, PairResponse, RegisterParams, RegisterResponse};
 use tether_protocol::{
-    routes, Code, DecisionId, DeliveryId, ErrorBody, JobId, LeaseToken, PROTOCOL_VERSION,
+    routes, AttachmentId, Code, DecisionId, DeliveryId, ErrorBody, JobId, LeaseToken,
+    PROTOCOL_VERSION,
 };
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::handshake::client::Request as WsRequest;
@@ -401,6 +402,26 @@ impl DeviceClient {
             .timeout(UPLOAD_TIMEOUT)
             .body(body);
         decode(self.send(request).await?).await
+    }
+
+    /// `GET /api/devices/self/jobs/{id}/attachments/{aid}` under the run's lease: the
+    /// answer, its body not yet read, for the caller to stream and check.
+    ///
+    /// # Errors
+    /// [`RemoteError::StaleLease`] on a wrong or old lease; 410 `job_ended` once the job
+    /// ended; any other [`RemoteError`].
+    pub async fn download_attachment(
+        &self,
+        job_id: &JobId,
+        attachment_id: &AttachmentId,
+        lease_token: &LeaseToken,
+    ) -> Result<Response, RemoteError> {
+        let path = routes::device_job_attachment(job_id.as_str(), attachment_id.as_str());
+        let request = self
+            .request(reqwest::Method::GET, &path)
+            .header(routes::LEASE_HEADER, lease_token.expose())
+            .timeout(UPLOAD_TIMEOUT);
+        self.send(request).await
     }
 
     /// `POST /api/devices/self/jobs/{id}/reattach`: after an outage, a new lease for the same

@@ -12,6 +12,7 @@ use crate::local::state::{Config, SharedFolder};
 use crate::local::vault::NamedSecrets;
 use crate::policy::guard::Guard;
 use crate::remote::client::DeviceClient;
+use crate::run::attachments::RunAttachments;
 use crate::run::decisions::DecisionHub;
 use crate::run::grant::RunSecrets;
 use crate::run::lease::RunLease;
@@ -39,6 +40,8 @@ pub struct RunContext<'a> {
     pub guard: &'a Guard,
     /// Where answers to the run's questions are routed.
     pub hub: &'a Arc<DecisionHub>,
+    /// The files attached to the task, downloaded and checked; `None` when it has none.
+    pub attachments: Option<&'a RunAttachments>,
 }
 
 /// What runs a job: a recipe, or an ACP coding agent.

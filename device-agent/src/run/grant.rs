@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use crate::changes::worktree::Worktree;
 use crate::local::state::DataDir;
 use crate::local::vault::{Missing, NamedSecrets, Reference, Vault};
+use crate::run::attachments::RunAttachments;
 use crate::run::environment;
 use crate::run::evidence::RunEvidence;
 use crate::run::secret_http::{Broker, BrokerContext};
@@ -52,6 +53,8 @@ pub struct Granted<'a> {
     pub broker: Option<&'a Broker>,
     /// The run's worktree: its repository's git folders, for commits.
     pub worktree: Option<&'a Worktree>,
+    /// The files attached to the task: their folder readable, named in the environment.
+    pub attachments: Option<&'a RunAttachments>,
 }
 
 impl Granted<'_> {
@@ -71,6 +74,9 @@ impl Granted<'_> {
         if let Some(worktree) = self.worktree {
             writable.extend(worktree.writable());
             readable.extend(worktree.readable());
+        }
+        if let Some(attachments) = self.attachments {
+            attachments.grant(&mut env, &mut readable);
         }
         (env, writable, readable)
     }
@@ -103,7 +109,7 @@ pub fn start_broker(
 }
 
 /// The run's environment: the allow-listed part of the agent's (see [`environment`]), plus
-/// the job's prompt, id and title, and which carry-on or follow-up it is.
+/// the job's prompt, id and title, its task context, and which carry-on or follow-up it is.
 pub fn child_env(
     inherited: impl IntoIterator<Item = (OsString, OsString)>,
     job: &ClaimedJob,
@@ -114,6 +120,11 @@ pub fn child_env(
     env.push(("TETHER_TASK_PROMPT".into(), job.spec.prompt.clone()));
     env.push(("TETHER_JOB_ID".into(), job.id.as_str().into()));
     env.push(("TETHER_JOB_TITLE".into(), job.spec.title.clone()));
+    if let Some(context) = &job.context {
+        // What the server knows around the task: the chain it continues, its links, where
+        // it was asked to run.
+        env.push(("TETHER_TASK_CONTEXT".into(), context.clone()));
+    }
     if let Some(resumed) = job.resumed {
         // A carry-on of a run lost to a restart: the recipe may pick up where it stopped.
         env.push(("TETHER_RESUMED".into(), resumed.to_string()));
@@ -243,15 +254,23 @@ pub(crate) mod tests {
             summary: "done".into(),
             outcome: None,
         });
+        job.context = Some("Continues: first (done)".into());
         let env = child_env(vars(&[("PATH", "/usr/bin")]), &job);
         let ours: Vec<(&str, &str)> = env
             .iter()
-            .filter(|(name, _)| name == "TETHER_RESUMED" || name == "TETHER_CONTINUES")
+            .filter(|(name, _)| {
+                ["TETHER_RESUMED", "TETHER_CONTINUES", "TETHER_TASK_CONTEXT"]
+                    .contains(&name.as_str())
+            })
             .map(|(name, value)| (name.as_str(), value.as_str()))
             .collect();
         assert_eq!(
             ours,
-            [("TETHER_RESUMED", "2"), ("TETHER_CONTINUES", "earlier-job")]
+            [
+                ("TETHER_TASK_CONTEXT", "Continues: first (done)"),
+                ("TETHER_RESUMED", "2"),
+                ("TETHER_CONTINUES", "earlier-job")
+            ]
         );
     }
 }

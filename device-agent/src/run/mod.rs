@@ -12,6 +12,8 @@
 //! - [`workplace`]: where it works — its shared folder, held by one run at a time (a run
 //!   whose folder another holds waits), or its own git worktree of it;
 //! - [`progress`]: its output, in numbered batches; [`evidence`]: its evidence folder;
+//! - [`attachments`]: the task's files, downloaded under the lease, checked, shown to the
+//!   run alone;
 //! - [`decisions`]: asking the owner, the run's side of the policy's [`Ask`];
 //! - [`delivery`]: the job's git delivery — its branch before the run, then commits, a push
 //!   with the computer's sign-in and a pull request;
@@ -174,6 +176,19 @@ async fn execute<E: Engine>(
     };
     let guard = &run.common.guard;
     let data_dir = guard.data_dir();
+    // The task's files, checked, before anything of the run starts; their folder goes when
+    // this run's execution ends, however it ends.
+    let fetching = attachments::Fetching {
+        client: run.client,
+        lease: run.lease,
+        stop: run.stop,
+        data_dir,
+    };
+    let attachments = match attachments::fetch(run.job, &fetching).await {
+        Ok(attachments) => attachments,
+        Err(attachments::NotPlaced::Refused(params)) => return Ok(*params),
+        Err(attachments::NotPlaced::Stopped(reason)) => return Err(reason),
+    };
     let entry = workplace::Entry {
         claims: &run.common.claims,
         client: run.client,
@@ -200,6 +215,7 @@ async fn execute<E: Engine>(
         named,
         guard,
         hub: &run.common.hub,
+        attachments: attachments.as_ref(),
     };
     let prepared = match delivery::prepare(run.job, &folder.path, data_dir).await {
         delivery::Preparation::NotAsked => None,

@@ -29,6 +29,7 @@ pub mod handshake;
 pub mod outfit;
 pub mod permissions;
 pub mod preview;
+pub mod prompt;
 pub mod process;
 pub mod shown;
 pub mod sign_in;
@@ -41,10 +42,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_client_protocol::v1::schema::{
-    CancelNotification, ContentBlock, CreateTerminalRequest, InitializeResponse,
+    CancelNotification, CreateTerminalRequest, InitializeResponse,
     KillTerminalRequest, LoadSessionRequest, NewSessionRequest, PromptRequest, PromptResponse,
     ReadTextFileRequest, ReleaseTerminalRequest, RequestPermissionRequest, SessionId,
-    SessionNotification, StopReason as AcpStopReason, TerminalOutputRequest, TextContent,
+    SessionNotification, StopReason as AcpStopReason, TerminalOutputRequest,
     WaitForTerminalExitRequest, WriteTextFileRequest,
 };
 use agent_client_protocol::v1::ConnectionTo;
@@ -125,6 +126,7 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         named,
         guard,
         hub,
+        attachments,
     } = ctx;
     let work_folder = match checked_before_start(engine, folder, guard) {
         Ok(path) => path,
@@ -166,6 +168,7 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         evidence: evidence.as_ref(),
         broker: broker.as_ref(),
         worktree,
+        attachments,
     }
     .into_parts(job);
     let launch = Launch {
@@ -238,6 +241,10 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
             engine_env: &outfit.variable_names(),
             hint: outfit.sign_in_command,
             reads_files: outfit.client_reads_files,
+        },
+        task: prompt::Task {
+            context: job.context.as_deref(),
+            attachments: attachments.map_or(&[], |attachments| attachments.placed()),
         },
     };
     let turn = converse(&session, pipes, &conversation).await;
@@ -351,6 +358,8 @@ struct Conversation<'a> {
     stop: &'a RunStop,
     deadline: Instant,
     sign_in: SignInPlace<'a>,
+    /// What the prompt carries besides its text: the task's context and attachments.
+    task: prompt::Task<'a>,
 }
 
 /// What signing the agent in goes by.
@@ -525,6 +534,7 @@ async fn talk(
         stop,
         deadline,
         sign_in,
+        task,
     } = *conversation;
     let opened = tokio::select! {
         ready = open_session(cx, session, opening, sign_in) => match ready {
@@ -544,9 +554,11 @@ async fn talk(
     for note in opened.notes {
         session.say(note).await;
     }
+    // A follow-up's turn carries its own job's context and attachments, as a first turn does.
+    let capabilities = &opened.agent.agent_capabilities.prompt_capabilities;
     let request = PromptRequest::new(
         session_id.clone(),
-        vec![ContentBlock::Text(TextContent::new(opened.prompt))],
+        prompt::blocks(&opened.prompt, task, capabilities),
     );
     let answer = cx.send_request(request).block_task();
     tokio::pin!(answer);
