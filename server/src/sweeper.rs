@@ -1,4 +1,5 @@
-//! The sweeper: ends runs whose lease expired, expires overdue decisions, and keeps house.
+//! The sweeper: ends runs whose lease expired, expires overdue decisions, and keeps house
+//! (stale pairing codes, sessions, idempotency keys, and uploads no job took).
 //!
 //! [`try_expire_leases`] is one step, callable from tests (as is
 //! [`crate::jobs::decisions::expire_overdue`]); [`run`] repeats both every `sweep_secs`, at the
@@ -19,6 +20,7 @@ use crate::clock::{secs, to_time, Millis};
 use crate::config::Config;
 use crate::devices::pairing;
 use crate::error::ApiError;
+use crate::jobs::attachments;
 use crate::jobs::decisions::{self, Settled};
 use crate::notices::Notices;
 use crate::store::idempotency;
@@ -139,7 +141,7 @@ pub async fn run(store: Store, config: Config, notices: Notices) -> anyhow::Resu
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        match sweep_once(&store, store.clock().now()).await {
+        match sweep_once(&store, &config, store.clock().now()).await {
             Ok((swept, expired_decisions)) => {
                 notices
                     .runs_swept(&swept.interrupted, &swept.accounts, expired_decisions)
@@ -158,6 +160,7 @@ pub async fn run(store: Store, config: Config, notices: Notices) -> anyhow::Resu
 
 async fn sweep_once(
     store: &Store,
+    config: &Config,
     now: DateTime<Utc>,
 ) -> Result<(SweepOutcome, Vec<Settled>), ApiError> {
     let swept = try_expire_leases(store, now).await?;
@@ -170,6 +173,7 @@ async fn sweep_once(
     delete_expired_sessions(&mut tx, now_ms).await?;
     idempotency::delete_stale(&mut tx, now_ms).await?;
     tx.commit().await?;
+    attachments::sweep(store, &config.data_dir, now_ms).await?;
     Ok((swept, expired_decisions))
 }
 

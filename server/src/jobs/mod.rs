@@ -10,6 +10,7 @@
 //! **Invariant:** a job never moves to another device, and a job of another account is
 //! `not_found`.
 
+pub mod attachments;
 pub mod claim_gates;
 pub mod context_answers;
 pub mod decisions;
@@ -25,7 +26,7 @@ use tether_protocol::capabilities::Capabilities;
 use tether_protocol::git::{BranchChoice, GitOptions};
 use tether_protocol::jobs::{Job, JobSpec, JobState, NewJobParams, Outcome, RerunParams};
 use tether_protocol::text::TextKind;
-use tether_protocol::{AccountId, Code, DeviceId, JobId};
+use tether_protocol::{AccountId, AttachmentId, Code, DeviceId, JobId};
 
 use crate::accounts::{check_text, parse_name};
 use crate::clock::to_time;
@@ -60,6 +61,8 @@ pub struct NewJob {
     rerun_of: Option<JobId>,
     /// A follow-up sent without `git` keeps the git choices of the job it continues.
     git_from_earlier: bool,
+    /// The uploads (or, for a re-run, the earlier job's attachments) it carries, in order.
+    attachments: Vec<AttachmentId>,
 }
 
 impl TryFrom<NewJobParams> for NewJob {
@@ -84,6 +87,7 @@ impl TryFrom<NewJobParams> for NewJob {
             ));
         }
         check_secret_names(&params.secrets)?;
+        attachments::check_ids(&params.attachments)?;
         let git_from_earlier = params.git.is_none() && params.continues.is_some();
         let spec = JobSpec {
             title,
@@ -107,6 +111,7 @@ impl TryFrom<NewJobParams> for NewJob {
             continues: params.continues,
             rerun_of: None,
             git_from_earlier,
+            attachments: params.attachments,
         })
     }
 }
@@ -124,10 +129,11 @@ pub async fn create(store: &Store, account_id: &AccountId, new: NewJob) -> Resul
         continues,
         rerun_of,
         git_from_earlier,
+        attachments: attachment_ids,
     } = new;
     let now = store.now();
     let job_id = JobId::generate();
-    let alone = continues.is_none() && rerun_of.is_none();
+    let alone = continues.is_none() && rerun_of.is_none() && attachment_ids.is_empty();
     let run_number = match (alone, store.postgres_pool()) {
         // On PostgreSQL a job that neither continues nor runs again another is one
         // statement: its device is checked again in it, so a device revoked since the read
@@ -164,11 +170,20 @@ pub async fn create(store: &Store, account_id: &AccountId, new: NewJob) -> Resul
             let reads = InTx { tx: &mut tx, now };
             let capabilities = devices::usable_capabilities(reads, account_id, &device_id).await?;
             check_runnable(&mut spec, capabilities.as_ref(), &job_id)?;
+            // Listed in the spec, so the claim carries them with no statement of its own.
+            let chosen = if attachment_ids.is_empty() {
+                Vec::new()
+            } else {
+                let earlier = rerun_of.as_ref();
+                attachments::choose(&mut tx, account_id, &attachment_ids, earlier, now).await?
+            };
+            spec.attachments = chosen.iter().map(|item| item.attachment.clone()).collect();
             let earlier = continues.as_ref();
             job_rows::insert_queued(
                 &mut tx, &job_id, account_id, &device_id, &spec, earlier, now,
             )
             .await?;
+            attachments::attach(&mut tx, account_id, &job_id, &chosen, now).await?;
             if let Some(row) = &earlier_row {
                 let (root, run) = next_in_chain(&mut tx, account_id, row).await?;
                 job_rows::set_chain(&mut tx, &job_id, rerun_of.as_ref(), &root, run).await?;
@@ -262,6 +277,9 @@ fn created_entry(
                              "folder": spec.folder, "mode": spec.mode, "continues": continues });
     if let Some(earlier) = rerun_of {
         detail["rerunOf"] = json!(earlier);
+    }
+    if !spec.attachments.is_empty() {
+        detail["attachments"] = attachments::ledger_detail(&spec.attachments);
     }
     ledger::Entry::new(LedgerKind::JobCreated, job_id.as_str(), detail)
 }
@@ -378,7 +396,10 @@ pub async fn rerun(
         secrets: params.secrets.unwrap_or(spec.secrets),
         continues: None,
         git: Some(git),
-        attachments: Vec::new(),
+        // Absent: the earlier job's again (copied for the new job when it is created).
+        attachments: params
+            .attachments
+            .unwrap_or_else(|| spec.attachments.into_iter().map(|item| item.id).collect()),
         links: params.links.unwrap_or(spec.links),
     };
     let mut new = NewJob::try_from(new)?;

@@ -167,7 +167,7 @@ async fn store_bytes(
 }
 
 /// Whether the file parses as JSON, read back in a blocking thread (up to the size limit).
-fn parses_as_json(path: &std::path::Path) -> bool {
+pub(super) fn parses_as_json(path: &std::path::Path) -> bool {
     let Ok(file) = std::fs::File::open(path) else {
         return false;
     };
@@ -214,16 +214,27 @@ async fn download(
         .await
         .map_err(|err| ApiError::internal(&err))?;
     let found = ContentType::from_mime(item.mime.as_deref());
+    Ok(served_to_owner(found, &item.name, item.size, file))
+}
+
+/// A stored file for a person's browser, never rendered as an active document: inline only
+/// for plain pictures and text, no sniffing, sandboxed, same-origin, not cached.
+pub(super) fn served_to_owner(
+    found: ContentType,
+    name: &str,
+    size: u64,
+    file: tokio::fs::File,
+) -> HttpResponse {
     let disposition = if found.inline() {
         "inline"
     } else {
         "attachment"
     };
-    Ok(HttpResponse::Ok()
+    HttpResponse::Ok()
         .insert_header((header::CONTENT_TYPE, found.header_value()))
         .insert_header((
             header::CONTENT_DISPOSITION,
-            content_disposition(disposition, &item.name),
+            content_disposition(disposition, name),
         ))
         .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
         .insert_header((header::CACHE_CONTROL, "no-store"))
@@ -232,12 +243,12 @@ async fn download(
             "sandbox; default-src 'none'",
         ))
         .insert_header(("cross-origin-resource-policy", "same-origin"))
-        .no_chunking(item.size)
-        .streaming(read_chunks(file)))
+        .no_chunking(size)
+        .streaming(read_chunks(file))
 }
 
 /// The file in chunks; a read error ends the answer early (the client sees it cut short).
-fn read_chunks(
+pub(super) fn read_chunks(
     file: tokio::fs::File,
 ) -> impl futures_util::Stream<Item = Result<web::Bytes, std::io::Error>> {
     futures_util::stream::unfold(Some(file), |file| async move {
@@ -281,7 +292,7 @@ fn content_disposition(disposition: &str, name: &str) -> HeaderValue {
     HeaderValue::from_str(&value).unwrap_or_else(|_| HeaderValue::from_static("attachment"))
 }
 
-fn header_text(req: &HttpRequest, name: &str) -> Option<String> {
+pub(super) fn header_text(req: &HttpRequest, name: &str) -> Option<String> {
     req.headers()
         .get(name)
         .and_then(|value| value.to_str().ok())
@@ -290,7 +301,7 @@ fn header_text(req: &HttpRequest, name: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-fn content_length(req: &HttpRequest) -> Result<Option<u64>, ApiError> {
+pub(super) fn content_length(req: &HttpRequest) -> Result<Option<u64>, ApiError> {
     match req.headers().get(header::CONTENT_LENGTH) {
         None => Ok(None),
         Some(value) => value
@@ -306,6 +317,6 @@ fn mismatch(message: &str) -> ApiError {
     ApiError::new(Code::InvalidRequest, message)
 }
 
-fn unreadable() -> ApiError {
+pub(super) fn unreadable() -> ApiError {
     ApiError::new(Code::InvalidRequest, "The body could not be read.")
 }

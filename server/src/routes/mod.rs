@@ -11,6 +11,7 @@ use actix_web::{web, HttpResponse};
 use crate::error::ApiError;
 
 mod admin;
+mod attachments;
 mod auth;
 pub(crate) mod client;
 mod context;
@@ -66,6 +67,7 @@ fn routes(table: &mut Table) {
     decisions::routes(table);
     events::routes(table);
     evidence::routes(table);
+    attachments::routes(table);
     files::routes(table);
     job_log::routes(table);
     pairing::routes(table);

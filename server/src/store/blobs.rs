@@ -121,6 +121,36 @@ impl Blobs {
         }
     }
 
+    /// Removes the blob with this digest if its file was last written or found again
+    /// (see [`BlobWriter::commit`]) before `cutoff` (unix milliseconds): the caller checked
+    /// that no row names it, and an upload of the same bytes since then touched the file.
+    /// Answers whether it was removed.
+    ///
+    /// # Errors
+    /// An I/O error other than the file being gone already.
+    pub async fn remove_if_untouched(&self, sha256: &str, cutoff: i64) -> io::Result<bool> {
+        let Some(path) = self.path(sha256) else {
+            return Ok(false);
+        };
+        let modified = match fs::metadata(&path).await {
+            Ok(meta) => meta.modified()?,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(error) => return Err(error),
+        };
+        let modified_ms = modified
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|since| i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        if modified_ms >= cutoff {
+            return Ok(false);
+        }
+        match fs::remove_file(&path).await {
+            Ok(()) => Ok(true),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
     fn temporaries(&self) -> PathBuf {
         self.root.join("tmp")
     }
@@ -184,6 +214,9 @@ impl BlobWriter {
         self.file = None;
         if fs::try_exists(&target).await? {
             self.discard().await;
+            // Found again: a sweep must not take it while the upload that found it records
+            // its row (see [`Blobs::remove_if_untouched`]).
+            touch(&target).await;
             return Ok(false);
         }
         let folder = target
@@ -204,6 +237,21 @@ impl BlobWriter {
         self.file = None;
         let _ = fs::remove_file(&self.temporary).await;
         self.settled = true;
+    }
+}
+
+/// Sets a blob's modification time to now; a failure only shortens its protection.
+async fn touch(path: &Path) {
+    let path = path.to_owned();
+    let touched = tokio::task::spawn_blocking(move || {
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .and_then(|file| file.set_modified(SystemTime::now()))
+    })
+    .await;
+    if !matches!(touched, Ok(Ok(()))) {
+        tracing::warn!("could not touch a blob found again");
     }
 }
 

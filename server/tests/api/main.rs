@@ -11,6 +11,7 @@ mod redis;
 mod helpers;
 
 mod app_shell;
+mod attachments;
 mod auth;
 mod computers_page;
 mod csrf;
