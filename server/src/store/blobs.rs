@@ -322,6 +322,54 @@ mod tests {
         Ok(())
     }
 
+    fn millis(time: SystemTime) -> i64 {
+        time.duration_since(SystemTime::UNIX_EPOCH)
+            .map(|since| i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0)
+    }
+
+    #[tokio::test]
+    async fn a_blob_found_again_is_not_removed_as_untouched() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let blobs = Blobs::new(dir.path());
+        let mut writer = blobs.create().await?;
+        writer.write(b"same bytes").await?;
+        let digest = writer.sha256();
+        writer.commit(&blobs).await?;
+        let path = blobs
+            .path(&digest)
+            .ok_or_else(|| io::Error::other("a digest"))?;
+        let hour_ago = SystemTime::now() - Duration::from_secs(3600);
+        let cutoff = millis(hour_ago + Duration::from_secs(60));
+
+        // Just written: not older than the cutoff.
+        assert!(!blobs.remove_if_untouched(&digest, millis(hour_ago)).await?);
+        // Old, then found again by another upload of the same bytes: touched, kept.
+        std::fs::File::options()
+            .write(true)
+            .open(&path)?
+            .set_modified(hour_ago)?;
+        let mut again = blobs.create().await?;
+        again.write(b"same bytes").await?;
+        assert!(!again.commit(&blobs).await?);
+        assert!(!blobs.remove_if_untouched(&digest, cutoff).await?);
+        assert!(path.is_file());
+        // Old and not found again: removed; gone already is no error.
+        std::fs::File::options()
+            .write(true)
+            .open(&path)?
+            .set_modified(hour_ago)?;
+        assert!(blobs.remove_if_untouched(&digest, cutoff).await?);
+        assert!(!path.exists());
+        assert!(!blobs.remove_if_untouched(&digest, cutoff).await?);
+        assert!(
+            !blobs
+                .remove_if_untouched("../../etc/passwd", cutoff)
+                .await?
+        );
+        Ok(())
+    }
+
     #[tokio::test]
     async fn an_abandoned_upload_leaves_nothing() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
