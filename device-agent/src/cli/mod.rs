@@ -1,7 +1,9 @@
 //! The command line: parse with clap, then apply one command.
 
 pub mod github;
+pub mod mcp;
 pub mod status;
+pub mod tool;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -93,6 +95,16 @@ pub enum Command {
     /// the answer's body with every secret hidden; exits 22 for a status from 400, 2 when
     /// refused.
     SecretHttp(SecretHttpArgs),
+    /// Inside a job: ask the agent running it for more context (`tool context job.chain`,
+    /// `job.get ID`, `jobs.search WORDS…`) or the job's attachments (`tool attachments`,
+    /// `tool attachment ID`). Prints the answer; exits 1 when refused, 2 outside a job.
+    Tool {
+        #[command(subcommand)]
+        command: tool::ToolCommand,
+    },
+    /// Internal: the stdio MCP server a job's coding agent starts (its tool channel).
+    #[command(hide = true)]
+    Mcp,
     /// Folders you trust on this computer: ask mode works there without asking.
     Trust {
         #[command(subcommand)]
@@ -345,12 +357,17 @@ pub async fn execute(cli: Cli, shutdown: impl Future) -> i32 {
 
 async fn apply(cli: Cli, shutdown: impl Future) -> Result<i32> {
     // Run inside a job's sandbox, where this computer's data dir is out of sight.
-    if let Command::SecretHttp(args) = cli.command {
-        return secret_http(args).await;
+    match cli.command {
+        Command::SecretHttp(args) => return secret_http(args).await,
+        Command::Tool { command } => return tool::apply(command).await,
+        Command::Mcp => return mcp::command().await,
+        _ => {}
     }
     let data_dir = DataDir::resolve(cli.data_dir)?;
     match cli.command {
         Command::SecretHttp(args) => secret_http(args).await,
+        Command::Tool { command } => tool::apply(command).await,
+        Command::Mcp => mcp::command().await,
         Command::Pair { url, name } => {
             let paired = pairing::pair(&data_dir, &url, name).await?;
             println!("Paired as {}", paired.name);

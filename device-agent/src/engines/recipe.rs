@@ -68,6 +68,7 @@ async fn execute(recipe: &Recipe, ctx: RunContext<'_>) -> Result<CompleteParams,
         guard,
         hub: _,
         attachments,
+        tools,
     } = ctx;
     let (line_sender, line_receiver) = mpsc::channel(LINE_BUFFER);
     let references = named.references;
@@ -82,6 +83,7 @@ async fn execute(recipe: &Recipe, ctx: RunContext<'_>) -> Result<CompleteParams,
         broker: broker.as_ref(),
         worktree,
         attachments,
+        tools,
     };
     let mut prepared = match confine(recipe, folder, job, guard, granted) {
         Ok(prepared) => prepared,

@@ -511,6 +511,22 @@ impl DeviceClient {
         decode(self.send(request).await?).await
     }
 
+    /// `POST /api/devices/self/jobs/{id}/context` under the run's lease: more context for
+    /// the run (its chain, another job of the account, a search), as bounded text.
+    ///
+    /// # Errors
+    /// [`RemoteError::StaleLease`] when the run's lease is gone; any other [`RemoteError`]
+    /// (422 for an unknown name or bad arguments, 429 past the device's rate).
+    pub async fn task_context(
+        &self,
+        job_id: &JobId,
+        lease_token: &LeaseToken,
+        params: &tether_protocol::task_context::ContextRequest,
+    ) -> Result<tether_protocol::task_context::ContextAnswer, RemoteError> {
+        let request = self.leased(job_id, "context", lease_token).json(params);
+        decode(self.send(request).await?).await
+    }
+
     /// `GET /api/devices/self/decisions/{id}`: where one of this device's decisions is.
     ///
     /// # Errors

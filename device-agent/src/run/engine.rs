@@ -17,6 +17,7 @@ use crate::run::decisions::DecisionHub;
 use crate::run::grant::RunSecrets;
 use crate::run::lease::RunLease;
 use crate::run::stop::{RunStop, StopReason};
+use crate::run::tool_channel::ToolChannel;
 
 /// Everything one run of an engine works with, resolved against this computer's
 /// configuration before the engine starts.
@@ -42,6 +43,9 @@ pub struct RunContext<'a> {
     pub hub: &'a Arc<DecisionHub>,
     /// The files attached to the task, downloaded and checked; `None` when it has none.
     pub attachments: Option<&'a RunAttachments>,
+    /// The run's tool channel (`tether-agent tool`, the coding agent's MCP server); `None`
+    /// when it could not be started.
+    pub tools: Option<&'a ToolChannel>,
 }
 
 /// What runs a job: a recipe, or an ACP coding agent.

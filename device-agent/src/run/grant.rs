@@ -16,6 +16,7 @@ use crate::run::attachments::RunAttachments;
 use crate::run::environment;
 use crate::run::evidence::RunEvidence;
 use crate::run::secret_http::{Broker, BrokerContext};
+use crate::run::tool_channel::ToolChannel;
 
 /// The secrets of one run, read from the vault when it starts.
 #[derive(Clone)]
@@ -55,6 +56,8 @@ pub struct Granted<'a> {
     pub worktree: Option<&'a Worktree>,
     /// The files attached to the task: their folder readable, named in the environment.
     pub attachments: Option<&'a RunAttachments>,
+    /// The run's tool channel: its socket readable, named in the environment.
+    pub tools: Option<&'a ToolChannel>,
 }
 
 impl Granted<'_> {
@@ -77,6 +80,9 @@ impl Granted<'_> {
         }
         if let Some(attachments) = self.attachments {
             attachments.grant(&mut env, &mut readable);
+        }
+        if let Some(tools) = self.tools {
+            tools.grant(&mut env, &mut readable);
         }
         (env, writable, readable)
     }

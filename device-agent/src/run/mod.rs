@@ -18,6 +18,8 @@
 //! - [`delivery`]: the job's git delivery — its branch before the run, then commits, a push
 //!   with the computer's sign-in and a pull request;
 //! - [`secret_http`]: secrets used by reference, through a broker the run's programs call;
+//! - [`tool_channel`]: what the run may ask of the agent while it runs (more context under
+//!   its lease, its attachments), for recipes and for a coding agent's MCP server;
 //! - [`model_network`]: an engine limited to its model endpoints, through relays and a
 //!   filtering proxy on sockets its sandbox forwards;
 //! - [`environment`]: the allow list of the child environment;
@@ -48,6 +50,7 @@ pub mod stop;
 #[allow(clippy::duplicate_mod, dead_code)]
 #[path = "../../tests/support/http_request.rs"]
 mod test_http;
+pub mod tool_channel;
 pub mod workplace;
 
 pub use engine::{Engine, RunContext};
@@ -68,6 +71,7 @@ use crate::remote::client::{DeviceClient, RemoteError};
 use decisions::DecisionHub;
 use engine::blocked;
 use lease::{Recovery, RunLease};
+use tool_channel::ToolChannel;
 use workplace::FolderClaims;
 
 /// What every run of one agent process shares, made once at its start: the data dir, the
@@ -189,6 +193,7 @@ async fn execute<E: Engine>(
         Err(attachments::NotPlaced::Refused(params)) => return Ok(*params),
         Err(attachments::NotPlaced::Stopped(reason)) => return Err(reason),
     };
+    let tools = start_tools(run, data_dir, attachments.as_ref());
     let entry = workplace::Entry {
         claims: &run.common.claims,
         client: run.client,
@@ -216,6 +221,7 @@ async fn execute<E: Engine>(
         guard,
         hub: &run.common.hub,
         attachments: attachments.as_ref(),
+        tools: tools.as_ref(),
     };
     let prepared = match delivery::prepare(run.job, &folder.path, data_dir).await {
         delivery::Preparation::NotAsked => None,
@@ -229,6 +235,7 @@ async fn execute<E: Engine>(
     // The engine journals the outcome the moment its process ends; the completion made
     // here replaces it, with the delivery and the change list.
     let mut params = engine.run(ctx).await?;
+    drop(tools);
     if let Some(prepared) = prepared {
         run.lease.delivering();
         deliver(run, prepared, data_dir, &mut params).await;
@@ -264,6 +271,28 @@ async fn deliver(
         stop: run.stop,
     };
     delivery::deliver(prepared, &delivering, params).await;
+}
+
+/// Starts the run's tool channel: what its programs may ask of this agent while it runs
+/// (more context under its lease, its attachments). A run goes on without one, logged, when
+/// it cannot be served.
+fn start_tools(
+    run: Claimed<'_>,
+    data_dir: &Path,
+    attachments: Option<&attachments::RunAttachments>,
+) -> Option<ToolChannel> {
+    let context = tool_channel::ChannelContext {
+        client: run.client.clone(),
+        lease: run.lease.clone(),
+        stop: run.stop.clone(),
+        attachments: attachments
+            .map(|placed| placed.placed().to_vec())
+            .unwrap_or_default(),
+        hidden: run.secrets.hidden.clone(),
+    };
+    ToolChannel::start(data_dir, context)
+        .map_err(|err| tracing::warn!(job = %run.job.id, "the run has no tool channel: {err:#}"))
+        .ok()
 }
 
 /// Records the folder's state before the engine starts. A failure is logged: it costs the

@@ -273,18 +273,38 @@ impl Broker {
 
     /// Shows the broker to a run: its variables, and the socket and this program readable.
     pub fn grant(&self, env: &mut Vec<(String, String)>, readable: &mut Vec<PathBuf>) {
-        let mut vars = vec![
+        let vars = vec![
             (SOCKET_VAR.to_owned(), self.socket.display().to_string()),
             (TOKEN_VAR.to_owned(), self.token.clone()),
         ];
         readable.push(self.socket.clone());
-        if let Ok(program) = std::env::current_exe().and_then(|path| path.canonicalize()) {
-            vars.push((AGENT_VAR.to_owned(), program.display().to_string()));
+        grant_vars(vars, env, readable);
+    }
+}
+
+/// Adds `vars` to a run's `env` (replacing variables of the same names), with this program
+/// as [`AGENT_VAR`], readable in its sandbox: what every channel from a run to this agent
+/// shows it.
+pub fn grant_vars(
+    mut vars: Vec<(String, String)>,
+    env: &mut Vec<(String, String)>,
+    readable: &mut Vec<PathBuf>,
+) {
+    if let Some(program) = agent_program() {
+        vars.push((AGENT_VAR.to_owned(), program.display().to_string()));
+        if !readable.contains(&program) {
             readable.push(program);
         }
-        env.retain(|(name, _)| !vars.iter().any(|(var, _)| var == name));
-        env.extend(vars);
     }
+    env.retain(|(name, _)| !vars.iter().any(|(var, _)| var == name));
+    env.extend(vars);
+}
+
+/// This agent's own program, with links resolved: what a run calls back into.
+pub fn agent_program() -> Option<PathBuf> {
+    std::env::current_exe()
+        .and_then(|path| path.canonicalize())
+        .ok()
 }
 
 impl Drop for Broker {
@@ -330,7 +350,7 @@ fn remove_sockets(folder: &Path, depth: usize) {
     }
 }
 
-fn random_text(bytes: usize) -> String {
+pub(crate) fn random_text(bytes: usize) -> String {
     let mut raw = vec![0u8; bytes];
     rand::rngs::OsRng.fill_bytes(&mut raw);
     URL_SAFE_NO_PAD.encode(raw)
@@ -361,7 +381,7 @@ async fn serve(listener: UnixListener, served: Arc<Served>) {
 
 async fn answer_connection(stream: AsyncUnixStream, served: Arc<Served>) {
     let (reader, mut writer) = stream.into_split();
-    let answer = match read_request_line(reader).await {
+    let answer = match read_request_line(reader, MAX_REQUEST_LINE, READ_TIMEOUT).await {
         Ok(line) => match serde_json::from_str::<Request>(&line) {
             Ok(request) => answer(&served, request).await,
             Err(err) => Answer::Refused {
@@ -377,11 +397,15 @@ async fn answer_connection(stream: AsyncUnixStream, served: Arc<Served>) {
     let _ = writer.write_all(text.as_bytes()).await;
 }
 
-/// Reads one line, refusing one that does not end within [`MAX_REQUEST_LINE`].
-async fn read_request_line(reader: impl tokio::io::AsyncRead + Unpin) -> Result<String, String> {
-    let mut reader = tokio::io::BufReader::new(reader.take(MAX_REQUEST_LINE));
+/// Reads one line, refusing one that does not end within `max` bytes or `timeout`.
+pub(crate) async fn read_request_line(
+    reader: impl tokio::io::AsyncRead + Unpin,
+    max: u64,
+    timeout: Duration,
+) -> Result<String, String> {
+    let mut reader = tokio::io::BufReader::new(reader.take(max));
     let mut line = String::new();
-    match tokio::time::timeout(READ_TIMEOUT, reader.read_line(&mut line)).await {
+    match tokio::time::timeout(timeout, reader.read_line(&mut line)).await {
         Ok(Ok(_)) if line.ends_with('\n') => Ok(line),
         Ok(Ok(_)) => Err("the request is too large or incomplete".into()),
         Ok(Err(err)) => Err(format!("the request could not be read: {err}")),

@@ -42,8 +42,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_client_protocol::v1::schema::{
-    CancelNotification, CreateTerminalRequest, InitializeResponse,
-    KillTerminalRequest, LoadSessionRequest, NewSessionRequest, PromptRequest, PromptResponse,
+    CancelNotification, CreateTerminalRequest, InitializeResponse, KillTerminalRequest,
+    LoadSessionRequest, McpServer, NewSessionRequest, PromptRequest, PromptResponse,
     ReadTextFileRequest, ReleaseTerminalRequest, RequestPermissionRequest, SessionId,
     SessionNotification, StopReason as AcpStopReason, TerminalOutputRequest,
     WaitForTerminalExitRequest, WriteTextFileRequest,
@@ -66,6 +66,7 @@ use crate::run::model_network;
 use crate::run::process_group::TERMINATE_GRACE;
 use crate::run::progress::{self, report_output};
 use crate::run::stop::{RunStop, StopReason};
+use crate::run::tool_channel;
 use crate::sandbox;
 use client::{Denial, Said, Session};
 use continuation::{Load, Opening, Place, Recall};
@@ -127,6 +128,7 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         guard,
         hub,
         attachments,
+        tools,
     } = ctx;
     let work_folder = match checked_before_start(engine, folder, guard) {
         Ok(path) => path,
@@ -169,6 +171,7 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         broker: broker.as_ref(),
         worktree,
         attachments,
+        tools,
     }
     .into_parts(job);
     let launch = Launch {
@@ -231,9 +234,11 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         recall.clone(),
     ));
     let deadline = Instant::now() + time_limit(job);
+    let mcp_servers = tool_channel::acp_servers(tools);
     let conversation = Conversation {
         opening: &opening,
         recall: &recall,
+        mcp_servers: &mcp_servers,
         stop,
         deadline,
         sign_in: SignInPlace {
@@ -355,6 +360,8 @@ struct Conversation<'a> {
     opening: &'a Opening,
     /// Where the session is stored once the agent names it.
     recall: &'a Recall,
+    /// The MCP servers the session gets: the run's tool channel, `tether-agent mcp`.
+    mcp_servers: &'a [McpServer],
     stop: &'a RunStop,
     deadline: Instant,
     sign_in: SignInPlace<'a>,
@@ -531,13 +538,14 @@ async fn talk(
     let Conversation {
         opening,
         recall,
+        mcp_servers,
         stop,
         deadline,
         sign_in,
         task,
     } = *conversation;
     let opened = tokio::select! {
-        ready = open_session(cx, session, opening, sign_in) => match ready {
+        ready = open_session(cx, session, opening, mcp_servers, sign_in) => match ready {
             Ok(ready) => ready,
             Err(turn) => return turn,
         },
@@ -592,11 +600,12 @@ struct Opened {
 /// `initialize`, `authenticate` when the agent lists an `env_var` method whose variables the
 /// agent has, then `session/load` of the session `opening` names when the agent can load
 /// one, else `session/new` in the job's folder; the failed (or blocked) turn when neither
-/// works.
+/// works. The session gets `mcp_servers`.
 async fn open_session(
     cx: &ConnectionTo<Agent>,
     session: &Session,
     opening: &Opening,
+    mcp_servers: &[McpServer],
     place: SignInPlace<'_>,
 ) -> Result<Opened, Turn> {
     let introduced = handshake::initialize(cx, place.reads_files)
@@ -622,7 +631,7 @@ async fn open_session(
     }
     let agent = introduced.agent;
     if let Some(load) = &opening.load {
-        match load_session(cx, session, &agent, load).await {
+        match load_session(cx, session, &agent, load, mcp_servers).await {
             Ok(session_id) => {
                 return Ok(Opened {
                     agent,
@@ -635,7 +644,10 @@ async fn open_session(
         }
     }
     let new_session = cx
-        .send_request(NewSessionRequest::new(session.folder().to_path_buf()))
+        .send_request(
+            NewSessionRequest::new(session.folder().to_path_buf())
+                .mcp_servers(mcp_servers.to_vec()),
+        )
         .block_task()
         .await
         .map_err(|err| session_refused(&methods, &err, place))?;
@@ -656,6 +668,7 @@ async fn load_session(
     session: &Session,
     agent: &InitializeResponse,
     load: &Load,
+    mcp_servers: &[McpServer],
 ) -> Result<SessionId, String> {
     if !agent.agent_capabilities.load_session {
         return Err("the agent does not offer to load an earlier session (loadSession)".to_owned());
@@ -663,7 +676,7 @@ async fn load_session(
     let session_id = SessionId::new(load.session_id.as_str());
     session.loading();
     let request = LoadSessionRequest::new(session_id.clone(), session.folder().to_path_buf())
-        .mcp_servers(Vec::new());
+        .mcp_servers(mcp_servers.to_vec());
     match cx.send_request(request).block_task().await {
         Ok(_) => {
             session.started(session_id.clone());

@@ -1,0 +1,257 @@
+//! `tether-agent mcp`: the stdio MCP server a run's coding agent starts.
+//!
+//! The ACP engine lists it in the `mcpServers` of the session it opens
+//! ([`crate::run::tool_channel::acp_servers`]), so the coding agent starts it as its child,
+//! inside the run's sandbox, with the run's channel in its environment. Everything it
+//! offers is forwarded to that channel, which the agent serves outside the sandbox:
+//!
+//! - the tool `tether_context`: more context from the Tether server, under the run's lease;
+//! - the job's attachments as resources (`tether://attachments/<id>/<name>`).
+//!
+//! Built on the official Rust MCP SDK (`rmcp`), its handler written out by hand.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    JsonObject, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+    ResourceContents, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt as _};
+use serde_json::json;
+use tether_protocol::task_context::{CHAIN, GET, SEARCH};
+
+use crate::run::tool_channel::{self, Answer, Call, Listed};
+
+/// The context tool's name (Claude Code shows it as `mcp__tether__tether_context`).
+pub const CONTEXT_TOOL: &str = "tether_context";
+/// How an attachment's resource address begins.
+const ATTACHMENT_URI: &str = "tether://attachments/";
+
+/// Serves MCP on stdin and stdout until the client closes them; the exit code.
+///
+/// # Errors
+/// When the server cannot start or its transport fails.
+pub async fn command() -> Result<i32> {
+    let Some((socket, token)) = tool_channel::from_env() else {
+        eprintln!(
+            "tether-agent mcp runs inside a job, started by its coding agent (no {})",
+            tool_channel::SOCKET_VAR
+        );
+        return Ok(2);
+    };
+    let server = Server {
+        channel: Arc::new((socket, token)),
+    };
+    let running = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .context("the MCP session did not start")?;
+    running.waiting().await?;
+    Ok(0)
+}
+
+/// The run's channel: its socket and token.
+#[derive(Clone)]
+struct Server {
+    channel: Arc<(PathBuf, String)>,
+}
+
+impl Server {
+    async fn ask(&self, call: Call) -> Result<Answer, ErrorData> {
+        let (socket, token) = &*self.channel;
+        tool_channel::ask(socket, token, call)
+            .await
+            .map_err(|err| ErrorData::internal_error(format!("{err:#}"), None))
+    }
+}
+
+/// The context tool: its name, what a model reads of it, and its input schema.
+pub fn context_tool() -> Tool {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "name": {
+                "type": "string",
+                "enum": [CHAIN, GET, SEARCH],
+                "description": "What to ask: \"job.chain\" for the earlier runs this job continues (their prompts, outcomes and reports, oldest first); \"job.get\" for another job of the same account by its id (its prompt, outcome, report and changed-file list, never file contents); \"jobs.search\" for the account's jobs whose title or prompt hold every given word (newest first, at most 20)."
+            },
+            "args": {
+                "type": "object",
+                "description": "The arguments: {} for job.chain, {\"id\": \"<job id>\"} for job.get, {\"query\": \"<words>\"} for jobs.search.",
+                "properties": {
+                    "id": {"type": "string", "description": "job.get: the job's id."},
+                    "query": {"type": "string", "description": "jobs.search: the words to look for."}
+                }
+            }
+        },
+        "required": ["name"]
+    });
+    let schema: JsonObject = match schema {
+        serde_json::Value::Object(object) => object,
+        _ => JsonObject::new(),
+    };
+    Tool::new(
+        CONTEXT_TOOL,
+        "Ask Tether, the service that assigned this task, for more context about it: the earlier runs of the job it continues, another job of the same account, or the account's jobs matching some words. Answers plain text.",
+        schema,
+    )
+}
+
+/// An attachment as a resource.
+fn resource(listed: &Listed) -> Resource {
+    let attachment = &listed.attachment;
+    Resource::new(uri(listed), attachment.name.clone())
+        .with_mime_type(attachment.media_type.clone())
+        .with_size(attachment.size)
+        .with_description(format!(
+            "Attached to this job's task; also on this computer at {}",
+            listed.path.display()
+        ))
+}
+
+/// `tether://attachments/<id>/<name>`, the name percent-encoded.
+fn uri(listed: &Listed) -> String {
+    let mut name = String::new();
+    for byte in listed.attachment.name.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            name.push(char::from(byte));
+        } else {
+            name.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    format!("{ATTACHMENT_URI}{}/{name}", listed.attachment.id.as_str())
+}
+
+fn refusal(error: String) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(error)])
+}
+
+impl ServerHandler for Server {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .build(),
+        )
+        .with_server_info(Implementation::new("tether", crate::AGENT_VERSION))
+        .with_instructions(
+            "Tether assigned this task. Call tether_context for more context about it (the \
+             runs it continues, other jobs of the account); the files attached to the task \
+             are this server's resources.",
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(vec![context_tool()]))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        (name == CONTEXT_TOOL).then(context_tool)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        if request.name != CONTEXT_TOOL {
+            return Err(ErrorData::invalid_params(
+                format!("no tool named {}", request.name),
+                None,
+            ));
+        }
+        let arguments = request.arguments.unwrap_or_default();
+        let Some(name) = arguments.get("name").and_then(|name| name.as_str()) else {
+            return Ok(
+                refusal(format!("name is required: one of {CHAIN}, {GET}, {SEARCH}")).into(),
+            );
+        };
+        let args = arguments.get("args").cloned().unwrap_or_else(|| json!({}));
+        let result = match self
+            .ask(Call::Context {
+                name: name.to_owned(),
+                args,
+            })
+            .await?
+        {
+            Answer::Text { text } => CallToolResult::success(vec![ContentBlock::text(text)]),
+            Answer::Refused { error } => refusal(error),
+            other => refusal(format!("the agent answered something else: {other:?}")),
+        };
+        Ok(result.into())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        match self.ask(Call::Attachments).await? {
+            Answer::Attachments { attachments } => Ok(ListResourcesResult::with_all_items(
+                attachments.iter().map(resource).collect(),
+            )),
+            Answer::Refused { error } => Err(ErrorData::internal_error(error, None)),
+            _ => Err(ErrorData::internal_error(
+                "the agent answered something else",
+                None,
+            )),
+        }
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let Some(id) = request
+            .uri
+            .strip_prefix(ATTACHMENT_URI)
+            .and_then(|rest| rest.split('/').next())
+            .filter(|id| !id.is_empty())
+        else {
+            return Err(ErrorData::resource_not_found(
+                format!("no resource {}", request.uri),
+                None,
+            ));
+        };
+        let (attachment, contents) = match self.ask(Call::Attachment { id: id.to_owned() }).await? {
+            Answer::Content {
+                attachment,
+                text: Some(text),
+                ..
+            } => {
+                let contents = ResourceContents::text(text, request.uri.clone());
+                (attachment, contents)
+            }
+            Answer::Content {
+                attachment,
+                base64: Some(blob),
+                ..
+            } => (
+                attachment,
+                ResourceContents::blob(blob, request.uri.clone()),
+            ),
+            Answer::Refused { error } => {
+                return Err(ErrorData::resource_not_found(error, None));
+            }
+            _ => {
+                return Err(ErrorData::internal_error(
+                    "the agent answered something else",
+                    None,
+                ))
+            }
+        };
+        let contents = contents.with_mime_type(attachment.attachment.media_type);
+        Ok(ReadResourceResult::new(vec![contents]).into())
+    }
+}
