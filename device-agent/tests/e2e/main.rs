@@ -40,6 +40,7 @@ mod review;
 mod seal;
 mod secret_http;
 mod secrets;
+mod tool_channel;
 
 use std::path::Path;
 use std::process::Stdio;

@@ -21,7 +21,7 @@ use super::{
 
 /// A preset under test, and how it is pointed at the model server.
 #[derive(Debug, Clone, Copy)]
-enum Agent {
+pub(super) enum Agent {
     ClaudeCode,
     Codex,
     Gemini,
@@ -68,15 +68,15 @@ impl Agent {
 
 /// A paired computer with one preset engine `agent`, its daemon running under a backend,
 /// the owner's home a folder of the test's.
-struct Computer {
+pub(super) struct Computer {
     _server: Server,
-    web: Web,
-    device_id: String,
-    model: ModelServer,
+    pub(super) web: Web,
+    pub(super) device_id: String,
+    pub(super) model: ModelServer,
     data: tempfile::TempDir,
     owner_home: tempfile::TempDir,
     work: tempfile::TempDir,
-    daemon: Daemon,
+    pub(super) daemon: Daemon,
 }
 
 /// The agent's CLI with the owner's home set (the guard and `--use-my-sign-in` read it).
@@ -111,7 +111,7 @@ async fn cli_ok(computer_data: &Path, owner_home: &Path, backend: &str, args: &[
 impl Computer {
     /// Under `backend`, the engine on `network`, `extra` more `engine add` options;
     /// `before_add` prepares the owner's home.
-    async fn start(
+    pub(super) async fn start(
         agent: Agent,
         agents: &CodingAgents,
         backend: &str,
@@ -204,7 +204,7 @@ impl Computer {
     }
 
     /// The job's folder.
-    fn folder(&self) -> PathBuf {
+    pub(super) fn folder(&self) -> PathBuf {
         self.work.path().canonicalize().unwrap()
     }
 

@@ -47,6 +47,8 @@ pub enum Action {
     WriteFile { path: String, content: String },
     /// Run `command` with the agent's shell tool.
     RunCommand { command: String },
+    /// Call the tool `name` (or an MCP tool of that name, `mcp__SERVER__name`) with `input`.
+    CallTool { name: String, input: Value },
     /// No tool: only the final text.
     Nothing,
 }
@@ -68,6 +70,11 @@ impl Script {
     pub fn run_command(command: impl Into<String>, marker: &str) -> Self {
         let command = command.into();
         Script::new(Action::RunCommand { command }, marker)
+    }
+
+    pub fn call_tool(name: impl Into<String>, input: Value, marker: &str) -> Self {
+        let name = name.into();
+        Script::new(Action::CallTool { name, input }, marker)
     }
 
     pub fn say(marker: &str) -> Self {
@@ -111,6 +118,9 @@ pub struct Request {
     pub tools: Vec<String>,
     /// The tool result it brought back, if its last message was one.
     pub result: Option<String>,
+    /// The media types of the images its messages carry (Anthropic's `image` blocks with a
+    /// base64 source).
+    pub images: Vec<String>,
     /// What the server answered, in short: `tool NAME`, `text TEXT`, or `status N`.
     pub answer: String,
 }
@@ -281,6 +291,7 @@ fn answer(state: &State, http: &HttpRequest) -> Exchange {
         stream: body["stream"].as_bool().unwrap_or(false),
         tools: Vec::new(),
         result: None,
+        images: Vec::new(),
         answer: String::new(),
     };
     let (status, reply) = match provider {
@@ -420,6 +431,7 @@ fn anthropic(
     }
     request.tools = names(&body["tools"], "/name");
     request.result = anthropic_result(body);
+    request.images = anthropic_images(body);
     let call = anthropic_call(&request.tools, &script.action);
     let step = next_step(script, request.result.as_deref(), &request.tools, call);
     request.answer = step.summary();
@@ -446,6 +458,19 @@ fn anthropic_result(body: &Value) -> Option<String> {
     Some(format!("{}{flag}", result["content"]))
 }
 
+fn anthropic_images(body: &Value) -> Vec<String> {
+    let parts = body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|message| message["content"].as_array())
+        .flatten();
+    parts
+        .filter(|part| part["type"] == "image" && part["source"]["type"] == "base64")
+        .filter_map(|part| part["source"]["media_type"].as_str().map(str::to_owned))
+        .collect()
+}
+
 fn anthropic_call(tools: &[String], action: &Action) -> Option<Step> {
     let (name, input) = match action {
         Action::WriteFile { path, content } => (
@@ -457,6 +482,7 @@ fn anthropic_call(tools: &[String], action: &Action) -> Option<Step> {
             find_tool(tools, &["Bash"])?,
             json!({ "command": command, "description": "Run the scripted command", "timeout": 120000 }),
         ),
+        Action::CallTool { name, input } => (find_tool(tools, &[name.as_str()])?, input.clone()),
         Action::Nothing => return None,
     };
     let name = name.clone();
@@ -591,6 +617,9 @@ fn openai_call(tools: &Value, action: &Action) -> Option<Step> {
             };
             (name.clone(), input)
         }
+        Action::CallTool { name, input } => {
+            (find_tool(&listed, &[name.as_str()])?.clone(), input.clone())
+        }
         Action::Nothing => return None,
     };
     let freeform = freeform(&name);
@@ -713,6 +742,7 @@ fn gemini_call(tools: &[String], action: &Action) -> Option<Step> {
             find_tool(tools, &["run_shell_command"])?,
             json!({ "command": command, "description": "Run the scripted command" }),
         ),
+        Action::CallTool { name, input } => (find_tool(tools, &[name.as_str()])?, input.clone()),
         Action::Nothing => return None,
     };
     let name = name.clone();
