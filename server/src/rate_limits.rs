@@ -35,6 +35,8 @@ pub enum Bucket {
     Files,
     /// `POST /api/devices/self/jobs/{id}/context`, per device.
     Context,
+    /// `POST /api/attachments`, per account.
+    Uploads,
     /// `POST /api/auth/signup`, per client address.
     Signup,
     /// `POST /api/auth/login`, per client address (the per-email backoff is
@@ -43,7 +45,7 @@ pub enum Bucket {
 }
 
 impl Bucket {
-    pub const ALL: [Bucket; 9] = [
+    pub const ALL: [Bucket; 10] = [
         Bucket::Pairing,
         Bucket::Link,
         Bucket::Register,
@@ -51,6 +53,7 @@ impl Bucket {
         Bucket::Progress,
         Bucket::Files,
         Bucket::Context,
+        Bucket::Uploads,
         Bucket::Signup,
         Bucket::Login,
     ];
@@ -65,6 +68,7 @@ impl Bucket {
             Bucket::Progress => "progress",
             Bucket::Files => "files",
             Bucket::Context => "context",
+            Bucket::Uploads => "uploads",
             Bucket::Signup => "signup",
             Bucket::Login => "login",
         }
@@ -106,6 +110,7 @@ pub struct RateLimitConfig {
     pub progress: Rate,
     pub files: Rate,
     pub context: Rate,
+    pub uploads: Rate,
     pub signup: Rate,
     pub login: Rate,
 }
@@ -125,6 +130,8 @@ impl RateLimitConfig {
             progress: Rate::per_minute(600),
             files: Rate::per_minute(60),
             context: Rate::per_minute(60),
+            // A phone attaching a job's 20 files and retrying some of them, several times.
+            uploads: Rate::per_minute(120),
             signup: Rate::per_hour(20),
             login: Rate::per_hour(60),
         }
@@ -146,6 +153,7 @@ impl RateLimitConfig {
             Bucket::Progress => self.progress,
             Bucket::Files => self.files,
             Bucket::Context => self.context,
+            Bucket::Uploads => self.uploads,
             Bucket::Signup => self.signup,
             Bucket::Login => self.login,
         }
@@ -160,6 +168,7 @@ impl RateLimitConfig {
             Bucket::Progress => &mut self.progress,
             Bucket::Files => &mut self.files,
             Bucket::Context => &mut self.context,
+            Bucket::Uploads => &mut self.uploads,
             Bucket::Signup => &mut self.signup,
             Bucket::Login => &mut self.login,
         }

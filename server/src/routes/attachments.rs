@@ -24,6 +24,7 @@ use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
 use crate::jobs::attachments;
 use crate::jobs::evidence::{ContentType, Sniffer};
+use crate::rate_limits::Bucket;
 use crate::state::AppState;
 use crate::store::blobs::Blobs;
 
@@ -45,7 +46,7 @@ pub(super) fn routes(table: &mut Table) {
              goes in a job's `attachments`; unused, it expires after an hour.",
         )
         .answer::<Attachment>(201, "Stored, waiting for a job.")
-        .errors(&[400, 409, 413, 422]);
+        .errors(&[400, 409, 413, 422, 429]);
     table
         .delete(
             "/api/attachments/{id}",
@@ -82,11 +83,12 @@ async fn upload(
     caller: Caller,
     mut body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
+    let account_id = &caller.account.id;
+    state.limits.check(Bucket::Uploads, account_id.as_str())?;
     let name = attachments::parse_name(header_text(&req, ATTACHMENT_NAME_HEADER).as_deref())?;
     if content_length(&req)?.is_some_and(|declared| declared > MAX_ATTACHMENT_BYTES) {
         return Err(attachments::too_large());
     }
-    let account_id = &caller.account.id;
     attachments::check_room(&state.store, account_id).await?;
     let blobs = Blobs::new(&state.config.data_dir);
     let mut blob = blobs

@@ -13,10 +13,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::both_backends;
 use crate::helpers::{
-    assert_error, exec_sql, job_body, query_i64, spawn_app, DeviceClient, TestApp, WebClient,
+    assert_error, exec_sql, job_body, query_i64, spawn_app, spawn_app_with, DeviceClient, TestApp,
+    WebClient,
 };
 use tether_protocol::attachments::{MAX_ATTACHMENT_BYTES, UPLOAD_TTL_SECS};
 use tether_server::jobs::attachments;
+use tether_server::rate_limits::RateLimitConfig;
 
 /// The smallest valid PNG: one transparent pixel.
 const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89\0\0\0\rIDATx\x9cc\xf8\x0f\x00\x01\x01\x01\x00\x18\xdd\x8d\xb4\0\0\0\0IEND\xaeB`\x82";
@@ -283,7 +285,11 @@ both_backends! {
     }
 
     async fn limits_are_kept(backend) {
-        let app = spawn_app(backend).await;
+        // More uploads than a minute's rate: the caps below are what is tested here.
+        let app = spawn_app_with(backend, |config| {
+            config.rate_limits = RateLimitConfig::parse("uploads=1000/min").unwrap();
+        })
+        .await;
         let ann = app.user("ann@example.com").await;
         let device = app.device(&ann, "install-1").await;
 
@@ -405,6 +411,21 @@ both_backends! {
         // A malformed id in a path is a clear 400 or 404, never a 500.
         let res = ann.delete("/api/attachments/..%2F..").await;
         assert!(matches!(res.status().as_u16(), 400 | 404), "{}", res.status());
+    }
+
+    async fn uploads_are_rate_limited_per_account(backend) {
+        let app = spawn_app_with(backend, |config| {
+            config.rate_limits = RateLimitConfig::parse("uploads=2/min").unwrap();
+        })
+        .await;
+        let ann = app.user("ann@example.com").await;
+        let bob = app.user("bob@example.com").await;
+        uploaded(&ann, "one.txt", b"1").await;
+        uploaded(&ann, "two.txt", b"2").await;
+        let res = upload(&ann, "three.txt", b"3").await;
+        assert!(res.headers().contains_key("retry-after"));
+        assert_error(res, 429, "rate_limited").await;
+        uploaded(&bob, "bobs.txt", b"1").await;
     }
 
     async fn a_rerun_carries_them_and_takes_what_it_names(backend) {
