@@ -9,6 +9,7 @@ use tether_protocol::devices::Device;
 use tether_protocol::jobs::{Job, JobSpec, Mode};
 use tether_protocol::secrets::SavedName;
 
+use super::attachments::attach_fields;
 use super::delivery::{git_fieldset, FIELD_WORDS};
 use super::layout::{ago, error_page, page};
 use super::redirects::signin_redirect;
@@ -140,6 +141,7 @@ fn assign_form(
                 }
                 label { "Title" input type="text" name="title" maxlength="200" required; }
                 label { "Prompt" textarea name="prompt" maxlength="20000" {} }
+                (attach_fields("assign", &[], None, &[]))
                 (mode_field("assign", Mode::Review))
                 label.inline { input type="checkbox" name="network"; "Allow network access" }
                 (secret_choices(held))

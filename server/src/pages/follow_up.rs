@@ -16,6 +16,7 @@ use tether_protocol::secrets::SavedName;
 use tether_protocol::{Code, JobId};
 
 use super::assign::mode_field;
+use super::attachments::attach_fields;
 use super::delivery::{asked_text, FIELD_WORDS};
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -175,6 +176,7 @@ fn rerun_form(job: &Job, device: &Device, held: &[SavedName]) -> Markup {
             p.muted { "The same job on the same computer and folder, from the folder as it is now." }
             label { "Prompt"
                 textarea name="prompt" maxlength="20000" { (job.spec.prompt) } }
+            (attach_fields("rerun", &job.spec.attachments, Some(&job.id), &job.spec.links))
             (settings("rerun", &job.spec, git.as_ref(), device, held))
             p.error role="alert" {}
             div { button type="submit" { "Run again" } }
@@ -203,6 +205,8 @@ fn continue_form(job: &Job, device: &Device, held: &[SavedName]) -> Markup {
                 input type="text" name="title" maxlength="200" required value=(follow_up_title(&job.title)); }
             label { "What next"
                 textarea name="prompt" maxlength="20000" required {} }
+            // New files only: the earlier job's stay with it (a re-run alone copies them).
+            (attach_fields("continue", &[], None, &spec.links))
             (settings("continue", spec, git.as_ref(), device, held))
             @if git.is_none() {
                 // Sent as null: a follow-up without `git` would keep the earlier job's.

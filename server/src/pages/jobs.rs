@@ -12,6 +12,7 @@ use tether_protocol::devices::Device;
 use tether_protocol::jobs::{Job, JobState, TimelineKind};
 use tether_protocol::{Code, JobId};
 
+use super::attachments::task_attachments;
 use super::changes::changes_section;
 use super::delivery::{asked_text, delivery_section};
 use super::follow_up::{chain, load_chain, next_steps, Chain};
@@ -152,6 +153,7 @@ fn job_view(context: &JobContext, now: DateTime<Utc>) -> Markup {
             section.details #details aria-labelledby="details-heading" {
                 h2 #details-heading { "Details" }
                 @if !job.spec.prompt.is_empty() { p.prompt { (job.spec.prompt) } }
+                (task_attachments(&job.id, &job.spec.attachments, &job.spec.links))
                 (where_it_runs(job, context.device.as_ref()))
                 (when_it_ran(job, now))
                 p.muted {
@@ -507,7 +509,7 @@ fn evidence_list(job: &Job) -> Markup {
 }
 
 /// `532 B`, `12.4 KB`, `3.1 MB` (powers of 1000, as the 100 MB limit is).
-fn human_size(bytes: u64) -> String {
+pub(super) fn human_size(bytes: u64) -> String {
     const UNITS: [&str; 4] = ["KB", "MB", "GB", "TB"];
     if bytes < 1000 {
         return format!("{bytes} B");

@@ -139,7 +139,7 @@ fn render(
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .insert_header((
             header::CONTENT_SECURITY_POLICY,
-            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; \
              connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
         ))
         .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))

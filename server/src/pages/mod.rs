@@ -13,6 +13,7 @@ mod account;
 mod admin;
 mod app_shell;
 mod assign;
+mod attachments;
 mod changes;
 mod computers;
 mod delivery;
