@@ -89,7 +89,10 @@ fn search_words(query: &str) -> Result<Vec<String>, ApiError> {
         return refuse("must be at most 200 characters.");
     }
     let words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
-    if words.iter().any(|word| text::check(word, TextKind::Name).is_err()) {
+    if words
+        .iter()
+        .any(|word| text::check(word, TextKind::Name).is_err())
+    {
         return refuse("must not hold control or invisible characters.");
     }
     if words.is_empty() {
