@@ -12,8 +12,9 @@
 //! attachment; another account's is `not_found` at every route.
 //!
 //! **Invariant:** a blob goes only when no attachment and no evidence row names its digest
-//! and its file was not written or found again for [`UPLOAD_TTL_SECS`], so an upload of the
-//! same bytes in flight (stored, its row not yet written) never loses it.
+//! and its file was not written or found again for [`UPLOAD_TTL_SECS`]. An upload writes
+//! its row before its bytes take their place, so an upload of the same bytes in flight
+//! never loses them.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -191,6 +192,25 @@ pub async fn record_upload(
         sha256,
         media_type: media_type.to_owned(),
     })
+}
+
+/// Deletes the row of an upload whose bytes could not be kept after all. A failure is only
+/// logged: the row then expires like any unused upload.
+pub async fn forget_upload(store: &Store, id: &AttachmentId) {
+    let forgotten = async {
+        let mut tx = store.begin().await?;
+        on_tx!(&mut tx, |conn| sqlx::query(
+            "DELETE FROM attachments WHERE id = $1 AND job_id IS NULL"
+        )
+        .bind(id.as_str())
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+        tx.commit().await
+    };
+    if let Err(error) = forgotten.await {
+        tracing::warn!(%error, attachment_id = %id, "forgetting an upload failed");
+    }
 }
 
 /// Removes an upload of `account_id` that no job took (the Assign form's remove button).

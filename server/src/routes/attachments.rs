@@ -115,12 +115,15 @@ async fn upload(
     };
     let media_type = sniffer.finish(json).mime();
     let (size, sha256) = (blob.size(), blob.sha256());
-    blob.commit(&blobs)
-        .await
-        .map_err(|err| ApiError::internal(&err))?;
+    // The row first: a refused upload leaves no blob (the dropped writer removes its file),
+    // and from the moment the bytes are in place a row names them, so no sweep takes them.
     let stored =
         attachments::record_upload(&state.store, account_id, name, size, sha256, media_type)
             .await?;
+    if let Err(error) = blob.commit(&blobs).await {
+        attachments::forget_upload(&state.store, &stored.id).await;
+        return Err(ApiError::internal(&error));
+    }
     Ok(HttpResponse::Created().json(stored))
 }
 
