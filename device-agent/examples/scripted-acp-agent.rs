@@ -1,7 +1,8 @@
 //! A scripted ACP agent, built on the agent side of the `agent-client-protocol` crate, for
 //! testing `tether-agent`'s `acp` engine end to end.
 //!
-//! It speaks ACP v1 on stdin/stdout. Its script is the prompt's text, or its last line that
+//! It speaks ACP v1 on stdin/stdout. Its script is the prompt's text (its first text block:
+//! the task's context and attachments follow in blocks of their own), or its last line that
 //! is a script (so a prompt with a preface works too), or the file given as `--script FILE`:
 //! JSON `{"steps": [...]}`, each step one of
 //!
@@ -35,9 +36,12 @@
 //! `session/new` with `auth_required` until `authenticate` of `scripted-key` succeeded, which
 //! it does only when `VAR` is set in its environment.
 //!
+//! With `--images` it advertises `promptCapabilities.image` and `embeddedContext`.
+//!
 //! What each call answered goes to stderr as `scripted: STEP JSON`, one line each, so a test
 //! reads it in the job's output (`stderr: scripted: …`); `scripted: pid N` comes first, and
-//! `scripted: prompt {"text": …}` names the prompt received.
+//! `scripted: prompt {"text": …}` names the prompt received, then `scripted: block {…}`
+//! each block after its first (an image by its type, URI, size and SHA-256).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -50,7 +54,7 @@ use agent_client_protocol::v1::schema::{
     ContentChunk, CreateTerminalRequest, EnvVariable, Implementation, InitializeRequest,
     InitializeResponse, KillTerminalRequest, LoadSessionRequest, LoadSessionResponse,
     NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, Plan,
-    PromptRequest, PromptResponse, ReadTextFileRequest, ReleaseTerminalRequest,
+    PromptCapabilities, PromptRequest, PromptResponse, ReadTextFileRequest, ReleaseTerminalRequest,
     RequestPermissionOutcome, RequestPermissionRequest, SessionId, SessionNotification,
     SessionUpdate, StopReason, TerminalOutputRequest, TextContent, ToolCall, ToolCallUpdate,
     WaitForTerminalExitRequest, WriteTextFileRequest,
@@ -117,6 +121,8 @@ struct State {
     script: Option<String>,
     /// Whether `loadSession` is advertised.
     load_session: bool,
+    /// Whether images and embedded context are advertised.
+    images: bool,
     /// The variable of the `env_var` sign-in, when one is required.
     auth: Option<String>,
     /// Set once `authenticate` succeeded.
@@ -140,10 +146,11 @@ const SESSION_PREFIX: &str = "scripted-session-";
 /// The agent message replayed while a session loads: never to be shown as new output.
 const REPLAYED: &str = "Replayed from the earlier session.";
 
-/// The command line: `[--script FILE] [--load-session] [--auth VAR]`.
+/// The command line: `[--script FILE] [--load-session] [--auth VAR] [--images]`.
 struct Options {
     script: Option<String>,
     load_session: bool,
+    images: bool,
     auth: Option<String>,
 }
 
@@ -178,9 +185,16 @@ impl JsonRpcRequest for RawInitialize {
 }
 
 /// The answer to `initialize`, with the sign-in methods `--auth` asks for.
-fn introduction(load_session: bool, auth: Option<&str>) -> Value {
+fn introduction(load_session: bool, images: bool, auth: Option<&str>) -> Value {
+    let prompts = PromptCapabilities::new()
+        .image(images)
+        .embedded_context(images);
     let typed = InitializeResponse::new(ProtocolVersion::V1)
-        .agent_capabilities(AgentCapabilities::new().load_session(load_session))
+        .agent_capabilities(
+            AgentCapabilities::new()
+                .load_session(load_session)
+                .prompt_capabilities(prompts),
+        )
         .agent_info(Implementation::new("scripted-acp-agent", "1.0.0"));
     let mut answer = serde_json::to_value(typed).unwrap_or_else(|_| json!({"protocolVersion": 1}));
     if let Some(var) = auth {
@@ -200,6 +214,7 @@ async fn main() -> Result<(), agent_client_protocol::Error> {
     let state = Arc::new(State {
         script: options.script,
         load_session: options.load_session,
+        images: options.images,
         auth: options.auth,
         signed_in: Mutex::new(false),
         session: Mutex::new(SessionId::new(new_session_id())),
@@ -219,7 +234,11 @@ async fn main() -> Result<(), agent_client_protocol::Error> {
                     let request: InitializeRequest = serde_json::from_value(request.0)?;
                     report("initialize", json!(request.client_capabilities));
                     report("pid", json!(std::process::id()));
-                    responder.respond(introduction(state.load_session, state.auth.as_deref()))
+                    responder.respond(introduction(
+                        state.load_session,
+                        state.images,
+                        state.auth.as_deref(),
+                    ))
                 }
             },
             agent_client_protocol::on_receive_request!(),
@@ -331,6 +350,7 @@ fn options() -> Result<Options, agent_client_protocol::Error> {
     let mut options = Options {
         script: None,
         load_session: false,
+        images: false,
         auth: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -340,6 +360,10 @@ fn options() -> Result<Options, agent_client_protocol::Error> {
             [] => return Ok(options),
             [flag, tail @ ..] if flag == "--load-session" => {
                 options.load_session = true;
+                rest = tail;
+            }
+            [flag, tail @ ..] if flag == "--images" => {
+                options.images = true;
                 rest = tail;
             }
             [flag, var, tail @ ..] if flag == "--auth" => {
@@ -354,7 +378,7 @@ fn options() -> Result<Options, agent_client_protocol::Error> {
             }
             _ => {
                 return Err(agent_client_protocol::Error::invalid_params().data(json!(
-                    "usage: scripted-acp-agent [--script FILE] [--load-session] [--auth VAR]"
+                    "usage: scripted-acp-agent [--script FILE] [--load-session] [--auth VAR] [--images]"
                 )))
             }
         }
@@ -372,15 +396,14 @@ fn new_session_id() -> String {
 
 /// Runs the script; the turn's stop reason.
 async fn perform(cx: &ConnectionTo<Client>, state: &State, request: &PromptRequest) -> StopReason {
-    let text: String = request
-        .prompt
-        .iter()
-        .filter_map(|block| match block {
-            ContentBlock::Text(text) => Some(text.text.clone()),
-            _ => None,
-        })
-        .collect();
+    let text = match request.prompt.first() {
+        Some(ContentBlock::Text(text)) => text.text.clone(),
+        _ => String::new(),
+    };
     report("prompt", json!({ "text": text }));
+    for block in request.prompt.iter().skip(1) {
+        report("block", described(block));
+    }
     let session = state.session();
     let source = state.script.clone().unwrap_or(text);
     let script = match script_in(&source) {
@@ -469,6 +492,29 @@ async fn perform(cx: &ConnectionTo<Client>, state: &State, request: &PromptReque
         }
     }
     StopReason::EndTurn
+}
+
+/// A prompt block in a report's words: an image by its type, URI, size and SHA-256.
+fn described(block: &ContentBlock) -> Value {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    match block {
+        ContentBlock::Text(text) => json!({ "type": "text", "text": text.text }),
+        ContentBlock::Image(image) => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(&image.data)
+                .unwrap_or_default();
+            let digest: String = sha2::Sha256::digest(&bytes)
+                .iter()
+                .map(|byte| format!("{byte:02x}"))
+                .collect();
+            json!({
+                "type": "image", "mimeType": image.mime_type, "uri": image.uri,
+                "size": bytes.len(), "sha256": digest,
+            })
+        }
+        other => serde_json::to_value(other).unwrap_or_default(),
+    }
 }
 
 /// The script in `text`: all of it, else its last line that is one.

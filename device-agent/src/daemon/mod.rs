@@ -151,6 +151,8 @@ pub async fn run(ctx: Ctx, shutdown: impl Future) -> Result<DaemonEnd> {
     }
     // Sockets of brokers an earlier agent process left behind serve nothing any more.
     crate::run::secret_http::clear_stale(ctx.data_dir.root());
+    // So are the attachments of runs it did not end (a carry-on downloads them again).
+    crate::run::attachments::clear_stale(ctx.data_dir.root());
     let max_runs = ctx.max_runs;
     let journal = Arc::new(Journal::new(&ctx.data_dir));
     // Every record on disk now was left by an earlier agent process (we hold the lock).

@@ -98,6 +98,22 @@ fn job_folder(data_dir: &Path, job_id: &JobId) -> PathBuf {
     runs_root(data_dir).join(job_id.as_str())
 }
 
+/// Removes the attachments an earlier agent process left (a run it did not end): called by
+/// a daemon holding the run lock, before any run starts. Only folders holding an
+/// `attachments` folder are touched; the other things in `<data dir>-runs` are not theirs.
+pub fn clear_stale(data_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(runs_root(data_dir)) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let is_dir = entry.file_type().is_ok_and(|kind| kind.is_dir());
+        if is_dir && path.join("attachments").is_dir() {
+            remove_job_folder(&path);
+        }
+    }
+}
+
 /// The folder of a run, its files read-only to their owner: made writable again first.
 fn remove_job_folder(path: &Path) {
     if !path.exists() {
@@ -693,6 +709,31 @@ mod tests {
         drop(attachments);
         assert!(!folder.exists(), "the folder goes with the run");
         assert!(!folder.parent().is_some_and(Path::exists));
+        Ok(())
+    }
+
+    /// What a run left when its agent process died goes when the next one starts; what
+    /// else lies beside it stays.
+    #[tokio::test]
+    async fn a_dead_processs_attachments_are_cleared_at_start() -> anyhow::Result<()> {
+        let files: [(&str, &[u8]); 1] = [("a.txt", b"one")];
+        let place = place(&files, |_, bytes| (200, bytes.to_vec())).await?;
+        let attachments = fetched(&place)
+            .await
+            .map_err(|err| anyhow::anyhow!("{err:?}"))?
+            .ok_or_else(|| anyhow::anyhow!("nothing placed"))?;
+        let folder = attachments.folder().to_path_buf();
+        // The process dies: nothing is dropped.
+        std::mem::forget(attachments);
+        let runs = runs_root(place.data_dir.root());
+        let other = runs.join("tools-x");
+        std::fs::create_dir_all(&other)?;
+        std::fs::write(other.join("kept"), b"")?;
+        assert!(folder.join("a.txt").exists());
+        clear_stale(place.data_dir.root());
+        assert!(!folder.exists());
+        assert!(!runs.join(place.job.id.as_str()).exists());
+        assert!(other.join("kept").exists());
         Ok(())
     }
 

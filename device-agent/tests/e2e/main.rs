@@ -8,6 +8,7 @@
 
 mod accessibility;
 mod acp;
+mod attachments;
 mod attach_page;
 mod browser;
 mod changes;

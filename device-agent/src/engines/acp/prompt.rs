@@ -1,5 +1,5 @@
-//! The content of a run's `session/prompt`: the prompt's text, the task's context as a
-//! text block of its own, then each attached file as ACP intends it, by what the agent
+//! The content of a run's `session/prompt`: the prompt's text, the task's context section
+//! (from the claim) as a text block of its own, then each attached file as ACP intends it, by what the agent
 //! advertised in `promptCapabilities`:
 //!
 //! | file | advertised | block |
@@ -27,8 +27,6 @@ pub const MAX_INLINE_IMAGE_BYTES: u64 = 5_000_000;
 pub const MAX_EMBEDDED_TEXT_BYTES: u64 = 256 * 1024;
 /// The image types models take inline.
 const INLINE_IMAGE_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
-/// What heads the context's block.
-pub const CONTEXT_HEADING: &str = "Task context (from Tether):";
 
 /// How one attachment goes to the agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,9 +58,10 @@ pub fn blocks(
     } = task;
     let mut blocks = vec![ContentBlock::Text(TextContent::new(prompt.to_owned()))];
     if let Some(context) = context.filter(|context| !context.trim().is_empty()) {
-        // Starts on a line of its own: some agents join text blocks with nothing between.
+        // The section brings its own heading (`## Task context`); it starts on a line of
+        // its own, since some agents join text blocks with nothing between.
         blocks.push(ContentBlock::Text(TextContent::new(format!(
-            "\n\n{CONTEXT_HEADING}\n{context}"
+            "\n\n{context}"
         ))));
     }
     blocks.extend(
@@ -243,13 +242,13 @@ mod tests {
         let pdf_link = format!("link spec.pdf application/pdf {} Some(8)", uri("spec.pdf"));
         let check = |caps: PromptCapabilities, expected: [&str; 3]| {
             let task = Task {
-                context: Some("Folder: work"),
+                context: Some("## Task context\nFolder: work"),
                 attachments: &files,
             };
             let blocks = blocks("fix it", task, &caps);
             let mut want = vec![
                 "text fix it".to_owned(),
-                format!("text {CONTEXT_HEADING}\nFolder: work"),
+                "text ## Task context\nFolder: work".to_owned(),
             ];
             want.extend(expected.iter().map(|line| (*line).to_owned()));
             assert_eq!(kinds(&blocks), want);
