@@ -20,6 +20,7 @@ const PICTURE: &[u8] = include_bytes!("../../../server/src/pages/assets/icon-192
 
 const ASSIGN_FORM: &str = "form[data-api='/api/jobs']";
 const RERUN_FORM: &str = "form[data-api$='/rerun']";
+const CONTINUE_FORM: &str = "form[data-api='/api/jobs']:has(input[name=continues])";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Screen {
@@ -391,6 +392,43 @@ async fn attaches_on(screen: Screen) {
     );
     assert_ne!(again["attachments"][0]["id"], spec["attachments"][0]["id"]);
     assert_eq!(again["links"], spec["links"]);
+
+    // Continue takes new files (the earlier job's stay with it) and starts from its links.
+    browser.goto(&format!("{base}/jobs/{job_id}")).await;
+    browser
+        .wait_for(&format!("document.querySelector(\"{CONTINUE_FORM}\")"))
+        .await;
+    assert_eq!(items(&mut browser, CONTINUE_FORM).await.len(), 0);
+    choose_files(&mut browser, CONTINUE_FORM, &[&notes_again]).await;
+    wait_uploaded(&mut browser, CONTINUE_FORM, 1).await;
+    browser
+        .fill(
+            &format!("{CONTINUE_FORM} textarea[name=prompt]"),
+            "Now line 4.",
+        )
+        .await;
+    browser
+        .click(&format!("{CONTINUE_FORM} button[type=submit]"))
+        .await;
+    browser
+        .wait_for(&format!(
+            "location.pathname.startsWith('/jobs/') && !['/jobs/{job_id}', '/jobs/{again_id}'].includes(location.pathname)"
+        ))
+        .await;
+    let next_id = browser
+        .eval("location.pathname.split('/')[2]")
+        .await
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let next = web.job(&next_id).await;
+    assert_eq!(
+        next.continues.as_ref().map(|id| id.as_str()),
+        Some(job_id.as_str())
+    );
+    let next = serde_json::to_value(&next.spec).unwrap();
+    assert_eq!(names(&next), ["more-notes.txt"], "{next:#}");
+    assert_eq!(next["links"], spec["links"]);
 }
 
 impl Screen {
