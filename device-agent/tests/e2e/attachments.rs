@@ -1,6 +1,6 @@
 //! Attachments end to end: files uploaded on the web (`POST /api/attachments`), named in a
 //! new job, downloaded by the real agent under the run's lease, checked and shown to the run
-//! alone (Landlock, as the other end-to-end tests): a recipe reads them from
+//! alone (under Landlock, as the other end-to-end tests, and under bubblewrap): a recipe reads them from
 //! `$TETHER_ATTACHMENTS` and its task context from `$TETHER_TASK_CONTEXT`, and cannot write
 //! there; the scripted ACP agent, advertising images and embedded context, gets the PNG as
 //! an image block and the text file embedded; the folder is gone once each run ended.
@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tether_protocol::jobs::{Job, JobState};
 
-use crate::{agent_ok, output_lines, pair, spawn_server, start_daemon, Web, AGENT};
+use crate::{agent_ok, backend_works, output_lines, pair, spawn_server, start_daemon, Web, AGENT};
 
 /// One transparent pixel.
 const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89\0\0\0\rIDATx\x9cc\xf8\x0f\x00\x01\x01\x01\x00\x18\xdd\x8d\xb4\0\0\0\0IEND\xaeB`\x82";
@@ -31,6 +31,18 @@ echo "folder: $TETHER_ATTACHMENTS""#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_reads_its_attachments_and_its_context() {
+    reads_its_attachments_and_its_context("landlock").await;
+}
+
+/// Under bubblewrap the folder is a read-only bind in the run's private file tree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_reads_its_attachments_and_its_context_under_bubblewrap() {
+    if backend_works("bwrap").await {
+        reads_its_attachments_and_its_context("bwrap").await;
+    }
+}
+
+async fn reads_its_attachments_and_its_context(backend: &str) {
     let server = spawn_server(None).await;
     let web = Web::sign_up(&server.base).await;
     let home = tempfile::tempdir().unwrap();
@@ -57,7 +69,7 @@ async fn a_run_reads_its_attachments_and_its_context() {
         ],
     )
     .await;
-    let daemon = start_daemon(home.path(), "landlock");
+    let daemon = start_daemon(home.path(), backend);
     web.wait_for_device(&device_id, |device| {
         device.online
             && device.capabilities.as_ref().is_some_and(|caps| {
