@@ -177,16 +177,16 @@ impl ServerHandler for Server {
             );
         };
         let args = arguments.get("args").cloned().unwrap_or_else(|| json!({}));
-        let result = match self
-            .ask(Call::Context {
-                name: name.to_owned(),
-                args,
-            })
-            .await?
-        {
-            Answer::Text { text } => CallToolResult::success(vec![ContentBlock::text(text)]),
-            Answer::Refused { error } => refusal(error),
-            other => refusal(format!("the agent answered something else: {other:?}")),
+        let call = Call::Context {
+            name: name.to_owned(),
+            args,
+        };
+        // Every failure is the tool's result, so the model reads why.
+        let result = match self.ask(call).await {
+            Ok(Answer::Text { text }) => CallToolResult::success(vec![ContentBlock::text(text)]),
+            Ok(Answer::Refused { error }) => refusal(error),
+            Ok(other) => refusal(format!("the agent answered something else: {other:?}")),
+            Err(err) => refusal(err.message.into_owned()),
         };
         Ok(result.into())
     }

@@ -1,6 +1,7 @@
 //! What a run is granted besides its folder, the same for a recipe and for an ACP agent and
 //! each of its terminals: the allow-listed environment with the job's prompt, exactly the
-//! secrets the job names, its evidence folder and its `secret-http` broker.
+//! secrets the job names, its evidence folder, its `secret-http` broker, its attachments and
+//! its tool channel.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

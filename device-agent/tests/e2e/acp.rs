@@ -264,6 +264,35 @@ fn reports(job: &Job, step: &str) -> Vec<Value> {
         .collect()
 }
 
+/// One `session/load` of the session `made` in `folder`, given the run's tool channel as its
+/// one MCP server: `tether-agent mcp` with the channel's socket and token.
+fn assert_loaded(loads: &[Value], made: &Value, folder: &Path) {
+    assert_eq!(loads.len(), 1, "{loads:#?}");
+    let load = &loads[0];
+    assert_eq!((&load["sessionId"], &load["cwd"]), (made, &json!(folder)));
+    let servers = load["mcpServers"].as_array().unwrap();
+    assert_eq!(servers.len(), 1, "{load:#}");
+    let server = &servers[0];
+    assert_eq!(
+        (&server["name"], &server["args"]),
+        (&json!("tether"), &json!(["mcp"])),
+        "{load:#}"
+    );
+    let command = Path::new(server["command"].as_str().unwrap());
+    assert_eq!(command, Path::new(crate::AGENT).canonicalize().unwrap());
+    let names: Vec<&str> = server["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|var| var["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["TETHER_TOOL_SOCKET", "TETHER_TOOL_TOKEN"],
+        "{load:#}"
+    );
+}
+
 fn has_line(job: &Job, expected: &str) -> bool {
     output_lines(job).iter().any(|line| line == expected)
 }
@@ -1197,10 +1226,7 @@ async fn acp_a_follow_up_loads_the_agents_earlier_session() {
         .await;
     let second = succeeded(&computer, &second_id).await;
     let folder = computer.folder();
-    assert_eq!(
-        reports(&second, "load"),
-        [json!({"sessionId": made, "cwd": folder, "mcpServers": []})]
-    );
+    assert_loaded(&reports(&second, "load"), &made, &folder);
     assert_eq!(
         steps_in_order(&second, &["session/new", "load", "prompt"]),
         ["load", "prompt"]
@@ -1341,10 +1367,7 @@ async fn acp_a_run_lost_to_a_restart_loads_its_session_again() {
         !process_alive(first_agent),
         "the first run's agent lived on"
     );
-    assert_eq!(
-        reports(&job, "load"),
-        [json!({"sessionId": made, "cwd": computer.folder(), "mcpServers": []})]
-    );
+    assert_loaded(&reports(&job, "load"), &made, &computer.folder());
     assert!(has_line(
         &job,
         "Continuing the agent's session from before the restart"
