@@ -1,10 +1,11 @@
 //! Attachments through the pages, in a real headless Chromium sized as a phone and as a
 //! desktop: files chosen with the picker (DevTools sets the input's files, as a person's
-//! choice does) and a picture pasted into the prompt upload one by one; a credential file
+//! choice does), a picture pasted into the prompt and a file dropped on the form upload
+//! one by one; one that could not reach the server is tried again alone; a credential file
 //! is refused by the server and says so on its own line; a link that is not http(s) is
 //! refused before anything is sent. The job page shows the files (pictures as thumbnails
 //! that load) and the links, to the owner alone; Run again keeps the files not removed and
-//! takes a new one.
+//! takes a new one, sent while it still uploads; Continue takes new files.
 
 use std::path::Path;
 use std::time::Duration;
@@ -399,7 +400,20 @@ async fn attaches_on(screen: Screen) {
         .wait_for(&format!("document.querySelector(\"{CONTINUE_FORM}\")"))
         .await;
     assert_eq!(items(&mut browser, CONTINUE_FORM).await.len(), 0);
-    choose_files(&mut browser, CONTINUE_FORM, &[&notes_again]).await;
+    // A file dropped on the form, as a file manager's drag gives it.
+    let dropped = browser
+        .eval(&format!(
+            "(() => {{
+                const data = new DataTransfer();
+                data.items.add(new File(['and on line 5\\n'], 'dropped.txt', {{ type: 'text/plain' }}));
+                const form = document.querySelector(\"{CONTINUE_FORM}\");
+                const over = new DragEvent('dragover', {{ dataTransfer: data, bubbles: true, cancelable: true }});
+                const drop = new DragEvent('drop', {{ dataTransfer: data, bubbles: true, cancelable: true }});
+                return [form.dispatchEvent(over), form.dispatchEvent(drop)];
+            }})()"
+        ))
+        .await;
+    assert_eq!(dropped, json!([false, false]), "the form takes the drop");
     wait_uploaded(&mut browser, CONTINUE_FORM, 1).await;
     browser
         .fill(
@@ -427,7 +441,7 @@ async fn attaches_on(screen: Screen) {
         Some(job_id.as_str())
     );
     let next = serde_json::to_value(&next.spec).unwrap();
-    assert_eq!(names(&next), ["more-notes.txt"], "{next:#}");
+    assert_eq!(names(&next), ["dropped.txt"], "{next:#}");
     assert_eq!(next["links"], spec["links"]);
 }
 
