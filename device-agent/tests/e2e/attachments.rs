@@ -160,6 +160,76 @@ async fn reads_its_attachments_and_its_context(backend: &str) {
     drop(daemon);
 }
 
+/// The agent does not trust the server's bytes: a file whose stored copy changed after it
+/// was uploaded (same size, one byte off) fails the run before anything runs, saying which
+/// file and that its SHA-256 differs, and nothing is left placed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_that_differ_from_the_upload_fail_the_run_before_it_starts() {
+    let server = spawn_server(None).await;
+    let web = Web::sign_up(&server.base).await;
+    let home = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let device_id = pair(&server.base, &web, home.path()).await;
+    let work_path = work.path().to_str().unwrap();
+    agent_ok(home.path(), &["folders", "share", "work", work_path]).await;
+    let recipe = "echo ran > ran.txt";
+    agent_ok(
+        home.path(),
+        &["recipe", "add", "attached", "--", "sh", "-c", recipe],
+    )
+    .await;
+    let daemon = start_daemon(home.path(), "landlock");
+    web.wait_for_device(&device_id, |device| {
+        device.online
+            && device
+                .capabilities
+                .as_ref()
+                .is_some_and(|caps| caps.engines.iter().any(|engine| engine.name == "attached"))
+    })
+    .await;
+    let notes = upload(&web, "notes.txt", NOTES.as_bytes()).await;
+    // The stored copy rots: the server still serves it (its size is right).
+    let digest = hex(&Sha256::digest(NOTES.as_bytes()));
+    let blob = server
+        ._data_dir
+        .path()
+        .join("blobs/sha256")
+        .join(&digest[..2])
+        .join(&digest[2..]);
+    let mut rotten = std::fs::read(&blob).unwrap();
+    rotten[0] ^= 0x20;
+    let writable = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+    std::fs::set_permissions(&blob, writable).unwrap();
+    std::fs::write(&blob, &rotten).unwrap();
+    let body = json!({
+        "deviceId": device_id, "title": "rotten", "prompt": "read the notes",
+        "folder": "work", "engine": "attached", "mode": "unattended", "network": false,
+        "timeoutMinutes": 5, "attachments": [notes],
+    });
+    let res = web.post("/api/jobs", &body).await;
+    let text = res.text().await.unwrap();
+    let job: Value = serde_json::from_str(&text).unwrap();
+    let job_id = job["id"].as_str().unwrap_or_else(|| panic!("{text}"));
+    let job = web
+        .wait_for_job(job_id, Duration::from_secs(60), |job| job.state.is_final())
+        .await;
+    assert_eq!(job.state, JobState::Failed, "{job:#?}\n{}", daemon.stderr());
+    let summary = job.outcome.as_ref().map(|outcome| outcome.summary.clone());
+    let summary = summary.unwrap_or_default();
+    assert!(
+        summary.contains("\"notes.txt\" did not arrive as the job lists it")
+            && summary.contains("SHA-256")
+            && summary.contains("nothing ran"),
+        "{summary}"
+    );
+    assert!(
+        !work.path().join("ran.txt").exists(),
+        "the recipe never ran"
+    );
+    assert!(!runs_root(home.path()).join(job_id).exists());
+    drop(daemon);
+}
+
 /// Uploads the PNG and the notes, queues a job on `engine` carrying them and waits for it
 /// to end.
 async fn run(web: &Web, device_id: &str, engine: &str, prompt: &str) -> Job {
