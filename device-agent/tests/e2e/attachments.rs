@@ -3,7 +3,8 @@
 //! alone (under Landlock, as the other end-to-end tests, and under bubblewrap): a recipe reads them from
 //! `$TETHER_ATTACHMENTS` and its task context from `$TETHER_TASK_CONTEXT`, and cannot write
 //! there; the scripted ACP agent, advertising images and embedded context, gets the PNG as
-//! an image block and the text file embedded; the folder is gone once each run ended.
+//! an image block and the text file embedded; the folder is gone once each run ended. A
+//! stored copy that changed after its upload fails the run before anything runs.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
