@@ -175,6 +175,8 @@
       thumb.src = url;
       thumb.alt = "";
       thumb.width = thumb.height = 48;
+      // A picture this browser cannot draw (a phone's HEIC) goes without one.
+      thumb.addEventListener("error", () => thumb.remove());
       item.append(thumb);
     }
     const name = file.name || "pasted file";
