@@ -22,6 +22,9 @@
 //! | `{"stop": "end_turn"}` | ends the turn with that stop reason (the default after the last step) |
 //! | `{"unlessLoaded": [steps]}` | those steps, unless the session was loaded with `session/load` |
 //!
+//! A `read` path may start with `$TETHER_ATTACHMENTS/`, taken from the agent's own
+//! environment (the run's attachments folder).
+//!
 //! `ifAllowed: ID` skips the step unless the permission asked for tool call `ID` was answered
 //! with an allow option. Relative paths are taken from the session's folder. A
 //! `session/cancel` between steps ends the turn `cancelled`.
@@ -433,7 +436,8 @@ async fn perform(cx: &ConnectionTo<Client>, state: &State, request: &PromptReque
                 answers.insert(id, allowed);
             }
             Step::Read { path, line, limit } => {
-                let mut request = ReadTextFileRequest::new(session.clone(), cwd.join(path));
+                let mut request =
+                    ReadTextFileRequest::new(session.clone(), cwd.join(attached(path)));
                 request.line = line;
                 request.limit = limit;
                 let answer = cx.send_request(request).block_task().await;
@@ -653,6 +657,18 @@ fn skipped(step: &str, if_allowed: Option<&str>, answers: &HashMap<String, bool>
     }
     report(step, json!({ "skipped": format!("{id} was not allowed") }));
     true
+}
+
+/// `$TETHER_ATTACHMENTS/NAME` read from this process's own environment (the run's
+/// attachments folder), so a script can name a task's file before its path is known.
+fn attached(path: PathBuf) -> PathBuf {
+    match (
+        path.strip_prefix("$TETHER_ATTACHMENTS"),
+        std::env::var_os("TETHER_ATTACHMENTS"),
+    ) {
+        (Ok(name), Some(folder)) => PathBuf::from(folder).join(name),
+        _ => path,
+    }
 }
 
 fn result(answer: Result<Value, agent_client_protocol::Error>) -> Value {

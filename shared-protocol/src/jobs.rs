@@ -149,7 +149,8 @@ pub struct NewJobParams {
     /// Uploads (`POST /api/attachments`) the job carries, in this order: at most
     /// [`crate::attachments::MAX_ATTACHMENTS_PER_JOB`], together at most
     /// [`crate::attachments::MAX_ATTACHMENT_BYTES_PER_JOB`] bytes (413 past it). Each is
-    /// taken by this job and no other.
+    /// taken by this job and no other; a follow-up may also name the continued job's own
+    /// attachments, and gets copies of them.
     #[serde(default)]
     pub attachments: Vec<AttachmentId>,
     /// Links the person added for the run to read (`http` or `https`), at most

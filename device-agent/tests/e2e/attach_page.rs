@@ -5,7 +5,7 @@
 //! is refused by the server and says so on its own line; a link that is not http(s) is
 //! refused before anything is sent. The job page shows the files (pictures as thumbnails
 //! that load) and the links, to the owner alone; Run again keeps the files not removed and
-//! takes a new one, sent while it still uploads; Continue takes new files.
+//! takes a new one, sent while it still uploads; Continue offers them again and takes new files.
 
 use std::path::Path;
 use std::time::Duration;
@@ -394,12 +394,17 @@ async fn attaches_on(screen: Screen) {
     assert_ne!(again["attachments"][0]["id"], spec["attachments"][0]["id"]);
     assert_eq!(again["links"], spec["links"]);
 
-    // Continue takes new files (the earlier job's stay with it) and starts from its links.
+    // Continue offers the earlier job's files again (copies) and takes new ones, and starts
+    // from its links.
     browser.goto(&format!("{base}/jobs/{job_id}")).await;
     browser
         .wait_for(&format!("document.querySelector(\"{CONTINUE_FORM}\")"))
         .await;
-    assert_eq!(items(&mut browser, CONTINUE_FORM).await.len(), 0);
+    let earlier = names(&spec);
+    assert_eq!(
+        items(&mut browser, CONTINUE_FORM).await.len(),
+        earlier.len()
+    );
     // A file dropped on the form, as a file manager's drag gives it.
     let dropped = browser
         .eval(&format!(
@@ -414,7 +419,7 @@ async fn attaches_on(screen: Screen) {
         ))
         .await;
     assert_eq!(dropped, json!([false, false]), "the form takes the drop");
-    wait_uploaded(&mut browser, CONTINUE_FORM, 1).await;
+    wait_uploaded(&mut browser, CONTINUE_FORM, earlier.len() + 1).await;
     browser
         .fill(
             &format!("{CONTINUE_FORM} textarea[name=prompt]"),
@@ -441,7 +446,10 @@ async fn attaches_on(screen: Screen) {
         Some(job_id.as_str())
     );
     let next = serde_json::to_value(&next.spec).unwrap();
-    assert_eq!(names(&next), ["dropped.txt"], "{next:#}");
+    let mut expected = earlier.clone();
+    expected.push("dropped.txt".to_owned());
+    assert_eq!(names(&next), expected, "{next:#}");
+    assert_ne!(next["attachments"][0]["id"], spec["attachments"][0]["id"]);
     assert_eq!(next["links"], spec["links"]);
 }
 

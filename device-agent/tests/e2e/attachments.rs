@@ -119,7 +119,13 @@ async fn reads_its_attachments_and_its_context(backend: &str) {
 
     // A coding agent advertising images and embedded context: the PNG as an image block,
     // the text file embedded, after the prompt and its context.
-    let script = json!({ "steps": [{ "say": "seen" }] }).to_string();
+    // Its `fs/read_text_file` of an attached file (outside the job's folder, beside the data
+    // dir the guard protects) is answered.
+    let script = json!({ "steps": [
+        { "read": { "path": "$TETHER_ATTACHMENTS/notes.txt" } },
+        { "say": "seen" },
+    ] })
+    .to_string();
     let job = run(&web, &device_id, "scripted", &script).await;
     assert_eq!(
         job.state,
@@ -156,6 +162,11 @@ async fn reads_its_attachments_and_its_context(backend: &str) {
         ),
         (Some(NOTES), Some(uri("notes.txt").as_str())),
         "{blocks:#?}"
+    );
+    let read = json!({ "ok": NOTES }).to_string();
+    assert!(
+        output.contains(&format!("stderr: scripted: read {read}")),
+        "{output:#?}"
     );
     assert!(!placed.exists(), "the folder goes when the run ends");
     drop(daemon);

@@ -8,8 +8,8 @@
 
 mod accessibility;
 mod acp;
-mod attachments;
 mod attach_page;
+mod attachments;
 mod browser;
 mod changes;
 mod chromium;

@@ -26,7 +26,6 @@ use tether_protocol::attachments::{
 };
 use tether_protocol::credential_files::{credential_kind, CredentialKind};
 use tether_protocol::jobs::JobState;
-use tether_protocol::text::{self, TextKind};
 use tether_protocol::{AccountId, AttachmentId, Code, JobId, LeaseToken};
 
 use crate::clock::{secs, Millis};
@@ -38,8 +37,6 @@ use crate::store::{on_read, on_tx, stored_id, Store, Tx};
 
 /// Most uploads one account keeps waiting for a job.
 pub const MAX_WAITING_UPLOADS: i64 = 100;
-/// Longest file name, in bytes (as evidence).
-pub const MAX_NAME_BYTES: usize = 255;
 
 const COLUMNS: &str = "id, name, size, sha256, media_type";
 
@@ -58,16 +55,7 @@ pub fn parse_name(header: Option<&str>) -> Result<String, ApiError> {
     })?;
     let name =
         percent_decode(raw).ok_or_else(|| bad("The file name is not percent-encoded UTF-8."))?;
-    let ok = !name.is_empty()
-        && name.len() <= MAX_NAME_BYTES
-        && name != "."
-        && name != ".."
-        && name.trim() == name
-        && !name.chars().any(|c| matches!(c, '/' | '\\'))
-        // No control character, nothing invisible or direction-changing: `a\u{202E}fdp.exe`
-        // must not read as `aexe.pdf` on the job page.
-        && text::check(&name, TextKind::Name).is_ok();
-    if !ok {
+    if !super::evidence::is_file_name(&name) {
         return Err(bad(
             "The name must be a file name (at most 255 bytes, no folder, every character visible).",
         ));
@@ -286,7 +274,8 @@ pub(crate) struct Chosen {
 }
 
 /// The attachments `ids` name for a new job of `account_id`, in order, their rows locked:
-/// each a waiting upload of the account or, for a re-run, an attachment of `rerun_of`.
+/// each a waiting upload of the account or an attachment of `earlier` (the job a re-run runs
+/// again or a follow-up continues), which the new job gets a copy of.
 ///
 /// # Errors
 /// 404 for an unknown, expired or removed upload or another account's, 409 `invalid_state`
@@ -295,7 +284,7 @@ pub(crate) async fn choose(
     tx: &mut Tx,
     account_id: &AccountId,
     ids: &[AttachmentId],
-    rerun_of: Option<&JobId>,
+    earlier: Option<&JobId>,
     now: Millis,
 ) -> Result<Vec<Chosen>, ApiError> {
     let cutoff = now - secs(UPLOAD_TTL_SECS.unsigned_abs());
@@ -323,7 +312,7 @@ pub(crate) async fn choose(
         let attachment = row.attachment()?;
         total = total.saturating_add(attachment.size);
         let of_earlier =
-            rerun_of.is_some_and(|earlier| row.job_id.as_deref() == Some(earlier.as_str()));
+            earlier.is_some_and(|earlier| row.job_id.as_deref() == Some(earlier.as_str()));
         chosen.push(if of_earlier {
             Chosen {
                 attachment: Attachment {

@@ -639,7 +639,20 @@ fn check_id(id: &str) -> Result<(), ApiError> {
 
 /// A file name, never a path: no separators, no `.` or `..`, no control characters.
 fn check_name(name: &str) -> Result<(), ApiError> {
-    let ok = !name.is_empty()
+    if is_file_name(name) {
+        Ok(())
+    } else {
+        Err(bad(
+            "name must be a file name (at most 255 bytes, no folder, every character visible).",
+        ))
+    }
+}
+
+/// Whether `name` is one file's name as a person sees it (evidence and attachments): at
+/// most [`MAX_NAME_BYTES`], no folder, not `.` or `..`, no surrounding space, and every
+/// character visible.
+pub(crate) fn is_file_name(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= MAX_NAME_BYTES
         && name != "."
         && name != ".."
@@ -647,14 +660,7 @@ fn check_name(name: &str) -> Result<(), ApiError> {
         && !name.chars().any(|c| matches!(c, '/' | '\\'))
         // No control character, and nothing invisible or direction-changing: `a\u{202E}fdp.exe`
         // must not read as `aexe.pdf` on the job page.
-        && text::check(name, TextKind::Name).is_ok();
-    if ok {
-        Ok(())
-    } else {
-        Err(bad(
-            "name must be a file name (at most 255 bytes, no folder, every character visible).",
-        ))
-    }
+        && text::check(name, TextKind::Name).is_ok()
 }
 
 /// Why a file with this name is never evidence: environment files, keys, credential files

@@ -174,7 +174,8 @@ pub async fn create(store: &Store, account_id: &AccountId, new: NewJob) -> Resul
             let chosen = if attachment_ids.is_empty() {
                 Vec::new()
             } else {
-                let earlier = rerun_of.as_ref();
+                // A re-run or follow-up may name the earlier job's files: it gets copies.
+                let earlier = rerun_of.as_ref().or(continues.as_ref());
                 attachments::choose(&mut tx, account_id, &attachment_ids, earlier, now).await?
             };
             spec.attachments = chosen.iter().map(|item| item.attachment.clone()).collect();

@@ -18,7 +18,7 @@ use tether_protocol::attachments::{
 use tether_protocol::task_context::MAX_LINKS;
 use tether_protocol::JobId;
 
-use super::jobs::human_size;
+use super::layout::human_size;
 
 /// The types a browser shows inline (the download route sends these inline too).
 const PICTURES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];

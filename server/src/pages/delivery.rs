@@ -16,7 +16,7 @@ use tether_protocol::git::{
 
 /// The API's field names in the words of the Assign form (`data-fields`), so that a 422
 /// reads "Branch: …" rather than "git.branch: …".
-pub(super) const FIELD_WORDS: &str = r#"{"git":"Git","git.delivery":"Delivery","git.branch":"Branch","git.base":"Base branch","git.merge":"Merge"}"#;
+pub(super) const FIELD_WORDS: &str = r#"{"git":"Git","git.delivery":"Delivery","git.branch":"Branch","git.base":"Base branch","git.merge":"Merge","attachments":"Attachments","links":"Links"}"#;
 
 /// The Git fieldset of Assign: the choices for a computer that delivers with git, else one
 /// line saying why there are none. `last` is the latest job's choices on this computer.

@@ -205,8 +205,8 @@ fn continue_form(job: &Job, device: &Device, held: &[SavedName]) -> Markup {
                 input type="text" name="title" maxlength="200" required value=(follow_up_title(&job.title)); }
             label { "What next"
                 textarea name="prompt" maxlength="20000" required {} }
-            // New files only: the earlier job's stay with it (a re-run alone copies them).
-            (attach_fields("continue", &[], None, &spec.links))
+            // The earlier job's files are offered again (copies, removable), as on Run again.
+            (attach_fields("continue", &spec.attachments, Some(&job.id), &spec.links))
             (settings("continue", spec, git.as_ref(), device, held))
             @if git.is_none() {
                 // Sent as null: a follow-up without `git` would keep the earlier job's.

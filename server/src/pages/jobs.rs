@@ -16,7 +16,7 @@ use super::attachments::task_attachments;
 use super::changes::changes_section;
 use super::delivery::{asked_text, delivery_section};
 use super::follow_up::{chain, load_chain, next_steps, Chain};
-use super::layout::{duration_text, error_page, moment, page};
+use super::layout::{duration_text, error_page, human_size, moment, page};
 use super::redirects::signin_redirect;
 use super::timeline::timeline;
 use crate::auth::Caller;
@@ -506,21 +506,6 @@ fn evidence_list(job: &Job) -> Markup {
             }
         }
     }
-}
-
-/// `532 B`, `12.4 KB`, `3.1 MB` (powers of 1000, as the 100 MB limit is).
-pub(super) fn human_size(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KB", "MB", "GB", "TB"];
-    if bytes < 1000 {
-        return format!("{bytes} B");
-    }
-    let mut size = bytes as f64 / 1000.0;
-    let mut unit = 0;
-    while size >= 1000.0 && unit + 1 < UNITS.len() {
-        size /= 1000.0;
-        unit += 1;
-    }
-    format!("{size:.1} {}", UNITS[unit])
 }
 
 #[cfg(test)]

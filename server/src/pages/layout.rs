@@ -218,3 +218,18 @@ pub fn duration_text(secs: i64) -> String {
         _ => format!("{} h {} min", secs / 3600, secs % 3600 / 60),
     }
 }
+
+/// `532 B`, `12.4 KB`, `3.1 MB` (powers of 1000, as the 100 MB limit is).
+pub fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KB", "MB", "GB", "TB"];
+    if bytes < 1000 {
+        return format!("{bytes} B");
+    }
+    let mut size = bytes as f64 / 1000.0;
+    let mut unit = 0;
+    while size >= 1000.0 && unit + 1 < UNITS.len() {
+        size /= 1000.0;
+        unit += 1;
+    }
+    format!("{size:.1} {}", UNITS[unit])
+}

@@ -491,12 +491,22 @@ both_backends! {
         let res = bob.post_empty(&format!("/api/jobs/{first_id}/rerun")).await;
         assert_error(res, 404, "not_found").await;
 
-        // A follow-up takes only what it names.
+        // A follow-up takes only what it names; the continued job's own files it may name,
+        // and gets copies of them, as a re-run does. Another job's are still taken.
         let mut follow = job_body(&device.device_id);
         follow["continues"] = json!(first_id);
+        follow["attachments"] = json!([copied["id"]]);
+        let res = ann.post("/api/jobs", &follow).await;
+        assert_error(res, 409, "invalid_state").await;
+        follow["attachments"] = json!([picture["id"]]);
         let res = ann.post("/api/jobs", &follow).await;
         assert_eq!(res.status(), StatusCode::CREATED);
-        assert!(res.json::<Value>().await.unwrap()["spec"].get("attachments").is_none());
+        let next: Value = res.json().await.unwrap();
+        let carried = &next["spec"]["attachments"][0];
+        assert_eq!(carried["name"], "bug.png");
+        assert_eq!(carried["sha256"], picture["sha256"]);
+        assert_ne!(carried["id"], picture["id"]);
+        assert_eq!(next["spec"]["attachments"].as_array().map(Vec::len), Some(1));
     }
 
     async fn unused_uploads_expire_and_their_blobs_go(backend) {

@@ -107,7 +107,7 @@
   const items = (area) => [...area.querySelectorAll("li.attach-item")];
   const csrf = () => document.querySelector('meta[name="csrf-token"]')?.content || "";
 
-  // "532 B", "12.4 KB", "3.1 MB", as human_size in pages/jobs.rs.
+  // "532 B", "12.4 KB", "3.1 MB", as human_size in pages/layout.rs.
   function sizeText(bytes) {
     if (bytes < 1000) return `${bytes} B`;
     const units = ["KB", "MB", "GB"];
