@@ -363,15 +363,28 @@ struct Served {
 }
 
 async fn serve(listener: UnixListener, served: Arc<Served>) {
+    accept_each(listener, "the secret-http broker", move |stream| {
+        answer_connection(stream, served.clone())
+    })
+    .await;
+}
+
+/// Answers each connection of a run's socket with `answer`, each on a task of its own, for
+/// as long as the service lives (its task is aborted when the run ends).
+pub(crate) async fn accept_each<F, Fut>(listener: UnixListener, service: &str, answer: F)
+where
+    F: Fn(AsyncUnixStream) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let mut connections = JoinSet::new();
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                connections.spawn(answer_connection(stream, served.clone()));
+                connections.spawn(answer(stream));
             }
             Err(err) => {
-                // Out of descriptors, most likely: the run waits a moment, the broker stays.
-                tracing::warn!("secret-http broker could not accept a connection: {err}");
+                // Out of descriptors, most likely: the run waits a moment, the service stays.
+                tracing::warn!("{service} could not accept a connection: {err}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }

@@ -38,7 +38,6 @@ use tether_protocol::attachments::Attachment;
 use tether_protocol::task_context::{ContextRequest, MAX_CONTEXT_ANSWER_CHARS};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::task::JoinSet;
 
 use crate::local::private_files::create_private_dir;
 use crate::local::vault::redact;
@@ -46,7 +45,7 @@ use crate::remote::client::{DeviceClient, RemoteError};
 use crate::run::attachments::PlacedAttachment;
 use crate::run::lease::{Recovery, RunLease};
 use crate::run::secret_http::{
-    agent_program, grant_vars, random_text, read_request_line, runs_root,
+    accept_each, agent_program, grant_vars, random_text, read_request_line, runs_root,
 };
 use crate::run::stop::{RunStop, StopReason};
 
@@ -235,20 +234,10 @@ struct Served {
 }
 
 async fn serve(listener: UnixListener, served: Arc<Served>) {
-    let mut connections = JoinSet::new();
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                connections.spawn(answer_connection(stream, served.clone()));
-            }
-            Err(err) => {
-                // Out of descriptors, most likely: the run waits a moment, the channel stays.
-                tracing::warn!("the tool channel could not accept a connection: {err}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-        while connections.try_join_next().is_some() {}
-    }
+    accept_each(listener, "the tool channel", move |stream| {
+        answer_connection(stream, served.clone())
+    })
+    .await;
 }
 
 async fn answer_connection(stream: UnixStream, served: Arc<Served>) {

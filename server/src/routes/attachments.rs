@@ -9,21 +9,18 @@
 
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
-use futures_util::StreamExt;
 use tether_protocol::attachments::{Attachment, MAX_ATTACHMENT_BYTES};
 use tether_protocol::routes::ATTACHMENT_NAME_HEADER;
 use tether_protocol::{AttachmentId, JobId};
 
-use super::evidence::{
-    content_length, header_text, parses_as_json, read_chunks, served_to_owner, unreadable,
-};
+use super::evidence::{content_length, header_text, read_chunks, receive, served_to_owner};
 use super::lease::Lease;
 use super::table::{Access, Table};
 use crate::auth::Caller;
 use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
 use crate::jobs::attachments;
-use crate::jobs::evidence::{ContentType, Sniffer};
+use crate::jobs::evidence::ContentType;
 use crate::rate_limits::Bucket;
 use crate::state::AppState;
 use crate::store::blobs::Blobs;
@@ -91,29 +88,11 @@ async fn upload(
     }
     attachments::check_room(&state.store, account_id).await?;
     let blobs = Blobs::new(&state.config.data_dir);
-    let mut blob = blobs
-        .create()
-        .await
-        .map_err(|err| ApiError::internal(&err))?;
-    let mut sniffer = Sniffer::new();
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|_| unreadable())?;
-        if blob.size() + chunk.len() as u64 > MAX_ATTACHMENT_BYTES {
-            return Err(attachments::too_large());
-        }
-        sniffer.feed(&chunk);
-        blob.write(&chunk)
-            .await
-            .map_err(|err| ApiError::internal(&err))?;
-    }
-    blob.sync().await.map_err(|err| ApiError::internal(&err))?;
-    let json = sniffer.looks_like_json() && {
-        let path = blob.temporary_path().to_owned();
-        web::block(move || parses_as_json(&path))
-            .await
-            .unwrap_or(false)
-    };
-    let media_type = sniffer.finish(json).mime();
+    let (blob, found) = receive(&blobs, &mut body, MAX_ATTACHMENT_BYTES, |_| {
+        attachments::too_large()
+    })
+    .await?;
+    let media_type = found.mime();
     let (size, sha256) = (blob.size(), blob.sha256());
     // The row first: a refused upload leaves no blob (the dropped writer removes its file),
     // and from the moment the bytes are in place a row names them, so no sweep takes them.

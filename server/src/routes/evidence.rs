@@ -19,7 +19,7 @@ use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
 use crate::jobs::evidence::{self, ContentType, Sniffer, Upload};
 use crate::state::AppState;
-use crate::store::blobs::Blobs;
+use crate::store::blobs::{BlobWriter, Blobs};
 
 /// Size of the chunks a download is sent in.
 const READ_CHUNK: usize = 64 * 1024;
@@ -110,26 +110,14 @@ async fn store_bytes(
     max_bytes: u64,
 ) -> Result<String, ApiError> {
     let blobs = Blobs::new(&state.config.data_dir);
-    let mut blob = blobs
-        .create()
-        .await
-        .map_err(|err| ApiError::internal(&err))?;
-    let mut sniffer = Sniffer::new();
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|_| unreadable())?;
-        if blob.size() + chunk.len() as u64 > max_bytes {
-            return Err(evidence::too_large(max_bytes));
+    let (blob, found) = receive(&blobs, body, upload.size, |total| {
+        if total > max_bytes {
+            evidence::too_large(max_bytes)
+        } else {
+            mismatch("The body is longer than the size its description gives.")
         }
-        if blob.size() + chunk.len() as u64 > upload.size {
-            return Err(mismatch(
-                "The body is longer than the size its description gives.",
-            ));
-        }
-        sniffer.feed(&chunk);
-        blob.write(&chunk)
-            .await
-            .map_err(|err| ApiError::internal(&err))?;
-    }
+    })
+    .await?;
     if blob.size() != upload.size {
         return Err(mismatch(&format!(
             "The body has {} bytes; its description says {}.",
@@ -142,14 +130,6 @@ async fn store_bytes(
             "The body's SHA-256 is not the one its description gives.",
         ));
     }
-    blob.sync().await.map_err(|err| ApiError::internal(&err))?;
-    let json = sniffer.looks_like_json() && {
-        let path = blob.temporary_path().to_owned();
-        web::block(move || parses_as_json(&path))
-            .await
-            .unwrap_or(false)
-    };
-    let found = sniffer.finish(json);
     if !evidence::kind_allows(upload.kind, found) {
         return Err(ApiError::new(
             Code::UnsupportedMediaType,
@@ -166,8 +146,43 @@ async fn store_bytes(
     Ok(found.mime().to_owned())
 }
 
+/// Streams a body of at most `limit` bytes into a new blob (synced, not yet in place),
+/// sniffing its type as it comes; past the limit it stops reading and answers
+/// `too_large(bytes so far)`.
+pub(super) async fn receive(
+    blobs: &Blobs,
+    body: &mut web::Payload,
+    limit: u64,
+    too_large: impl Fn(u64) -> ApiError,
+) -> Result<(BlobWriter, ContentType), ApiError> {
+    let mut blob = blobs
+        .create()
+        .await
+        .map_err(|err| ApiError::internal(&err))?;
+    let mut sniffer = Sniffer::new();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|_| unreadable())?;
+        let total = blob.size() + chunk.len() as u64;
+        if total > limit {
+            return Err(too_large(total));
+        }
+        sniffer.feed(&chunk);
+        blob.write(&chunk)
+            .await
+            .map_err(|err| ApiError::internal(&err))?;
+    }
+    blob.sync().await.map_err(|err| ApiError::internal(&err))?;
+    let json = sniffer.looks_like_json() && {
+        let path = blob.temporary_path().to_owned();
+        web::block(move || parses_as_json(&path))
+            .await
+            .unwrap_or(false)
+    };
+    Ok((blob, sniffer.finish(json)))
+}
+
 /// Whether the file parses as JSON, read back in a blocking thread (up to the size limit).
-pub(super) fn parses_as_json(path: &std::path::Path) -> bool {
+fn parses_as_json(path: &std::path::Path) -> bool {
     let Ok(file) = std::fs::File::open(path) else {
         return false;
     };
@@ -317,6 +332,6 @@ fn mismatch(message: &str) -> ApiError {
     ApiError::new(Code::InvalidRequest, message)
 }
 
-pub(super) fn unreadable() -> ApiError {
+fn unreadable() -> ApiError {
     ApiError::new(Code::InvalidRequest, "The body could not be read.")
 }
