@@ -10,6 +10,7 @@
 //!
 //! Built on the official Rust MCP SDK (`rmcp`), its handler written out by hand.
 
+use percent_encoding::utf8_percent_encode;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -25,6 +26,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt as _};
 use serde_json::json;
 use tether_protocol::task_context::{CHAIN, GET, SEARCH};
 
+use crate::engines::acp::prompt::OUTSIDE_UNRESERVED;
 use crate::run::tool_channel::{self, Answer, Call, Listed};
 
 /// The context tool's name (Claude Code shows it as `mcp__tether__tether_context`).
@@ -116,14 +118,7 @@ fn resource(listed: &Listed) -> Resource {
 
 /// `tether://attachments/<id>/<name>`, the name percent-encoded.
 fn uri(listed: &Listed) -> String {
-    let mut name = String::new();
-    for byte in listed.attachment.name.bytes() {
-        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
-            name.push(char::from(byte));
-        } else {
-            name.push_str(&format!("%{byte:02X}"));
-        }
-    }
+    let name = utf8_percent_encode(&listed.attachment.name, OUTSIDE_UNRESERVED);
     format!("{ATTACHMENT_URI}{}/{name}", listed.attachment.id.as_str())
 }
 

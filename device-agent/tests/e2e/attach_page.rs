@@ -60,13 +60,7 @@ async fn attaches_on(screen: Screen) {
     )
     .await;
     let _daemon = Daemon::start(home.path());
-    web.wait_for_device(&device_id, |device| {
-        device
-            .capabilities
-            .as_ref()
-            .is_some_and(|c| c.engines.iter().any(|e| e.name == "look"))
-    })
-    .await;
+    web.wait_for_engines(&device_id, &["look"]).await;
 
     let files = tempfile::tempdir().unwrap();
     let picture = files.path().join("screenshot.png");

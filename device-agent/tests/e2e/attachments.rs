@@ -71,15 +71,8 @@ async fn reads_its_attachments_and_its_context(backend: &str) {
     )
     .await;
     let daemon = start_daemon(home.path(), backend);
-    web.wait_for_device(&device_id, |device| {
-        device.online
-            && device.capabilities.as_ref().is_some_and(|caps| {
-                ["attached", "scripted"]
-                    .iter()
-                    .all(|name| caps.engines.iter().any(|engine| engine.name == *name))
-            })
-    })
-    .await;
+    web.wait_for_engines(&device_id, &["attached", "scripted"])
+        .await;
     let png_sha256 = hex(&Sha256::digest(PNG));
 
     // A recipe: the files are there under their names, byte-identical, read-only.
@@ -191,14 +184,7 @@ async fn bytes_that_differ_from_the_upload_fail_the_run_before_it_starts() {
     )
     .await;
     let daemon = start_daemon(home.path(), "landlock");
-    web.wait_for_device(&device_id, |device| {
-        device.online
-            && device
-                .capabilities
-                .as_ref()
-                .is_some_and(|caps| caps.engines.iter().any(|engine| engine.name == "attached"))
-    })
-    .await;
+    web.wait_for_engines(&device_id, &["attached"]).await;
     let notes = upload(&web, "notes.txt", NOTES.as_bytes()).await;
     // The stored copy rots: the server still serves it (its size is right).
     let digest = hex(&Sha256::digest(NOTES.as_bytes()));

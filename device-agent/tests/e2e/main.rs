@@ -876,6 +876,19 @@ impl Web {
         }
     }
 
+    /// Waits until the device is online and publishes every engine of `names`.
+    async fn wait_for_engines(&self, device_id: &str, names: &[&str]) -> Device {
+        self.wait_for_device(device_id, |device| {
+            device.online
+                && device.capabilities.as_ref().is_some_and(|caps| {
+                    names
+                        .iter()
+                        .all(|name| caps.engines.iter().any(|engine| engine.name == *name))
+                })
+        })
+        .await
+    }
+
     async fn wait_for_device(&self, device_id: &str, ready: impl Fn(&Device) -> bool) -> Device {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {

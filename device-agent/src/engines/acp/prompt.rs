@@ -18,6 +18,7 @@ use agent_client_protocol::v1::schema::{
     ResourceLink, TextContent, TextResourceContents,
 };
 use base64::Engine as _;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use crate::run::attachments::PlacedAttachment;
 
@@ -142,18 +143,24 @@ fn read_at_most(path: &Path, limit: u64) -> Option<Vec<u8>> {
     std::fs::read(path).ok()
 }
 
+/// Every byte but RFC 3986's unreserved characters is percent-encoded (a name in a URI).
+pub const OUTSIDE_UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// The same, but `/` too is kept (a path in a URI).
+const OUTSIDE_UNRESERVED_OR_SLASH: &AsciiSet = &OUTSIDE_UNRESERVED.remove(b'/');
+
 /// `file://` and the absolute path, each byte outside RFC 3986's unreserved set and `/`
 /// percent-encoded.
 pub fn file_uri(path: &Path) -> String {
-    let mut uri = String::from("file://");
-    for byte in path.to_string_lossy().bytes() {
-        if byte.is_ascii_alphanumeric() || b"-._~/".contains(&byte) {
-            uri.push(char::from(byte));
-        } else {
-            uri.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    uri
+    let path = path.to_string_lossy();
+    format!(
+        "file://{}",
+        utf8_percent_encode(&path, OUTSIDE_UNRESERVED_OR_SLASH)
+    )
 }
 
 #[cfg(test)]
