@@ -397,6 +397,7 @@ pub fn capabilities(device: &Device) -> Capabilities {
         seal_key: device.seal_key.clone(),
         accept_web_approvals: true,
         git: None,
+        evidence: None,
     }
 }
 

@@ -247,6 +247,10 @@ pub struct Capabilities {
     /// Present when the computer delivers work with git (branches, commits, pushes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git: Option<GitCapability>,
+    /// Whether evidence goes up and which captures are held (absent from older agents:
+    /// uploads on, nothing held).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<crate::evidence::EvidenceSettings>,
 }
 
 /// What the computer's git delivery can do.

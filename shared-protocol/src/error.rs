@@ -104,6 +104,11 @@ error_codes! {
     InvalidState = ("invalid_state", 409);
     /// The job ended: what it held for its run (its attachments) is no longer handed out.
     JobEnded = ("job_ended", 410);
+    /// The computer keeps its evidence (`evidence off` there): a held file can be previewed
+    /// and discarded, never released.
+    EvidenceKept = ("evidence_kept", 409);
+    /// Nobody waits for this upload any more (answered already, or the asker gave up).
+    UploadGone = ("upload_gone", 410);
     /// The device is not connected.
     DeviceOffline = ("device_offline", 409);
     /// The device does not publish this engine.

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::changes::DiffAgainst;
+use crate::evidence::EvidenceAction;
 use crate::files::FileOp;
 use crate::ids::{DecisionId, DeliveryId, JobId};
 
@@ -48,6 +49,22 @@ pub enum ServerFrame {
         id: DeliveryId,
         name: String,
         sealed: serde_json::Value,
+    },
+    /// The owner asked something of a held evidence file: answer at
+    /// `POST /api/devices/self/evidence-uploads/{uploadId}` (the bytes for `preview` and
+    /// `release`, an empty body once `discard` is done, or a refusal).
+    #[serde(rename = "evidence.request", rename_all = "camelCase")]
+    EvidenceRequest {
+        /// This request's id.
+        id: String,
+        job_id: JobId,
+        evidence_id: String,
+        action: EvidenceAction,
+        /// Single use, bound to this device, the job's account and this request.
+        upload_id: String,
+        /// How long the server waits for the answer, in milliseconds.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_ms: Option<u64>,
     },
     /// The device was revoked: forget the token.
     #[serde(rename = "device.revoked")]

@@ -7,9 +7,11 @@ use utoipa::ToSchema;
 use crate::attachments::Attachment;
 use crate::changes::Changes;
 use crate::decisions::Decision;
+use crate::evidence::{EvidenceDetails, EvidenceVariant};
 use crate::git::{DeliveryReport, GitOptions};
 use crate::ids::{AttachmentId, DeviceId, JobId};
 use crate::lease::LeaseToken;
+use crate::report::{ObservedAttempt, ObservedRun, WorkerReport};
 
 /// How much a run may do before it asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
@@ -299,7 +301,9 @@ pub struct JobOutcome {
     pub outcome: Outcome,
     pub summary: String,
     pub exit_code: Option<i32>,
-    pub report: Option<serde_json::Value>,
+    /// The worker's own report, as the server checked it.
+    #[serde(default, deserialize_with = "crate::report::lenient")]
+    pub report: Option<WorkerReport>,
 }
 
 /// A job as the web sees it.
@@ -348,6 +352,10 @@ pub struct Job {
     /// What became of the work in git (branch, commits, push, pull request), once known.
     #[serde(default)]
     pub delivery: Option<DeliveryReport>,
+    /// What each attempt really used (engine, version, model, effort, mode), as its agent
+    /// said; an attempt that said nothing is absent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub observed: Vec<ObservedAttempt>,
 }
 
 /// A file a run attached to its result.
@@ -365,6 +373,16 @@ pub struct Evidence {
     pub local: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caption: Option<String>,
+    /// Held on the computer for its owner: Preview, Release and Discard reach it there.
+    #[serde(default)]
+    pub held: bool,
+    /// The evidence id of the file this one is a smaller picture of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant_of: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<EvidenceVariant>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<EvidenceDetails>,
 }
 
 /// Largest evidence file, in bytes (100 MB).
@@ -436,6 +454,17 @@ pub struct EvidenceMeta {
     pub caption: Option<String>,
     #[serde(default)]
     pub local: bool,
+    /// Held for the owner ([`crate::evidence`]): like `local`, no bytes come with it, but
+    /// the owner may preview, release or discard it from the web.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
+    /// The id of the file of this job this one is a variant of, sent before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant_of: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<EvidenceVariant>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<EvidenceDetails>,
 }
 
 /// A claimed job, with the lease that fences every write about it.
@@ -510,6 +539,9 @@ pub struct ProgressParams {
     /// [`MAX_LINE_AGE_MS`]). Absent: every line is stamped with the receipt time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub line_ages_ms: Option<Vec<u64>>,
+    /// What the run uses, sent when the agent first says it or it changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<ObservedRun>,
 }
 
 /// The oldest a line's age may make it: older ones are stamped this much before the call.
@@ -530,7 +562,13 @@ pub struct CompleteParams {
     pub outcome: Outcome,
     pub summary: String,
     pub exit_code: Option<i32>,
+    /// The worker's report ([`WorkerReport`]). Checked by the server: one of the wrong
+    /// shape is dropped (the job still completes, with a line saying so).
+    #[schema(value_type = Option<WorkerReport>)]
     pub report: Option<serde_json::Value>,
+    /// What the run used, as its agent said at the end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<ObservedRun>,
     /// What the run changed ([`Changes`]). Checked by the server: a list of the wrong
     /// shape is dropped (the job still completes, with a line saying so).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -6,6 +6,9 @@ pub const PROTOCOL_HEADER: &str = "x-tether-protocol";
 pub const LEASE_HEADER: &str = "x-tether-lease";
 /// Evidence metadata (base64url JSON) on an evidence upload.
 pub const EVIDENCE_HEADER: &str = "x-tether-evidence";
+/// A computer's refusal of an `evidence.request` (the file changed, holds a saved secret
+/// value, or evidence upload is off there), percent-encoded UTF-8; the body is then empty.
+pub const EVIDENCE_REFUSED_HEADER: &str = "x-tether-evidence-refused";
 /// The file's name on an attachment upload (`POST /api/attachments`), percent-encoded
 /// UTF-8 (RFC 3986), so any name a person's file has travels in an ASCII header.
 pub const ATTACHMENT_NAME_HEADER: &str = "x-tether-attachment-name";
@@ -35,4 +38,10 @@ pub fn device_job(job_id: &str, action: &str) -> String {
 /// `/api/devices/self/jobs/{id}/attachments/{aid}`: one attachment of a claimed job.
 pub fn device_job_attachment(job_id: &str, attachment_id: &str) -> String {
     format!("/api/devices/self/jobs/{job_id}/attachments/{attachment_id}")
+}
+
+/// `/api/devices/self/evidence-uploads/{uploadId}`: a computer's answer to an
+/// `evidence.request`.
+pub fn evidence_upload(upload_id: &str) -> String {
+    format!("/api/devices/self/evidence-uploads/{upload_id}")
 }

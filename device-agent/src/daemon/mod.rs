@@ -488,6 +488,7 @@ impl Shared {
             seal_key: self.seal_key.clone(),
             accept_web_approvals: config.accept_web_approvals,
             git: crate::run::delivery::capability(&self.data_dir),
+            evidence: None,
         }
     }
 

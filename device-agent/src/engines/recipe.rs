@@ -224,6 +224,7 @@ fn completion(
         summary,
         exit_code,
         report: None,
+        observed: None,
         changes: None,
         delivery: None,
     })

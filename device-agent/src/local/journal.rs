@@ -155,6 +155,7 @@ impl RunRecord {
                 summary: summary.clone(),
                 exit_code: *exit_code,
                 report: report.clone(),
+                observed: None,
                 changes: changes.clone(),
                 delivery: delivery.clone(),
             }),
@@ -171,6 +172,7 @@ impl RunRecord {
                     summary,
                     exit_code: *exit_code,
                     report: report.clone(),
+                    observed: None,
                     changes: None,
                     delivery: None,
                 })

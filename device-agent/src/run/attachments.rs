@@ -283,6 +283,7 @@ fn refused(summary: String) -> NotPlaced {
         summary,
         exit_code: None,
         report: None,
+        observed: None,
         changes: None,
         delivery: None,
     }))

@@ -65,6 +65,7 @@ pub fn blocked(summary: String) -> CompleteParams {
         summary,
         exit_code: None,
         report: None,
+        observed: None,
         changes: None,
         delivery: None,
     }

@@ -312,6 +312,10 @@ pub fn prepare(
         mime: None,
         caption: None,
         local: !upload,
+        held: false,
+        variant_of: None,
+        variant: None,
+        details: None,
     };
     let body = if upload { body } else { Vec::new() };
     Ok(Ready { meta, body })

@@ -277,6 +277,7 @@ pub async fn report_output(
                 lines: batch.lines,
                 status: None,
                 line_ages_ms: None,
+                observed: None,
             };
             let printed = Some(batch.printed.as_slice());
             if deliver(&client, &lease, params, printed, &stop).await == Delivery::Abandoned {
@@ -318,6 +319,7 @@ pub async fn say(
         lines,
         status,
         line_ages_ms: None,
+        observed: None,
     };
     deliver(client, lease, params, None, stop).await;
 }

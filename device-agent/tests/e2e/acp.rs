@@ -399,7 +399,8 @@ fn check_everyday_work(computer: &Computer, job: &Job) {
 /// What [`everyday_work`] shows and leaves behind, whatever its outcome.
 fn check_everyday_steps(computer: &Computer, job: &Job) {
     let outcome = job.outcome.clone().unwrap();
-    assert_eq!(outcome.report.as_ref().unwrap()["stopReason"], "end_turn");
+    // The scripted agent did not report in its own words.
+    assert_eq!(outcome.report, None);
     // The client advertised exactly what it implements (and no terminal sign-in).
     assert_eq!(
         reports(job, "initialize"),
@@ -881,10 +882,6 @@ async fn acp_in_unattended_mode_never_waits_and_lists_what_it_took() {
         )),
         "{outcome:?}"
     );
-    assert_eq!(
-        outcome.report.as_ref().unwrap()["denied"],
-        json!([format!("write {}", outside.join("x.txt").display())])
-    );
     assert!(
         outcome
             .summary
@@ -899,8 +896,12 @@ async fn acp_in_unattended_mode_never_waits_and_lists_what_it_took() {
         outcome.summary.contains("denied without asking"),
         "{outcome:?}"
     );
-    let choices = outcome.report.as_ref().unwrap()["unattendedChoices"].clone();
-    assert_eq!(choices.as_array().map(Vec::len), Some(2), "{choices}");
+    let choices = outcome
+        .summary
+        .split("Taken without asking (unattended):")
+        .nth(1);
+    let choices = choices.map(|list| list.matches("\n- ").count());
+    assert_eq!(choices, Some(2), "{outcome:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

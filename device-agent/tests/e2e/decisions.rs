@@ -682,6 +682,7 @@ impl Harness {
             summary: "cancelled".into(),
             exit_code: None,
             report: None,
+            observed: None,
             changes: None,
             delivery: None,
         };
@@ -760,6 +761,7 @@ fn heartbeat_params(
             seal_key: seal_key.public().clone(),
             accept_web_approvals,
             git: None,
+            evidence: None,
         },
         running: runs
             .iter()

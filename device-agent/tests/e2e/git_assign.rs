@@ -81,6 +81,7 @@ async fn fake_git_computer(web: &Web) -> String {
             version: "2.47.3".into(),
             github_hosts: Vec::new(),
         }),
+        evidence: None,
     };
     let res = http
         .post(format!("{}/api/devices/self/heartbeat", web.base))

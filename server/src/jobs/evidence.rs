@@ -561,6 +561,10 @@ impl EvidenceRow {
             mime: self.mime,
             local: self.kept_local != 0,
             caption: self.caption,
+            held: false,
+            variant_of: None,
+            variant: None,
+            details: None,
         }
     }
 }

@@ -20,6 +20,7 @@ use tether_protocol::jobs::{
     ProgressParams, ProgressResponse, MAX_AUTO_RESUMES, MAX_EARLIER_TEXT_CHARS,
     MAX_LINES_PER_PROGRESS, MAX_LINE_AGE_MS, MAX_LINE_BYTES, RESUME_WINDOW_SECS,
 };
+use tether_protocol::report::WorkerReport;
 use tether_protocol::text::{self, TextKind};
 use tether_protocol::{Code, JobId, LeaseToken};
 
@@ -195,7 +196,10 @@ impl TryFrom<CompleteParams> for Completion {
                 outcome: params.outcome,
                 summary,
                 exit_code: params.exit_code,
-                report: params.report,
+                report: params
+                    .report
+                    .filter(|raw| !raw.is_null())
+                    .and_then(|raw| WorkerReport::parse(raw).ok()),
             },
             changes: ReportedChanges::check(params.changes),
             delivery: ReportedDelivery::check(params.delivery),

@@ -221,6 +221,7 @@ pub async fn create(store: &Store, account_id: &AccountId, new: NewJob) -> Resul
         run_number,
         queued_because: None,
         delivery: None,
+        observed: Vec::new(),
     })
 }
 

@@ -216,8 +216,8 @@ pub(crate) fn tell_outcome(sheet: &mut Sheet, outcome: &JobOutcome) {
     if !outcome.summary.is_empty() {
         sheet.part("Summary", &outcome.summary);
     }
-    if let Some(report) = outcome.report.as_ref().filter(|report| !report.is_null()) {
-        sheet.part("Report", &report.to_string());
+    if let Some(report) = &outcome.report {
+        sheet.part("Report", &serde_json::to_string(report).unwrap_or_default());
     }
 }
 
@@ -360,6 +360,7 @@ mod tests {
     use super::*;
     use tether_protocol::git::Delivery;
     use tether_protocol::jobs::{Mode, Outcome};
+    use tether_protocol::report::WorkerReport;
 
     fn chars(text: &str) -> usize {
         text.chars().count()
@@ -521,7 +522,11 @@ mod tests {
                     outcome: Outcome::Failed,
                     summary: huge("s"),
                     exit_code: Some(1),
-                    report: Some(serde_json::json!({ "notes": huge("r") })),
+                    report: Some(WorkerReport {
+                        summary: huge("r").chars().take(2_000).collect(),
+                        done: vec![huge("d").chars().take(1_000).collect(); 30],
+                        ..WorkerReport::default()
+                    }),
                 }),
                 run,
             })

@@ -110,6 +110,7 @@ impl JobRow {
             rerun_of,
             run_number,
             reruns: Vec::new(),
+            observed: Vec::new(),
             state: self.state()?,
             spec: self.spec()?,
             id: stored_id(self.id)?,

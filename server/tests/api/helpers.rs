@@ -396,6 +396,7 @@ impl DeviceClient {
             seal_key: self.seal_key.clone(),
             accept_web_approvals: true,
             git: None,
+            evidence: None,
         }
     }
 

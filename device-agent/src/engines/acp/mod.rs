@@ -50,7 +50,6 @@ use agent_client_protocol::v1::schema::{
 };
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::{Agent, Client};
-use serde_json::json;
 use tether_protocol::jobs::{CompleteParams, Outcome};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -758,7 +757,7 @@ fn completion(done: Completion) -> Result<CompleteParams, StopReason> {
     if let Some(reason) = done.stop.filter(|reason| *reason >= StopReason::LeaseLost) {
         return Err(reason);
     }
-    let (outcome, summary, stop_reason) = match &done.turn {
+    let (outcome, summary, _stop_reason) = match &done.turn {
         Turn::Ended(reason) => ended_with(*reason, &done.final_message, &done.denied),
         Turn::Stopped {
             reason: StopReason::Cancel,
@@ -799,17 +798,12 @@ fn completion(done: Completion) -> Result<CompleteParams, StopReason> {
             summary.push_str(choice);
         }
     }
-    let report = json!({
-        "engine": "acp",
-        "stopReason": stop_reason,
-        "unattendedChoices": done.choices,
-        "denied": done.denied.iter().map(|denial| denial.what.as_str()).collect::<Vec<_>>(),
-    });
     Ok(CompleteParams {
         outcome,
         summary: cut_chars(&summary, 9000),
         exit_code: None,
-        report: Some(report),
+        report: None,
+        observed: None,
         changes: None,
         delivery: None,
     })
@@ -950,6 +944,8 @@ fn exit_words(status: ExitStatus) -> String {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn by_owner(what: &str) -> Denial {
