@@ -21,10 +21,12 @@
 use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 use tether_protocol::credential_files::credential_kind;
+use tether_protocol::evidence::{EvidenceDetails, EvidenceVariant};
 use tether_protocol::jobs::{
     ClaimedJob, EvidenceKind, EvidenceMeta, MAX_EVIDENCE_BYTES, MAX_EVIDENCE_FILES,
 };
@@ -73,6 +75,85 @@ pub fn create_run_folder(data_dir: &Path, job: &ClaimedJob) -> io::Result<PathBu
 #[derive(Debug)]
 pub struct RunEvidence {
     folder: PathBuf,
+    recorder: Recorder,
+}
+
+/// What the agent itself said of a file it put in a run's evidence folder (a capture, a
+/// file `tether_attach` copied there): its kind, caption, variant and what was measured,
+/// and the digest it was written with, so delivery sends it only while it is that file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    /// The file's name in the evidence folder.
+    pub name: String,
+    pub kind: EvidenceKind,
+    pub caption: Option<String>,
+    /// The name (in the same folder) of the file this one was made from.
+    pub variant_of: Option<String>,
+    pub variant: Option<EvidenceVariant>,
+    pub details: Option<EvidenceDetails>,
+    /// Lowercase hex SHA-256 of the bytes as written.
+    pub sha256: String,
+}
+
+/// The run's record of [`Recorded`] files, shared by the tool channel (which records) and
+/// the delivery (which reads). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Recorder {
+    folder: PathBuf,
+    recorded: Arc<Mutex<Vec<Recorded>>>,
+}
+
+impl Recorder {
+    pub fn new(folder: PathBuf) -> Recorder {
+        Recorder {
+            folder,
+            recorded: Arc::default(),
+        }
+    }
+
+    /// The run's evidence folder.
+    pub fn folder(&self) -> &Path {
+        &self.folder
+    }
+
+    /// Where the tool channel records the files it puts in the folder.
+    pub fn recorder(&self) -> Recorder {
+        self.recorder.clone()
+    }
+
+    /// Notes a file written into the folder; a later record of the same name replaces it.
+    pub fn record(&self, recorded: Recorded) {
+        let mut all = self.lock();
+        all.retain(|earlier| earlier.name != recorded.name);
+        all.push(recorded);
+    }
+
+    /// What was recorded, in the order it was.
+    pub fn recorded(&self) -> Vec<Recorded> {
+        self.lock().clone()
+    }
+
+    /// `wanted` if no file of the folder has that name yet, else `stem-2.ext`, `stem-3.ext`,
+    /// …: files never overwrite each other.
+    pub fn unused_name(&self, wanted: &str) -> String {
+        let (stem, extension) = match wanted.rsplit_once('.') {
+            Some((stem, extension)) if !stem.is_empty() => (stem, format!(".{extension}")),
+            _ => (wanted, String::new()),
+        };
+        let mut name = wanted.to_owned();
+        let mut n = 1;
+        while self.folder.join(&name).symlink_metadata().is_ok() {
+            n += 1;
+            name = format!("{stem}-{n}{extension}");
+        }
+        name
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Recorded>> {
+        self.recorded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 impl RunEvidence {
@@ -88,7 +169,10 @@ impl RunEvidence {
             }
         };
         match guard.check_access(&folder) {
-            Ok(()) => Some(RunEvidence { folder }),
+            Ok(()) => Some(RunEvidence {
+                recorder: Recorder::new(folder.clone()),
+                folder,
+            }),
             Err(refusal) => {
                 tracing::warn!(job = %job.id, "no evidence folder for this run: {refusal}");
                 remove_run_folder(&folder);
