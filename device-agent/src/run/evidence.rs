@@ -116,11 +116,6 @@ impl Recorder {
         &self.folder
     }
 
-    /// Where the tool channel records the files it puts in the folder.
-    pub fn recorder(&self) -> Recorder {
-        self.recorder.clone()
-    }
-
     /// Notes a file written into the folder; a later record of the same name replaces it.
     pub fn record(&self, recorded: Recorded) {
         let mut all = self.lock();
@@ -183,6 +178,11 @@ impl RunEvidence {
 
     pub fn folder(&self) -> &Path {
         &self.folder
+    }
+
+    /// Where the tool channel records the files it puts in the folder.
+    pub fn recorder(&self) -> Recorder {
+        self.recorder.clone()
     }
 
     /// Shows the folder to a program of the run: [`EVIDENCE_DIR_VAR`] in `env` (replacing
