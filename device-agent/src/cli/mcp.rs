@@ -6,6 +6,9 @@
 //! offers is forwarded to that channel, which the agent serves outside the sandbox:
 //!
 //! - the tool `tether_context`: more context from the Tether server, under the run's lease;
+//! - the tool `tether_report`: the worker's report of the run, checked at once (the last
+//!   valid one goes with the run's completion);
+//! - the tool `tether_attach`: a file of the run's folder kept as evidence;
 //! - the job's attachments as resources (`tether://attachments/<id>/<name>`).
 //!
 //! Built on the official Rust MCP SDK (`rmcp`), its handler written out by hand.
@@ -31,6 +34,10 @@ use crate::run::tool_channel::{self, Answer, Call, Listed};
 
 /// The context tool's name (Claude Code shows it as `mcp__tether__tether_context`).
 pub const CONTEXT_TOOL: &str = "tether_context";
+/// The report tool's name.
+pub const REPORT_TOOL: &str = "tether_report";
+/// The attach tool's name.
+pub const ATTACH_TOOL: &str = "tether_attach";
 /// How an attachment's resource address begins.
 const ATTACHMENT_URI: &str = "tether://attachments/";
 
@@ -93,14 +100,98 @@ pub fn context_tool() -> Tool {
         },
         "required": ["name"]
     });
-    let schema: JsonObject = match schema {
-        serde_json::Value::Object(object) => object,
-        _ => JsonObject::new(),
-    };
+    let schema = object(schema);
     Tool::new(
         CONTEXT_TOOL,
         "Ask Tether, the service that assigned this task, for more context about it: the earlier runs of the job it continues, another job of the same account, or the account's jobs matching some words. Answers plain text.",
         schema,
+    )
+}
+
+fn object(schema: serde_json::Value) -> JsonObject {
+    match schema {
+        serde_json::Value::Object(object) => object,
+        _ => JsonObject::new(),
+    }
+}
+
+/// The report tool. Its input schema is [`tether_protocol::report::WorkerReport`]'s, written
+/// here once with what a model reads of each field (the channel checks every bound).
+pub fn report_tool() -> Tool {
+    use tether_protocol::report::{
+        MAX_REPORT_ITEMS, MAX_REPORT_ITEM_CHARS, MAX_REPORT_LINKS, MAX_REPORT_SUMMARY_CHARS,
+    };
+    let list = |description: &str| {
+        json!({
+            "type": "array",
+            "maxItems": MAX_REPORT_ITEMS,
+            "items": {"type": "string", "maxLength": MAX_REPORT_ITEM_CHARS},
+            "description": description,
+        })
+    };
+    let schema = json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["summary"],
+        "properties": {
+            "summary": {
+                "type": "string",
+                "maxLength": MAX_REPORT_SUMMARY_CHARS,
+                "description": "What the run did, in a few sentences. The first line leads the notification the owner gets, so make it say the outcome."
+            },
+            "done": list("What was done, one entry each."),
+            "tested": {
+                "type": "array",
+                "maxItems": MAX_REPORT_ITEMS,
+                "description": "How the work was tested: each command really run and how it came out. Leave out what was not run.",
+                "items": {
+                    "type": "object",
+                    "additionalProperties": false,
+                    "required": ["command", "outcome"],
+                    "properties": {
+                        "command": {"type": "string", "maxLength": MAX_REPORT_ITEM_CHARS, "description": "The command as it was run, e.g. `cargo test -p web`."},
+                        "outcome": {"type": "string", "enum": ["passed", "failed", "skipped"]},
+                        "detail": {"type": "string", "maxLength": MAX_REPORT_ITEM_CHARS, "description": "A line about it, e.g. `2 of 118 failed: both flaky on CI too`."}
+                    }
+                }
+            },
+            "notDone": list("What was asked and not done."),
+            "risks": list("What a reviewer should look at twice."),
+            "links": {
+                "type": "array",
+                "maxItems": MAX_REPORT_LINKS,
+                "items": {"type": "string", "pattern": "^https?://"},
+                "description": "Where to look: http or https addresses (a preview, a pull request, a document)."
+            }
+        }
+    });
+    Tool::new(
+        REPORT_TOOL,
+        "Hand Tether your report of this task before you finish: what you did, how you tested it, what you did not do and what could go wrong. Call it once at the end (a later call replaces the report); if it is refused, fix what the answer names and call again.",
+        object(schema),
+    )
+}
+
+/// The attach tool.
+pub fn attach_tool() -> Tool {
+    let schema = json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["path"],
+        "properties": {
+            "path": {"type": "string", "description": "The file, relative to the folder you work in (or absolute inside it)."},
+            "kind": {
+                "type": "string",
+                "enum": ["screenshot", "image", "video", "trace", "report", "log", "file"],
+                "description": "What it is; left out, it is told from the file's name."
+            },
+            "caption": {"type": "string", "maxLength": crate::run::attach::MAX_CAPTION_CHARS, "description": "One line saying what it shows."}
+        }
+    });
+    Tool::new(
+        ATTACH_TOOL,
+        "Keep a file of your working folder (a screenshot, a log, a trace, a generated report) as evidence of this task, shown to the owner beside the result. Answers the name it was kept under. Keys, credential files and links are refused.",
+        object(schema),
     )
 }
 
@@ -122,6 +213,25 @@ fn uri(listed: &Listed) -> String {
     format!("{ATTACHMENT_URI}{}/{name}", listed.attachment.id.as_str())
 }
 
+/// `tether_context`'s call from its arguments.
+fn context_call(arguments: &JsonObject) -> Result<Call, String> {
+    let Some(name) = arguments.get("name").and_then(|name| name.as_str()) else {
+        return Err(format!("name is required: one of {CHAIN}, {GET}, {SEARCH}"));
+    };
+    let args = arguments.get("args").cloned().unwrap_or_else(|| json!({}));
+    Ok(Call::Context {
+        name: name.to_owned(),
+        args,
+    })
+}
+
+/// `tether_attach`'s call from its arguments, as the channel reads it.
+fn attach_call(mut arguments: JsonObject) -> Result<Call, String> {
+    arguments.insert("op".into(), json!("attach"));
+    serde_json::from_value(serde_json::Value::Object(arguments))
+        .map_err(|err| format!("the arguments are not valid: {err}"))
+}
+
 fn refusal(error: String) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(error)])
 }
@@ -138,7 +248,8 @@ impl ServerHandler for Server {
         .with_instructions(
             "Tether assigned this task. Call tether_context for more context about it (the \
              runs it continues, other jobs of the account); the files attached to the task \
-             are this server's resources.",
+             are this server's resources. Keep files that show your work with tether_attach, \
+             and before you finish hand over your report with tether_report.",
         )
     }
 
@@ -147,11 +258,20 @@ impl ServerHandler for Server {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(vec![context_tool()]))
+        Ok(ListToolsResult::with_all_items(vec![
+            context_tool(),
+            report_tool(),
+            attach_tool(),
+        ]))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        (name == CONTEXT_TOOL).then(context_tool)
+        match name {
+            CONTEXT_TOOL => Some(context_tool()),
+            REPORT_TOOL => Some(report_tool()),
+            ATTACH_TOOL => Some(attach_tool()),
+            _ => None,
+        }
     }
 
     async fn call_tool(
@@ -159,26 +279,30 @@ impl ServerHandler for Server {
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        if request.name != CONTEXT_TOOL {
-            return Err(ErrorData::invalid_params(
-                format!("no tool named {}", request.name),
-                None,
-            ));
-        }
         let arguments = request.arguments.unwrap_or_default();
-        let Some(name) = arguments.get("name").and_then(|name| name.as_str()) else {
-            return Ok(
-                refusal(format!("name is required: one of {CHAIN}, {GET}, {SEARCH}")).into(),
-            );
+        let call = match request.name.as_ref() {
+            CONTEXT_TOOL => context_call(&arguments),
+            REPORT_TOOL => Ok(Call::Report {
+                report: serde_json::Value::Object(arguments),
+            }),
+            ATTACH_TOOL => attach_call(arguments),
+            other => {
+                return Err(ErrorData::invalid_params(
+                    format!("no tool named {other}"),
+                    None,
+                ))
+            }
         };
-        let args = arguments.get("args").cloned().unwrap_or_else(|| json!({}));
-        let call = Call::Context {
-            name: name.to_owned(),
-            args,
+        let call = match call {
+            Ok(call) => call,
+            Err(problem) => return Ok(refusal(problem).into()),
         };
         // Every failure is the tool's result, so the model reads why.
         let result = match self.ask(call).await {
             Ok(Answer::Text { text }) => CallToolResult::success(vec![ContentBlock::text(text)]),
+            Ok(Answer::Attached { name }) => CallToolResult::success(vec![ContentBlock::text(
+                format!("kept as {name} in this run's evidence"),
+            )]),
             Ok(Answer::Refused { error }) => refusal(error),
             Ok(other) => refusal(format!("the agent answered something else: {other:?}")),
             Err(err) => refusal(err.message.into_owned()),

@@ -8,18 +8,22 @@
 //! "$TETHER_AGENT" tool context NAME --args '{"…": "…"}'
 //! "$TETHER_AGENT" tool attachments
 //! "$TETHER_AGENT" tool attachment ID > copy
+//! "$TETHER_AGENT" tool report report.json       # or - for stdin
+//! "$TETHER_AGENT" tool attach out/screen.png --kind screenshot --caption "The new page"
 //! ```
 //!
 //! The answer goes to stdout; a refusal goes to stderr and the command exits 1; outside a
 //! run (no channel in the environment) it says so and exits 2.
 
-use std::io::Write as _;
+use std::io::{Read as _, Write as _};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context as _, Result};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use clap::Subcommand;
 use serde_json::json;
+use tether_protocol::jobs::EvidenceKind;
+use tether_protocol::report::MAX_RESULT_FILE_BYTES;
 use tether_protocol::task_context::{CHAIN, GET, SEARCH};
 
 use crate::run::tool_channel::{self, Answer, Call};
@@ -55,6 +59,24 @@ pub enum ToolCommand {
         /// Its id (from `tool attachments`).
         id: String,
     },
+    /// Hand over the run's report (a JSON object: summary, done, tested, notDone, risks,
+    /// links); checked at once, and the last one sent goes with the run's completion.
+    Report {
+        /// The report's file; `-` or nothing reads it from stdin.
+        file: Option<std::path::PathBuf>,
+    },
+    /// Keep a file of the run's folder as evidence of the run; prints the name it was kept
+    /// under.
+    Attach {
+        /// Relative to the run's folder, or absolute inside it.
+        path: String,
+        /// screenshot, image, video, trace, report, log or file (default: from the name).
+        #[arg(long, value_parser = parse_kind)]
+        kind: Option<EvidenceKind>,
+        /// A line saying what it shows.
+        #[arg(long)]
+        caption: Option<String>,
+    },
 }
 
 /// Runs the command inside a job; the exit code.
@@ -79,6 +101,24 @@ pub async fn apply(command: ToolCommand) -> Result<i32> {
         }
         ToolCommand::Attachments { json } => (Call::Attachments, json),
         ToolCommand::Attachment { id } => (Call::Attachment { id }, false),
+        ToolCommand::Report { file } => (
+            Call::Report {
+                report: read_report(file.as_deref())?,
+            },
+            false,
+        ),
+        ToolCommand::Attach {
+            path,
+            kind,
+            caption,
+        } => (
+            Call::Attach {
+                path,
+                kind,
+                caption,
+            },
+            false,
+        ),
     };
     let answer = tool_channel::ask(&socket, &token, call).await?;
     print(answer, json)
@@ -95,6 +135,31 @@ fn args_from_words(name: &str, words: &[String]) -> Result<serde_json::Value> {
         (CHAIN, _) => bail!("job.chain takes no words"),
         _ => bail!("give the arguments of {name} with --args '{{…}}'"),
     })
+}
+
+fn parse_kind(raw: &str) -> Result<EvidenceKind, String> {
+    serde_json::from_value(serde_json::Value::String(raw.to_owned()))
+        .map_err(|_| "one of screenshot, image, video, trace, report, log, file".to_owned())
+}
+
+/// The report's JSON from `file` (stdin when `None` or `-`), bounded as the result file is.
+fn read_report(file: Option<&std::path::Path>) -> Result<serde_json::Value> {
+    let mut bytes = Vec::new();
+    let limit = MAX_RESULT_FILE_BYTES + 1;
+    match file.filter(|path| path.as_os_str() != "-") {
+        Some(path) => std::fs::File::open(path)
+            .with_context(|| format!("cannot read {}", path.display()))?
+            .take(limit)
+            .read_to_end(&mut bytes)?,
+        None => std::io::stdin()
+            .lock()
+            .take(limit)
+            .read_to_end(&mut bytes)?,
+    };
+    if bytes.len() as u64 > MAX_RESULT_FILE_BYTES {
+        bail!("the report is over {MAX_RESULT_FILE_BYTES} bytes");
+    }
+    serde_json::from_slice(&bytes).context("the report is not JSON")
 }
 
 fn parse_args(raw: &str) -> Result<serde_json::Value> {
@@ -138,6 +203,7 @@ fn print(answer: Answer, json: bool) -> Result<i32> {
             base64: Some(blob), ..
         } => out.write_all(&STANDARD.decode(blob)?)?,
         Answer::Content { .. } => bail!("the agent answered an attachment without content"),
+        Answer::Attached { name } => writeln!(out, "kept as {name} in the run's evidence")?,
         Answer::Refused { error } => {
             eprintln!("tether-agent tool: {error}");
             return Ok(REFUSED);
@@ -168,6 +234,8 @@ mod tests {
         assert_eq!(parse_args(r#"{"id":"j2"}"#)?, json!({"id": "j2"}));
         assert!(parse_args("[1]").is_err());
         assert!(parse_args("{").is_err());
+        assert_eq!(parse_kind("screenshot"), Ok(EvidenceKind::Screenshot));
+        assert!(parse_kind("photo").is_err());
         Ok(())
     }
 }

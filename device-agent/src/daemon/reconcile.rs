@@ -215,6 +215,7 @@ mod tests {
             summary: "exit code 2".into(),
             exit_code: Some(2),
             report: None,
+            observed: None,
             changes: None,
             delivery: None,
         };
@@ -235,6 +236,7 @@ mod tests {
             summary: "exit code 0".into(),
             exit_code: Some(0),
             report: None,
+            observed: None,
             delivery: DeliveryStage::NotAsked,
         };
         assert!(matches!(

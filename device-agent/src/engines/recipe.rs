@@ -24,6 +24,8 @@ use crate::run::grant::{start_broker, Granted};
 use crate::run::process_group::{self, Signal, TERMINATE_GRACE};
 use crate::run::progress::{report_output, OutputLines};
 use crate::run::stop::{RunStop, StopReason};
+use crate::run::tool_channel::ToolChannel;
+use crate::run::worker_report;
 use crate::sandbox;
 
 /// Lines waiting for the reporter; when it is behind (server slow), the run's pipe fills and
@@ -77,6 +79,9 @@ async fn execute(recipe: &Recipe, ctx: RunContext<'_>) -> Result<CompleteParams,
         Err(refusal) => return Ok(blocked(refusal)),
     };
     let evidence = RunEvidence::prepare(job, guard);
+    if let (Some(tools), Some(evidence)) = (tools, &evidence) {
+        tools.handback().keep_evidence_in(evidence.recorder());
+    }
     let granted = Granted {
         secret_env: named.env,
         evidence: evidence.as_ref(),
@@ -114,8 +119,21 @@ async fn execute(recipe: &Recipe, ctx: RunContext<'_>) -> Result<CompleteParams,
     for note in &notes {
         tracing::warn!(job = %job.id, "{note}");
     }
-    let outcome = completion(ended, job, recipe, stop.current())
+    let mut outcome = completion(ended, job, recipe, stop.current())
         .map(|params| sandbox_checked(params, &notes));
+    // The worker's report (its tool call, else `.tether/result.json`) goes with the outcome.
+    if let Ok(params) = &mut outcome {
+        let collected = worker_report::collect(
+            tools.map(ToolChannel::handback),
+            &folder.path,
+            &secrets.hidden,
+        )
+        .await;
+        if let Some(note) = &collected.note {
+            let _ = evidence_notes.send(note.clone()).await;
+        }
+        params.report = collected.wire();
+    }
     // Journaled the moment the program ended, before its output, evidence and delivery go
     // anywhere (the server may be unreachable for long): a restarted agent reports it and
     // never runs it again.

@@ -23,6 +23,7 @@ use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tether_protocol::jobs::{ClaimedJob, CompleteParams, Outcome};
+use tether_protocol::report::ObservedRun;
 use tether_protocol::{JobId, LeaseToken};
 
 use crate::local::private_files::create_private_dir;
@@ -84,9 +85,12 @@ pub enum RunState {
         outcome: Outcome,
         summary: String,
         exit_code: Option<i32>,
-        /// The engine's report (an ACP turn's stop reason and choices).
+        /// The worker's report, as it goes with the completion.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         report: Option<serde_json::Value>,
+        /// What the run used, as its agent said.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        observed: Option<ObservedRun>,
         /// How far the job's git delivery got.
         #[serde(default)]
         delivery: DeliveryStage,
@@ -98,9 +102,12 @@ pub enum RunState {
         outcome: Outcome,
         summary: String,
         exit_code: Option<i32>,
-        /// The engine's report (an ACP turn's stop reason and choices).
+        /// The worker's report, as it goes with the completion.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         report: Option<serde_json::Value>,
+        /// What the run used, as its agent said.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        observed: Option<ObservedRun>,
         /// What the run changed in its folder, as reported with the completion.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         changes: Option<serde_json::Value>,
@@ -148,6 +155,7 @@ impl RunRecord {
                 summary,
                 exit_code,
                 report,
+                observed,
                 changes,
                 delivery,
             } => Some(CompleteParams {
@@ -155,7 +163,7 @@ impl RunRecord {
                 summary: summary.clone(),
                 exit_code: *exit_code,
                 report: report.clone(),
-                observed: None,
+                observed: observed.clone(),
                 changes: changes.clone(),
                 delivery: delivery.clone(),
             }),
@@ -164,6 +172,7 @@ impl RunRecord {
                 summary,
                 exit_code,
                 report,
+                observed,
                 delivery,
             } => {
                 let (outcome, summary) = undelivered(*outcome, summary, *delivery);
@@ -172,7 +181,7 @@ impl RunRecord {
                     summary,
                     exit_code: *exit_code,
                     report: report.clone(),
-                    observed: None,
+                    observed: observed.clone(),
                     changes: None,
                     delivery: None,
                 })
@@ -531,6 +540,7 @@ mod tests {
                 summary: "exit code 0".into(),
                 exit_code: Some(0),
                 report: None,
+                observed: None,
                 changes: Some(serde_json::json!({"files": []})),
                 delivery: Some(serde_json::json!({"branch": "main"})),
             };
@@ -583,12 +593,27 @@ mod tests {
             outcome,
             summary: "exit code 3".into(),
             exit_code: Some(3),
-            report: Some(serde_json::json!({"engine": "acp"})),
+            report: Some(serde_json::json!({"summary": "fixed it"})),
+            observed: Some(ObservedRun {
+                engine: Some("claude-code-acp".into()),
+                model: Some("opus".into()),
+                ..ObservedRun::default()
+            }),
             delivery,
         };
         let reported = |state: RunState| -> Result<_> {
             journal.update(&record.job_id, |record| record.state = state)?;
-            let completion = journal.get(&record.job_id)?.and_then(|r| r.completion());
+            // The report and what the run used are kept through a restart, as read back.
+            let completion = Journal::new(&data_dir)
+                .get(&record.job_id)?
+                .and_then(|r| r.completion());
+            if let Some(completion) = &completion {
+                let observed = completion
+                    .observed
+                    .as_ref()
+                    .and_then(|o| o.model.as_deref());
+                assert_eq!(observed, Some("opus"));
+            }
             Ok(completion.map(|c| (c.outcome, c.summary, c.exit_code, c.report, c.delivery)))
         };
         assert_eq!(
@@ -597,7 +622,7 @@ mod tests {
                 Outcome::Failed,
                 "exit code 3".into(),
                 Some(3),
-                Some(serde_json::json!({"engine": "acp"})),
+                Some(serde_json::json!({"summary": "fixed it"})),
                 None
             ))
         );

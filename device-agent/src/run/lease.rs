@@ -190,6 +190,7 @@ impl RunLease {
             summary: redact(&params.summary, hidden),
             exit_code: params.exit_code,
             report: params.report.clone(),
+            observed: params.observed.clone(),
             delivery,
         };
         self.journal_update(|record| record.state = state);
@@ -213,6 +214,7 @@ impl RunLease {
             summary: params.summary.clone(),
             exit_code: params.exit_code,
             report: params.report.clone(),
+            observed: params.observed.clone(),
             changes: params.changes.clone(),
             delivery: params.delivery.clone(),
         };
@@ -319,6 +321,7 @@ mod tests {
             summary: "printed [hidden] on the way out".into(),
             exit_code: None,
             report: None,
+            observed: None,
             delivery,
         };
         assert_eq!(state()?, Some(ended(DeliveryStage::Pending)));

@@ -19,7 +19,8 @@
 //!   with the computer's sign-in and a pull request;
 //! - [`secret_http`]: secrets used by reference, through a broker the run's programs call;
 //! - [`tool_channel`]: what the run may ask of the agent while it runs (more context under
-//!   its lease, its attachments), for recipes and for a coding agent's MCP server;
+//!   its lease, its attachments; the worker's report [`worker_report`], files it
+//!   [`attach`]es), for recipes and for a coding agent's MCP server;
 //! - [`model_network`]: an engine limited to its model endpoints, through relays and a
 //!   filtering proxy on sockets its sandbox forwards;
 //! - [`environment`]: the allow list of the child environment;
@@ -32,6 +33,7 @@
 //! [`Ask`]: crate::policy::asking::Ask
 //! [`Granted`]: grant::Granted
 
+pub mod attach;
 pub mod attachments;
 pub mod decisions;
 pub mod delivery;
@@ -51,6 +53,7 @@ pub mod stop;
 #[path = "../../tests/support/http_request.rs"]
 mod test_http;
 pub mod tool_channel;
+pub mod worker_report;
 pub mod workplace;
 
 pub use engine::{Engine, RunContext};
@@ -193,7 +196,6 @@ async fn execute<E: Engine>(
         Err(attachments::NotPlaced::Refused(params)) => return Ok(*params),
         Err(attachments::NotPlaced::Stopped(reason)) => return Err(reason),
     };
-    let tools = start_tools(run, data_dir, attachments.as_ref());
     let entry = workplace::Entry {
         claims: &run.common.claims,
         client: run.client,
@@ -208,6 +210,7 @@ async fn execute<E: Engine>(
         workplace::Entered::Ended(params) => return Ok(params),
     };
     let folder = &place.folder;
+    let tools = start_tools(run, data_dir, &folder.path, attachments.as_ref());
     let ctx = RunContext {
         client: run.client,
         job: run.job,
@@ -274,11 +277,12 @@ async fn deliver(
 }
 
 /// Starts the run's tool channel: what its programs may ask of this agent while it runs
-/// (more context under its lease, its attachments). A run goes on without one, logged, when
-/// it cannot be served.
+/// (more context under its lease, its attachments; its report, files it attaches from
+/// `folder`). A run goes on without one, logged, when it cannot be served.
 fn start_tools(
     run: Claimed<'_>,
     data_dir: &Path,
+    folder: &Path,
     attachments: Option<&attachments::RunAttachments>,
 ) -> Option<ToolChannel> {
     let context = tool_channel::ChannelContext {
@@ -289,6 +293,7 @@ fn start_tools(
             .map(|placed| placed.placed().to_vec())
             .unwrap_or_default(),
         hidden: run.secrets.hidden.clone(),
+        handback: worker_report::Handback::new(folder.to_owned(), run.secrets.hidden.clone()),
     };
     ToolChannel::start(data_dir, context)
         .map_err(|err| tracing::warn!(job = %run.job.id, "the run has no tool channel: {err:#}"))

@@ -19,10 +19,14 @@
 //!   chain, another job of the account, a search). A `stale_lease` answer is handled as any
 //!   lease-bound call's: reattached after an outage, else the run is stopped;
 //! - `attachments`: the files attached to the job, as placed for the run;
-//! - `attachment {id}`: one of them, as text or base64.
+//! - `attachment {id}`: one of them, as text or base64;
+//! - `report {report}`: the worker's report ([`crate::run::worker_report`]), refused with
+//!   the problem when invalid so the worker can fix it; the last valid one wins;
+//! - `attach {path, kind?, caption?}`: a file of the run's folder kept as evidence
+//!   ([`crate::run::attach`]); the answer names the copy.
 //!
 //! **Architecture Invariant:** the channel only answers from what the run already has (its
-//! lease, its attachments); it never widens what the run may see.
+//! lease, its attachments, its folder); it never widens what the run may see.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -35,6 +39,7 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq as _;
 use tether_protocol::attachments::Attachment;
+use tether_protocol::jobs::EvidenceKind;
 use tether_protocol::task_context::{ContextRequest, MAX_CONTEXT_ANSWER_CHARS};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio::net::{UnixListener, UnixStream};
@@ -42,12 +47,14 @@ use tokio::net::{UnixListener, UnixStream};
 use crate::local::private_files::create_private_dir;
 use crate::local::vault::redact;
 use crate::remote::client::{DeviceClient, RemoteError};
+use crate::run::attach::{attach, AttachRequest};
 use crate::run::attachments::PlacedAttachment;
 use crate::run::lease::{Recovery, RunLease};
 use crate::run::secret_http::{
     accept_each, agent_program, grant_vars, random_text, read_request_line, runs_root,
 };
 use crate::run::stop::{RunStop, StopReason};
+use crate::run::worker_report::Handback;
 
 /// The channel's socket, in the run's environment.
 pub const SOCKET_VAR: &str = "TETHER_TOOL_SOCKET";
@@ -86,6 +93,16 @@ pub enum Call {
     Attachments,
     /// One attachment's content.
     Attachment { id: String },
+    /// The worker's report ([`tether_protocol::report::WorkerReport`]).
+    Report { report: serde_json::Value },
+    /// Keep a file of the run's folder as evidence.
+    Attach {
+        path: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kind: Option<EvidenceKind>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        caption: Option<String>,
+    },
 }
 
 /// The channel's answer.
@@ -104,6 +121,8 @@ pub enum Answer {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         base64: Option<String>,
     },
+    /// A file was attached: the name its copy has in the run's evidence.
+    Attached { name: String },
     /// Why the call was not answered, as a sentence for whoever reads it.
     Refused { error: String },
 }
@@ -141,6 +160,8 @@ pub struct ChannelContext {
     pub attachments: Vec<PlacedAttachment>,
     /// Every saved value, hidden in the answers.
     pub hidden: Arc<Vec<String>>,
+    /// The run's folder, report and evidence recorder.
+    pub handback: Arc<Handback>,
 }
 
 /// One run's channel: listening until dropped.
@@ -148,6 +169,7 @@ pub struct ToolChannel {
     folder: PathBuf,
     socket: PathBuf,
     token: String,
+    handback: Arc<Handback>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -170,6 +192,7 @@ impl ToolChannel {
             std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
         }
         let token = random_text(24);
+        let handback = context.handback.clone();
         let task = tokio::spawn(serve(
             listener,
             Arc::new(Served {
@@ -181,8 +204,14 @@ impl ToolChannel {
             folder,
             socket,
             token,
+            handback,
             task: Some(task),
         })
+    }
+
+    /// What the run hands back through the channel: its report, where attached files go.
+    pub fn handback(&self) -> &Handback {
+        &self.handback
     }
 
     /// The channel's variables for a run's environment.
@@ -272,6 +301,29 @@ async fn answer(served: &Served, request: Request) -> Answer {
             attachments: context.attachments.iter().map(Listed::from).collect(),
         },
         Call::Attachment { id } => content(context, &id).await,
+        Call::Report { report } => match context.handback.report(report) {
+            Ok(()) => Answer::Text {
+                text: "the report is kept; it goes with the run's completion (a later report \
+                       replaces it)"
+                    .into(),
+            },
+            Err(problem) => refused(format!("the report is not valid: {problem}")),
+        },
+        Call::Attach {
+            path,
+            kind,
+            caption,
+        } => {
+            attached(
+                context,
+                AttachRequest {
+                    path,
+                    kind,
+                    caption,
+                },
+            )
+            .await
+        }
     };
     hide(answer, &context.hidden)
 }
@@ -292,6 +344,9 @@ fn hide(answer: Answer, hidden: &[String]) -> Answer {
             base64,
         },
         Answer::Refused { error } => refused(redact(&error, hidden)),
+        Answer::Attached { name } => Answer::Attached {
+            name: redact(&name, hidden),
+        },
         listed @ Answer::Attachments { .. } => listed,
     }
 }
@@ -387,6 +442,22 @@ async fn content(context: &ChannelContext, id: &str) -> Answer {
         attachment,
         text: None,
         base64: Some(STANDARD.encode(bytes)),
+    }
+}
+
+/// Copies a file of the run's folder into its evidence, off the runtime's threads.
+async fn attached(context: &ChannelContext, request: AttachRequest) -> Answer {
+    let handback = &context.handback;
+    let Some(recorder) = handback.recorder() else {
+        return refused("this run has no evidence folder, so nothing can be attached");
+    };
+    let (folder, hidden) = (handback.folder().to_owned(), context.hidden.clone());
+    let copied =
+        tokio::task::spawn_blocking(move || attach(&folder, &recorder, &request, &hidden)).await;
+    match copied {
+        Ok(Ok(name)) => Answer::Attached { name },
+        Ok(Err(why)) => refused(why),
+        Err(err) => refused(format!("the file could not be attached: {err}")),
     }
 }
 
@@ -537,6 +608,7 @@ mod tests {
                 stop: stop.clone(),
                 attachments: placed,
                 hidden: Arc::new(vec!["hunter22".to_owned()]),
+                handback: Handback::new(folder.clone(), Arc::new(vec!["hunter22".to_owned()])),
             },
         )?;
         Ok(Started {

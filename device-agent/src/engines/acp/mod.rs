@@ -66,6 +66,7 @@ use crate::run::process_group::TERMINATE_GRACE;
 use crate::run::progress::{self, report_output};
 use crate::run::stop::{RunStop, StopReason};
 use crate::run::tool_channel;
+use crate::run::worker_report;
 use crate::sandbox;
 use client::{Denial, Said, Session};
 use continuation::{Load, Opening, Place, Recall};
@@ -164,6 +165,9 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         }
     };
     let evidence = RunEvidence::prepare(job, guard);
+    if let (Some(tools), Some(evidence)) = (tools, &evidence) {
+        tools.handback().keep_evidence_in(evidence.recorder());
+    }
     let (env, writable, readable) = Granted {
         secret_env: named.env,
         evidence: evidence.as_ref(),
@@ -252,6 +256,12 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         },
     };
     let turn = converse(&session, pipes, &conversation).await;
+    let stop_note = match &turn {
+        Turn::Ended(reason) => {
+            stop_word(*reason).map(|word| format!("the agent ended its turn ({word})"))
+        }
+        _ => None,
+    };
     let Ended {
         status,
         notes,
@@ -260,7 +270,7 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
     drop(broker);
     outfit::forget_written_key(engine, &outfit.state_home);
     let (rest, final_message) = session.finish_transcript();
-    let outcome = completion(Completion {
+    let mut outcome = completion(Completion {
         turn,
         final_message,
         choices: session.gate().unattended_choices(),
@@ -270,6 +280,14 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         timeout_minutes: job.spec.timeout_minutes,
         stop: stop.current(),
     });
+    // The worker's report (its tool call, else `.tether/result.json`) goes with the outcome.
+    let mut report_note = None;
+    if let Ok(params) = &mut outcome {
+        let handback = tools.map(tool_channel::ToolChannel::handback);
+        let collected = worker_report::collect(handback, &folder.path, &secrets.hidden).await;
+        params.report = collected.wire();
+        report_note = collected.note;
+    }
     // The session's end is the run's: journaled now, before its last lines, evidence and
     // delivery go anywhere (the server may be unreachable for long), so a restarted agent
     // reports it and starts no session for it again.
@@ -284,7 +302,12 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         let _ = lines.send(refused).await;
     }
     drop(outfit);
-    for line in rest.into_iter().chain(notes) {
+    for line in rest
+        .into_iter()
+        .chain(notes)
+        .chain(stop_note)
+        .chain(report_note)
+    {
         let _ = lines.send(line).await;
     }
     if let Some(evidence) = evidence {
@@ -757,7 +780,7 @@ fn completion(done: Completion) -> Result<CompleteParams, StopReason> {
     if let Some(reason) = done.stop.filter(|reason| *reason >= StopReason::LeaseLost) {
         return Err(reason);
     }
-    let (outcome, summary, _stop_reason) = match &done.turn {
+    let (outcome, summary) = match &done.turn {
         Turn::Ended(reason) => ended_with(*reason, &done.final_message, &done.denied),
         Turn::Stopped {
             reason: StopReason::Cancel,
@@ -771,13 +794,12 @@ fn completion(done: Completion) -> Result<CompleteParams, StopReason> {
                     CANCEL_GRACE.as_secs()
                 )
             };
-            (Outcome::Cancelled, summary, Some("cancelled"))
+            (Outcome::Cancelled, summary)
         }
         Turn::Stopped { reason, .. } => return Err(*reason),
         Turn::TimedOut => (
             Outcome::Failed,
             format!("timed out after {} min", done.timeout_minutes.max(1)),
-            None,
         ),
         Turn::Failed(why) => {
             if done.exit.and_then(|status| status.code()) == Some(sandbox::SANDBOX_FAILED) {
@@ -786,7 +808,7 @@ fn completion(done: Completion) -> Result<CompleteParams, StopReason> {
                     done.stderr_tail.join(" ")
                 )));
             }
-            (Outcome::Failed, failure(why, &done), None)
+            (Outcome::Failed, failure(why, &done))
         }
         Turn::Blocked(why) => return Ok(blocked(why.clone())),
     };
@@ -812,11 +834,7 @@ fn completion(done: Completion) -> Result<CompleteParams, StopReason> {
 /// The outcome of a turn the agent ended with `reason`. A turn it ended after the gate
 /// refused something did not do what it was asked, however the agent words it: `blocked`,
 /// naming what was denied.
-fn ended_with(
-    reason: AcpStopReason,
-    final_message: &str,
-    denied: &[Denial],
-) -> (Outcome, String, Option<&'static str>) {
+fn ended_with(reason: AcpStopReason, final_message: &str, denied: &[Denial]) -> (Outcome, String) {
     let said = |prefix: &str| {
         if final_message.is_empty() {
             prefix.to_owned()
@@ -824,7 +842,6 @@ fn ended_with(
             format!("{prefix}: {final_message}")
         }
     };
-    let word = stop_word(reason);
     let gave_up = matches!(
         reason,
         AcpStopReason::EndTurn | AcpStopReason::Cancelled | AcpStopReason::Refusal
@@ -833,7 +850,6 @@ fn ended_with(
         return (
             Outcome::Blocked,
             after_denial(first, denied.len(), final_message),
-            word,
         );
     }
     match reason {
@@ -843,40 +859,32 @@ fn ended_with(
             } else {
                 final_message.to_owned()
             };
-            (Outcome::Succeeded, summary, Some("end_turn"))
+            (Outcome::Succeeded, summary)
         }
         // Not the owner's Cancel (that is `Turn::Stopped`): the agent gave up on its own.
-        AcpStopReason::Cancelled => (
-            Outcome::Failed,
-            said("the agent cancelled its turn itself"),
-            Some("cancelled"),
-        ),
+        AcpStopReason::Cancelled => (Outcome::Failed, said("the agent cancelled its turn itself")),
         AcpStopReason::Refusal => (
             Outcome::Failed,
             said("the agent refused to go on (refusal)"),
-            Some("refusal"),
         ),
         AcpStopReason::MaxTokens => (
             Outcome::Failed,
             said("the agent stopped at its token limit (max_tokens)"),
-            Some("max_tokens"),
         ),
         AcpStopReason::MaxTurnRequests => (
             Outcome::Failed,
             said(
                 "the agent stopped at its limit of model requests for one turn (max_turn_requests)",
             ),
-            Some("max_turn_requests"),
         ),
         _ => (
             Outcome::Failed,
             said("the agent stopped for a reason this computer does not know"),
-            None,
         ),
     }
 }
 
-/// The stop reason as ACP spells it, for the report.
+/// The stop reason as ACP spells it, for the line the job's output ends with.
 fn stop_word(reason: AcpStopReason) -> Option<&'static str> {
     match reason {
         AcpStopReason::EndTurn => Some("end_turn"),
@@ -1078,15 +1086,8 @@ mod tests {
             params.map(|params| params.summary.clone()),
             Ok("I fixed the tests.\nTaken without asking (unattended):\n- allowed without asking: Run `make`?".to_owned())
         );
-        assert_eq!(
-            params.ok().and_then(|params| params.report.clone()),
-            Some(json!({
-                "engine": "acp",
-                "stopReason": "end_turn",
-                "unattendedChoices": ["allowed without asking: Run `make`?"],
-                "denied": [],
-            }))
-        );
+        // The report is the worker's own, collected after the turn; the engine makes none.
+        assert_eq!(params.ok().and_then(|params| params.report.clone()), None);
     }
 
     #[test]
@@ -1172,17 +1173,6 @@ mod tests {
         });
         cancelled.denied = vec![by_owner("$ make")];
         assert_eq!(check(cancelled).map(|(o, _)| o), Ok(Outcome::Cancelled));
-    }
-
-    #[test]
-    fn the_report_lists_what_was_denied() {
-        let mut turn = done(Turn::Ended(AcpStopReason::EndTurn));
-        turn.denied = vec![by_owner("Write notes.md")];
-        let report = completion(turn).ok().and_then(|params| params.report);
-        assert_eq!(
-            report.map(|report| report["denied"].clone()),
-            Some(json!(["Write notes.md"]))
-        );
     }
 
     #[test]
