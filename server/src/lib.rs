@@ -30,6 +30,7 @@ pub mod jobs;
 pub mod metrics;
 pub mod notices;
 pub mod pages;
+pub mod previews;
 pub mod proxies;
 pub mod push;
 pub mod rate_limits;

@@ -17,13 +17,20 @@
 //!   `tether:tokens`, where a replica that ended a device's token names the device, so all
 //!   of them forget it (see `device_tokens`).
 //!
+//! An owner's request about a held evidence file (`evidence.request`) is relayed the same
+//! way under its single-use upload id: the ticket also binds the account, job, evidence id
+//! and action ([`UploadBinding`]); the device's upload, at any replica, checks it, takes it
+//! ([`Hub::take_upload`]) and hands the outcome back ([`Hub::deliver_upload`]). A taken or
+//! abandoned id is remembered for [`GONE_TTL`] (`tether:relay-gone:{id}`), so its second
+//! use is told 410 `upload_gone`, not 404.
+//!
 //! **Invariant:** frames and relays are hints with short lives. Nothing here is the truth
 //! about a job: a lost frame costs the device latency (it claims on every (re)connect and
 //! heartbeat), a lost relay answer a 504.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures_util::StreamExt;
@@ -32,8 +39,10 @@ use redis::AsyncConnectionConfig;
 use serde::{Deserialize, Serialize};
 use tether_protocol::changes::DiffAgainst;
 use tether_protocol::decisions::DecisionChange;
+use tether_protocol::evidence::{EvidenceAction, PreviewReady};
 use tether_protocol::files::{FileAnswer, FileOp};
 use tether_protocol::frames::ServerFrame;
+use tether_protocol::jobs::Evidence;
 use tether_protocol::{AccountId, Code, DecisionId, DeviceId, JobId};
 use tokio::sync::{broadcast, mpsc, oneshot, Notify};
 
@@ -52,6 +61,8 @@ const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Pause between attempts to reach Redis again.
 const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
 const KEY_PREFIX: &str = "tether:";
+/// How long a taken or abandoned upload id is remembered (answered 410, not 404).
+const GONE_TTL: Duration = Duration::from_secs(600);
 
 /// The hub of one replica; cheap to clone.
 #[derive(Clone)]
@@ -75,8 +86,10 @@ struct Local {
     /// Open event streams by device id: (stream number, its mailbox).
     streams: HashMap<String, Vec<(u64, Arc<Mailbox>)>>,
     next_stream: u64,
-    /// Relayed requests this replica waits on, by request id.
+    /// Relayed requests this replica waits on, by request id (an upload id for evidence).
     waiting: HashMap<String, Waiter>,
+    /// Upload ids taken or abandoned here (in process): the device, and until when.
+    gone: HashMap<String, (String, Instant)>,
     /// Accounts whose pages follow their changes through this replica, by account id.
     accounts: HashMap<String, AccountFollowers>,
 }
@@ -107,7 +120,50 @@ pub enum AccountEvent {
 struct Waiter {
     /// Only this device may answer.
     device_id: String,
-    answer: oneshot::Sender<FileAnswer>,
+    answer: oneshot::Sender<Answer>,
+    /// Set for an evidence request: what its upload id is bound to.
+    upload: Option<UploadBinding>,
+}
+
+/// A device's answer to a relayed request.
+#[derive(Serialize, Deserialize)]
+enum Answer {
+    File(FileAnswer),
+    Evidence(EvidenceAnswer),
+}
+
+/// What an evidence upload id is bound to: one job of one account, one file, one action
+/// (and, in its ticket, one device).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadBinding {
+    pub account_id: AccountId,
+    pub job_id: JobId,
+    pub evidence_id: String,
+    pub action: EvidenceAction,
+}
+
+/// How the device's upload ended, as the replica that took it tells the waiting request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum EvidenceAnswer {
+    /// The bytes are in the preview store.
+    Preview(PreviewReady),
+    /// The bytes are in the blob store and the row says so.
+    Released(Box<Evidence>),
+    /// The computer deleted the file and its variants; so were their rows.
+    Discarded,
+    /// The computer refused; `kept` when its evidence upload is off.
+    Refused { kept: bool, reason: String },
+}
+
+/// An upload id taken by the device's upload: where its answer goes.
+pub struct TakenUpload {
+    id: String,
+    to: Destination,
+}
+
+enum Destination {
+    Here(oneshot::Sender<Answer>),
+    Replica(String),
 }
 
 enum Bus {
@@ -130,18 +186,21 @@ enum Command {
     Unsubscribe(String),
 }
 
-/// What a relay key holds: who may answer, and which replica waits.
+/// What a relay key holds: who may answer, which replica waits, and for an evidence
+/// request what its upload id is bound to.
 #[derive(Serialize, Deserialize)]
 struct RelayTicket {
     device: String,
     replica: String,
+    #[serde(default)]
+    upload: Option<UploadBinding>,
 }
 
 /// An answer on its way to the replica that waits for it.
 #[derive(Serialize, Deserialize)]
 struct RelayEnvelope {
     id: String,
-    answer: FileAnswer,
+    answer: Answer,
 }
 
 /// The frames waiting for one open stream, at most [`STREAM_BUFFER`], and the wake-up of its
@@ -235,8 +294,26 @@ struct WaitGuard<'a> {
 
 impl Drop for WaitGuard<'_> {
     fn drop(&mut self) {
-        self.hub.local().waiting.remove(&self.id);
+        let mut local = self.hub.local();
+        let abandoned = local.waiting.remove(&self.id);
+        if let Some(Waiter {
+            device_id,
+            upload: Some(_),
+            ..
+        }) = abandoned
+        {
+            remember_gone(&mut local, &self.id, device_id);
+        }
     }
+}
+
+/// Remembers an upload id that was taken or abandoned, dropping expired ones.
+fn remember_gone(local: &mut Local, id: &str, device_id: String) {
+    let now = Instant::now();
+    local.gone.retain(|_, (_, until)| *until > now);
+    local
+        .gone
+        .insert(id.to_owned(), (device_id, now + GONE_TTL));
 }
 
 impl Hub {
@@ -578,28 +655,85 @@ impl Hub {
         timeout: Duration,
     ) -> Result<FileAnswer, ApiError> {
         let id = credentials::random_token("frq_");
+        let frame = ServerFrame::FileRequest {
+            id: id.clone(),
+            job_id: job_id.clone(),
+            op,
+            path,
+            // The device stops working on the request by then.
+            timeout_ms: Some(timeout_ms(timeout)),
+            against,
+        };
+        match self.relay(device_id, &id, None, &frame, timeout).await? {
+            Answer::File(answer) => Ok(answer),
+            Answer::Evidence(_) => Err(ApiError::internal(&"an evidence answer to a file request")),
+        }
+    }
+
+    /// Relays an `evidence.request` under a fresh single-use upload id bound to `binding`,
+    /// and waits up to `timeout` for the device's upload to be taken care of.
+    ///
+    /// # Errors
+    /// As [`Hub::request_file`].
+    pub async fn request_evidence(
+        &self,
+        device_id: &DeviceId,
+        binding: UploadBinding,
+        timeout: Duration,
+    ) -> Result<EvidenceAnswer, ApiError> {
+        let upload_id = credentials::random_token("eup_");
+        let frame = ServerFrame::EvidenceRequest {
+            id: credentials::random_token("erq_"),
+            job_id: binding.job_id.clone(),
+            evidence_id: binding.evidence_id.clone(),
+            action: binding.action,
+            upload_id: upload_id.clone(),
+            timeout_ms: Some(timeout_ms(timeout)),
+        };
+        let answer = self
+            .relay(device_id, &upload_id, Some(binding), &frame, timeout)
+            .await?;
+        match answer {
+            Answer::Evidence(answer) => Ok(answer),
+            Answer::File(_) => Err(ApiError::internal(&"a file answer to an evidence request")),
+        }
+    }
+
+    /// Registers the waiting request `id` (with its Redis ticket), sends `frame` and waits
+    /// up to `timeout` for the answer.
+    async fn relay(
+        &self,
+        device_id: &DeviceId,
+        id: &str,
+        upload: Option<UploadBinding>,
+        frame: &ServerFrame,
+        timeout: Duration,
+    ) -> Result<Answer, ApiError> {
         let (answer, answered) = oneshot::channel();
+        let gone_for = upload.is_some().then_some(device_id);
         self.local().waiting.insert(
-            id.clone(),
+            id.to_owned(),
             Waiter {
                 device_id: device_id.to_string(),
                 answer,
+                upload: upload.clone(),
             },
         );
         let _guard = WaitGuard {
             hub: self,
-            id: id.clone(),
+            id: id.to_owned(),
         };
         if let Bus::Redis(bus) = &self.inner.bus {
             let ticket = serde_json::to_string(&RelayTicket {
                 device: device_id.to_string(),
                 replica: self.inner.replica.clone(),
+                upload,
             })?;
             let ttl = timeout.as_secs().saturating_add(5);
             let set: Option<String> = bus
                 .query(
                     redis::cmd("SET")
-                        .arg(relay_key(&id))
+                        .arg(relay_key(id))
                         .arg(ticket)
                         .arg("NX")
                         .arg("EX")
@@ -610,18 +744,9 @@ impl Hub {
                 return Err(ApiError::internal(&"relay id collision"));
             }
         }
-        let frame = ServerFrame::FileRequest {
-            id: id.clone(),
-            job_id: job_id.clone(),
-            op,
-            path,
-            // The device stops working on the request by then.
-            timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
-            against,
-        };
-        let receivers = self.send(device_id, &frame).await?;
+        let receivers = self.send(device_id, frame).await?;
         if receivers == 0 {
-            self.forget_ticket(&id).await;
+            self.forget_ticket(id, gone_for).await;
             return Err(ApiError::new(
                 Code::DeviceOffline,
                 "The computer is not connected; try again when it is online.",
@@ -630,7 +755,7 @@ impl Hub {
         match tokio::time::timeout(timeout, answered).await {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(_)) | Err(_) => {
-                self.forget_ticket(&id).await;
+                self.forget_ticket(id, gone_for).await;
                 Err(ApiError::new(
                     Code::DeviceTimeout,
                     "The computer did not answer in time.",
@@ -639,12 +764,16 @@ impl Hub {
         }
     }
 
-    async fn forget_ticket(&self, id: &str) {
+    /// Deletes a relay ticket; for an upload id (`gone_for` its device) remembers it gone.
+    async fn forget_ticket(&self, id: &str, gone_for: Option<&DeviceId>) {
         if let Bus::Redis(bus) = &self.inner.bus {
             let deleted: Result<i64, ApiError> =
                 bus.query(redis::cmd("DEL").arg(relay_key(id))).await;
             if let Err(error) = deleted {
                 tracing::warn!(%error, "relay key not deleted; it expires by itself");
+            }
+            if let Some(device_id) = gone_for {
+                bus.remember_gone(id, device_id.as_str()).await;
             }
         }
     }
@@ -662,6 +791,7 @@ impl Hub {
         answer: FileAnswer,
     ) -> Result<(), ApiError> {
         let unknown = || ApiError::not_found("file request");
+        let answer = Answer::File(answer);
         let Bus::Redis(bus) = &self.inner.bus else {
             return self.complete_locally(Some(device_id.as_str()), request_id, answer);
         };
@@ -674,7 +804,9 @@ impl Hub {
             .await?;
         let ticket: RelayTicket = ticket
             .and_then(|json| serde_json::from_str(&json).ok())
-            .filter(|ticket: &RelayTicket| ticket.device == device_id.as_str())
+            .filter(|ticket: &RelayTicket| {
+                ticket.device == device_id.as_str() && ticket.upload.is_none()
+            })
             .ok_or_else(unknown)?;
         let taken: Option<String> = bus
             .query(redis::cmd("GETDEL").arg(relay_key(request_id)))
@@ -703,19 +835,21 @@ impl Hub {
     }
 
     /// Hands `answer` to the request this replica waits on. `device_id` is checked when
-    /// given (in process); a Redis ticket was checked already.
+    /// given (in process, with the kind of request); a Redis ticket was checked already.
     fn complete_locally(
         &self,
         device_id: Option<&str>,
         request_id: &str,
-        answer: FileAnswer,
+        answer: Answer,
     ) -> Result<(), ApiError> {
         let waiter = {
             let mut local = self.local();
-            let mine = local
-                .waiting
-                .get(request_id)
-                .is_some_and(|waiter| device_id.is_none_or(|device| waiter.device_id == device));
+            let mine = local.waiting.get(request_id).is_some_and(|waiter| {
+                device_id.is_none_or(|device| {
+                    waiter.device_id == device
+                        && waiter.upload.is_some() == matches!(answer, Answer::Evidence(_))
+                })
+            });
             if mine {
                 local.waiting.remove(request_id)
             } else {
@@ -727,6 +861,145 @@ impl Hub {
             .answer
             .send(answer)
             .map_err(|_| ApiError::not_found("file request"))
+    }
+
+    /// What upload id `upload_id` is bound to, when `device_id` may use it now; nothing is
+    /// taken (the upload is checked first).
+    ///
+    /// # Errors
+    /// 404 `not_found` for an unknown id or another device's, 410 `upload_gone` for one used
+    /// already or whose request gave up; 503 `unavailable` when Redis cannot be reached.
+    pub async fn upload_ticket(
+        &self,
+        device_id: &DeviceId,
+        upload_id: &str,
+    ) -> Result<UploadBinding, ApiError> {
+        let Bus::Redis(bus) = &self.inner.bus else {
+            let local = self.local();
+            let binding = local
+                .waiting
+                .get(upload_id)
+                .filter(|waiter| waiter.device_id == device_id.as_str())
+                .and_then(|waiter| waiter.upload.clone());
+            return binding.ok_or_else(|| unusable_here(&local, device_id, upload_id));
+        };
+        if upload_id.len() > 100 {
+            return Err(ApiError::not_found("upload"));
+        }
+        let ticket: Option<String> = bus
+            .query(redis::cmd("GET").arg(relay_key(upload_id)))
+            .await?;
+        let binding = ticket
+            .and_then(|json| serde_json::from_str::<RelayTicket>(&json).ok())
+            .filter(|ticket| ticket.device == device_id.as_str())
+            .and_then(|ticket| ticket.upload);
+        match binding {
+            Some(binding) => Ok(binding),
+            None => Err(bus.unusable(device_id, upload_id).await?),
+        }
+    }
+
+    /// Takes upload id `upload_id` for `device_id`: from now on it is gone for every other
+    /// use. The answer then goes through [`Hub::deliver_upload`].
+    ///
+    /// # Errors
+    /// As [`Hub::upload_ticket`].
+    pub async fn take_upload(
+        &self,
+        device_id: &DeviceId,
+        upload_id: &str,
+    ) -> Result<TakenUpload, ApiError> {
+        let Bus::Redis(bus) = &self.inner.bus else {
+            return self.take_here(Some(device_id), upload_id);
+        };
+        // Checked before it is taken: another device's upload must not consume it.
+        self.upload_ticket(device_id, upload_id).await?;
+        let taken: Option<String> = bus
+            .query(redis::cmd("GETDEL").arg(relay_key(upload_id)))
+            .await?;
+        let Some(ticket) = taken.and_then(|json| serde_json::from_str::<RelayTicket>(&json).ok())
+        else {
+            return Err(bus.unusable(device_id, upload_id).await?);
+        };
+        bus.remember_gone(upload_id, device_id.as_str()).await;
+        if ticket.replica == self.inner.replica {
+            return self.take_here(None, upload_id);
+        }
+        Ok(TakenUpload {
+            id: upload_id.to_owned(),
+            to: Destination::Replica(ticket.replica),
+        })
+    }
+
+    /// Takes the waiting request of `upload_id` on this replica (`device_id` checked when
+    /// given).
+    fn take_here(
+        &self,
+        device_id: Option<&DeviceId>,
+        upload_id: &str,
+    ) -> Result<TakenUpload, ApiError> {
+        let mut local = self.local();
+        let mine = local.waiting.get(upload_id).is_some_and(|waiter| {
+            waiter.upload.is_some()
+                && device_id.is_none_or(|device| waiter.device_id == device.as_str())
+        });
+        let Some(waiter) = mine.then(|| local.waiting.remove(upload_id)).flatten() else {
+            return Err(match device_id {
+                Some(device_id) => unusable_here(&local, device_id, upload_id),
+                None => upload_gone(),
+            });
+        };
+        remember_gone(&mut local, upload_id, waiter.device_id);
+        Ok(TakenUpload {
+            id: upload_id.to_owned(),
+            to: Destination::Here(waiter.answer),
+        })
+    }
+
+    /// Hands the outcome of a taken upload to the request waiting for it, on any replica.
+    ///
+    /// # Errors
+    /// 410 `upload_gone` when that request gave up meanwhile; 503 `unavailable` when Redis
+    /// cannot be reached.
+    pub async fn deliver_upload(
+        &self,
+        taken: TakenUpload,
+        answer: EvidenceAnswer,
+    ) -> Result<(), ApiError> {
+        let answer = Answer::Evidence(answer);
+        match (taken.to, &self.inner.bus) {
+            (Destination::Here(sender), _) => sender.send(answer).map_err(|_| upload_gone()),
+            (Destination::Replica(replica), Bus::Redis(bus)) => {
+                let envelope = serde_json::to_string(&RelayEnvelope {
+                    id: taken.id,
+                    answer,
+                })?;
+                let receivers: i64 = bus
+                    .query(
+                        redis::cmd("PUBLISH")
+                            .arg(replica_channel(&replica))
+                            .arg(envelope),
+                    )
+                    .await?;
+                if receivers == 0 {
+                    return Err(upload_gone());
+                }
+                Ok(())
+            }
+            (Destination::Replica(_), Bus::InProcess) => Err(upload_gone()),
+        }
+    }
+
+    /// Runs one Redis command when this hub has Redis (`None` in process), for parts of
+    /// this replica that keep short-lived data there (previews).
+    pub async fn redis_query<T: redis::FromRedisValue>(
+        &self,
+        command: &redis::Cmd,
+    ) -> Option<Result<T, ApiError>> {
+        match &self.inner.bus {
+            Bus::InProcess => None,
+            Bus::Redis(bus) => Some(bus.query(command).await),
+        }
     }
 
     /// Runs the Redis subscriber until the task is dropped: delivers frames published for the
@@ -829,6 +1102,34 @@ impl Hub {
 }
 
 impl RedisBus {
+    /// Remembers upload id `id` of `device` as gone on every replica; a hint (logged).
+    async fn remember_gone(&self, id: &str, device: &str) {
+        let set: Result<Option<String>, ApiError> = self
+            .query(
+                redis::cmd("SET")
+                    .arg(gone_key(id))
+                    .arg(device)
+                    .arg("EX")
+                    .arg(GONE_TTL.as_secs()),
+            )
+            .await;
+        if let Err(error) = set {
+            tracing::warn!(%error, "a used upload id is not remembered; its reuse reads 404");
+        }
+    }
+
+    /// 410 for an upload id of `device_id` remembered gone, else 404.
+    async fn unusable(&self, device_id: &DeviceId, upload_id: &str) -> Result<ApiError, ApiError> {
+        let gone: Option<String> = self
+            .query(redis::cmd("GET").arg(gone_key(upload_id)))
+            .await?;
+        Ok(if gone.as_deref() == Some(device_id.as_str()) {
+            upload_gone()
+        } else {
+            ApiError::not_found("upload")
+        })
+    }
+
     /// Runs one command on the shared connection, reconnecting once it failed.
     async fn query<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Result<T, ApiError> {
         let cached = self
@@ -895,6 +1196,34 @@ fn replica_channel(replica: &str) -> String {
 
 fn relay_key(request_id: &str) -> String {
     format!("{KEY_PREFIX}relay:{request_id}")
+}
+
+/// 410 for an upload id of `device_id` remembered gone here, else 404.
+fn unusable_here(local: &Local, device_id: &DeviceId, upload_id: &str) -> ApiError {
+    let gone = local
+        .gone
+        .get(upload_id)
+        .is_some_and(|(device, until)| device == device_id.as_str() && *until > Instant::now());
+    if gone {
+        upload_gone()
+    } else {
+        ApiError::not_found("upload")
+    }
+}
+
+fn gone_key(upload_id: &str) -> String {
+    format!("{KEY_PREFIX}relay-gone:{upload_id}")
+}
+
+fn upload_gone() -> ApiError {
+    ApiError::new(
+        Code::UploadGone,
+        "This upload id was used already, or the request that asked for it gave up.",
+    )
+}
+
+fn timeout_ms(timeout: Duration) -> u64 {
+    u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use crate::devices::presence::Presence;
 use crate::jobs::claim_gates::ClaimGates;
 use crate::metrics::Metrics;
 use crate::notices::Notices;
+use crate::previews::Previews;
 use crate::push::Push;
 use crate::rate_limits::RateLimits;
 use crate::relay::Hub;
@@ -38,6 +39,8 @@ pub struct AppState {
     pub push: Push,
     /// Who is told after a change commits (frames, account events, push, metrics).
     pub notices: Notices,
+    /// Held evidence its owner asked to look at, for a few minutes.
+    pub previews: Previews,
 }
 
 impl AppState {
@@ -61,7 +64,9 @@ impl AppState {
             metrics.clone(),
             presence.clone(),
         );
+        let previews = Previews::new(hub.clone(), store.clock().clone());
         Ok(AppState {
+            previews,
             store,
             hub,
             presence,

@@ -61,6 +61,15 @@ pub enum EvidenceVariant {
     Poster,
 }
 
+impl EvidenceVariant {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvidenceVariant::Preview => "preview",
+            EvidenceVariant::Poster => "poster",
+        }
+    }
+}
+
 /// What the capture tool measured of a file.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

@@ -73,7 +73,7 @@ pub fn parse_name(header: Option<&str>) -> Result<String, ApiError> {
 }
 
 /// RFC 3986 percent-decoding into UTF-8; `None` for a malformed escape or invalid UTF-8.
-fn percent_decode(raw: &str) -> Option<String> {
+pub(crate) fn percent_decode(raw: &str) -> Option<String> {
     let bytes = raw.as_bytes();
     let mut decoded = Vec::with_capacity(bytes.len());
     let mut at = 0;

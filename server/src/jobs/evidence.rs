@@ -9,6 +9,9 @@
 //!
 //! A device with evidence upload turned off sends the description only (`local: true`, an
 //! empty body): the job lists the file as kept on the computer, and reading it answers 409.
+//! A file the computer holds for its owner (`held: true`) comes the same way; its owner may
+//! preview, release or discard it ([`crate::jobs::held_evidence`]). A variant (a
+//! screenshot's small picture, `variantOf`) names a file of the same job stored before it.
 //!
 //! **Invariant:** only the job's owner reads evidence (another account's is `not_found`), and
 //! the ledger records each upload by name, size and digest, never its bytes.
@@ -18,6 +21,7 @@ use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use base64::Engine;
 use serde_json::json;
 use tether_protocol::credential_files::{credential_kind, CredentialKind};
+use tether_protocol::evidence::{EvidenceDetails, EvidenceVariant};
 use tether_protocol::jobs::{Evidence, EvidenceKind, EvidenceMeta, MAX_EVIDENCE_FILES};
 use tether_protocol::routes::EVIDENCE_HEADER;
 use tether_protocol::text::{self, TextKind};
@@ -51,6 +55,11 @@ pub struct Upload {
     pub mime: Option<String>,
     pub caption: Option<String>,
     pub local: bool,
+    /// Held on the computer for its owner: no bytes, like `local`.
+    pub held: bool,
+    pub variant_of: Option<String>,
+    pub variant: Option<EvidenceVariant>,
+    pub details: Option<EvidenceDetails>,
 }
 
 impl Upload {
@@ -97,7 +106,15 @@ impl Upload {
         if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(bad("sha256 must be 64 hex digits."));
         }
-        if !meta.local && meta.size > max_bytes {
+        if meta.local && meta.held {
+            return Err(bad("A file is either local or held, not both."));
+        }
+        if let Some(of) = &meta.variant_of {
+            if check_id(of).is_err() || *of == meta.id {
+                return Err(bad("variantOf must name another evidence id of this job."));
+            }
+        }
+        if !meta.local && !meta.held && meta.size > max_bytes {
             return Err(too_large(max_bytes));
         }
         let mime = match meta.mime.filter(|mime| !mime.is_empty()) {
@@ -124,6 +141,10 @@ impl Upload {
             mime,
             caption,
             local: meta.local,
+            held: meta.held,
+            variant_of: meta.variant_of,
+            variant: meta.variant,
+            details: meta.details,
         })
     }
 }
@@ -395,6 +416,9 @@ pub async fn precheck(
     let job = job_rows::fenced(&mut tx, &device.device_id, job_id, lease, now).await?;
     let existing = stored(&mut tx, &job.id, &upload.id).await?;
     let count = count(&mut tx, &job.id).await?;
+    if existing.is_none() {
+        check_variant_of(&mut tx, &job.id, upload).await?;
+    }
     drop(tx);
     match existing {
         Some(row) => same_upload(row, upload).map(Some),
@@ -425,10 +449,16 @@ pub async fn record(
     if count(&mut tx, &job.id).await? >= MAX_EVIDENCE_FILES {
         return Err(too_many());
     }
+    check_variant_of(&mut tx, &job.id, &upload).await?;
     let size = i64::try_from(upload.size).map_err(|_| bad("size is too large."))?;
+    let details_json = upload
+        .details
+        .map(|d| serde_json::to_string(&d))
+        .transpose()?;
+    let variant = upload.variant.map(EvidenceVariant::as_str);
     let sql = "INSERT INTO evidence (job_id, id, account_id, attempt, kind, name, size, sha256, \
-               mime, caption, kept_local, created_at) \
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+               mime, caption, kept_local, created_at, held, variant_of, variant, details_json) \
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)";
     on_tx!(&mut tx, |conn| sqlx::query(sql)
         .bind(&job.id)
         .bind(&upload.id)
@@ -442,13 +472,18 @@ pub async fn record(
         .bind(upload.caption.as_deref())
         .bind(i64::from(upload.local))
         .bind(now)
+        .bind(i64::from(upload.held))
+        .bind(upload.variant_of.as_deref())
+        .bind(variant)
+        .bind(details_json.as_deref())
         .execute(conn)
         .await
         .map(|done| done.rows_affected()))?;
     let account_id: AccountId = job.account_id()?;
     let detail = json!({ "jobId": job.id, "evidenceId": upload.id, "kind": upload.kind.as_str(),
                          "name": upload.name, "size": upload.size, "sha256": upload.sha256,
-                         "local": upload.local, "attempt": job.attempt });
+                         "local": upload.local, "held": upload.held,
+                         "variantOf": upload.variant_of, "attempt": job.attempt });
     ledger::record(
         &mut tx,
         &account_id,
@@ -460,7 +495,7 @@ pub async fn record(
     .await?;
     tx.commit().await?;
     tracing::info!(job_id = %job_id, evidence_id = %upload.id, size = upload.size,
-                   local = upload.local, "evidence stored");
+                   local = upload.local, held = upload.held, "evidence stored");
     let evidence = EvidenceRow {
         id: upload.id,
         kind: upload.kind.as_str().to_owned(),
@@ -470,6 +505,10 @@ pub async fn record(
         mime: mime.map(str::to_owned),
         caption: upload.caption,
         kept_local: i64::from(upload.local),
+        held: i64::from(upload.held),
+        variant_of: upload.variant_of,
+        variant: variant.map(str::to_owned),
+        details_json,
     }
     .into_evidence();
     Ok((evidence, true))
@@ -535,7 +574,19 @@ pub fn kept_local(evidence: &Evidence) -> ApiError {
     )
 }
 
-const EVIDENCE_COLUMNS: &str = "id, kind, name, size, sha256, mime, caption, kept_local";
+/// The refusal for reading the bytes of a file the computer holds for its owner.
+pub fn held_there(evidence: &Evidence) -> ApiError {
+    ApiError::new(
+        Code::InvalidState,
+        format!(
+            "{} is held on the computer that ran the job; preview or release it first.",
+            evidence.name
+        ),
+    )
+}
+
+const EVIDENCE_COLUMNS: &str = "id, kind, name, size, sha256, mime, caption, kept_local, held, \
+                                variant_of, variant, details_json";
 
 /// An `evidence` row. Not `Serialize`: [`EvidenceRow::into_evidence`] builds the wire type.
 #[derive(sqlx::FromRow)]
@@ -548,6 +599,10 @@ struct EvidenceRow {
     mime: Option<String>,
     caption: Option<String>,
     kept_local: i64,
+    held: i64,
+    variant_of: Option<String>,
+    variant: Option<String>,
+    details_json: Option<String>,
 }
 
 impl EvidenceRow {
@@ -561,10 +616,14 @@ impl EvidenceRow {
             mime: self.mime,
             local: self.kept_local != 0,
             caption: self.caption,
-            held: false,
-            variant_of: None,
-            variant: None,
-            details: None,
+            held: self.held != 0,
+            variant_of: self.variant_of,
+            variant: self
+                .variant
+                .and_then(|name| serde_json::from_value(serde_json::Value::String(name)).ok()),
+            details: self
+                .details_json
+                .and_then(|json| serde_json::from_str(&json).ok()),
         }
     }
 }
@@ -593,7 +652,8 @@ async fn count(tx: &mut Tx, job_id: &str) -> Result<u64, ApiError> {
 fn same_upload(row: EvidenceRow, upload: &Upload) -> Result<Evidence, ApiError> {
     let same = row.sha256 == upload.sha256
         && u64::try_from(row.size).ok() == Some(upload.size)
-        && (row.kept_local != 0) == upload.local;
+        && (row.kept_local != 0) == upload.local
+        && (row.held != 0) == upload.held;
     if same {
         Ok(row.into_evidence())
     } else {
@@ -605,6 +665,19 @@ fn same_upload(row: EvidenceRow, upload: &Upload) -> Result<Evidence, ApiError> 
             ),
         ))
     }
+}
+
+/// A variant names a file of the same job stored before it.
+async fn check_variant_of(tx: &mut Tx, job_id: &str, upload: &Upload) -> Result<(), ApiError> {
+    let Some(of) = &upload.variant_of else {
+        return Ok(());
+    };
+    if stored(tx, job_id, of).await?.is_none() {
+        return Err(bad(format!(
+            "variantOf: {of} is not an evidence id of this job stored before this file."
+        )));
+    }
+    Ok(())
 }
 
 fn too_many() -> ApiError {
@@ -627,7 +700,7 @@ fn bad(message: impl Into<String>) -> ApiError {
 }
 
 /// Ids are what the device chose: 1 to 64 letters, digits, `-` and `_`.
-fn check_id(id: &str) -> Result<(), ApiError> {
+pub(crate) fn check_id(id: &str) -> Result<(), ApiError> {
     let ok = (1..=64).contains(&id.len())
         && id
             .bytes()

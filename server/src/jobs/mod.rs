@@ -17,6 +17,7 @@ pub mod decisions;
 pub mod delivery;
 pub mod evidence;
 pub mod files;
+pub mod held_evidence;
 pub mod leases;
 pub mod task_context;
 pub mod timeline;

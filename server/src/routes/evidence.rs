@@ -5,7 +5,7 @@
 //! never holds it in memory; past the size limit it stops reading and answers 413.
 
 use actix_web::http::header::{self, HeaderValue};
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse, HttpResponseBuilder};
 use futures_util::StreamExt;
 use tether_protocol::jobs::Evidence;
 use tether_protocol::routes::EVIDENCE_HEADER;
@@ -34,7 +34,8 @@ pub(super) fn routes(table: &mut Table) {
         )
         .header(
             EVIDENCE_HEADER,
-            "base64url of the JSON description `{id, kind, name, size, sha256, mime?, caption?}`.",
+            "base64url of the JSON description `{id, kind, name, size, sha256, mime?, caption?, \
+             local?, held?, variantOf?, variant?, details?}`.",
         )
         .raw_body("The file's bytes.")
         .answer::<Evidence>(201, "Stored.")
@@ -74,7 +75,7 @@ async fn upload(
         drain(&mut body, max_bytes).await?;
         return Ok(answer(false, &stored));
     }
-    let mime = if upload.local {
+    let mime = if upload.local || upload.held {
         expect_empty(&mut body).await?;
         upload.mime.clone()
     } else {
@@ -103,7 +104,7 @@ fn answer(created: bool, evidence: &Evidence) -> HttpResponse {
 
 /// Streams the body into a new blob, checks it against the description and its kind, and
 /// keeps it. Returns the sniffed type.
-async fn store_bytes(
+pub(super) async fn store_bytes(
     state: &AppState,
     upload: &Upload,
     body: &mut web::Payload,
@@ -189,12 +190,12 @@ fn parses_as_json(path: &std::path::Path) -> bool {
     serde_json::from_reader::<_, serde::de::IgnoredAny>(std::io::BufReader::new(file)).is_ok()
 }
 
-/// A `local` item comes without bytes.
-async fn expect_empty(body: &mut web::Payload) -> Result<(), ApiError> {
+/// A `local` or `held` item comes without bytes (so does a done discard).
+pub(super) async fn expect_empty(body: &mut web::Payload) -> Result<(), ApiError> {
     while let Some(chunk) = body.next().await {
         if !chunk.map_err(|_| unreadable())?.is_empty() {
             return Err(mismatch(
-                "A file kept on the computer (local) is described only: send no body.",
+                "A file kept or held on the computer is described only: send no body.",
             ));
         }
     }
@@ -224,6 +225,9 @@ async fn download(
     if item.local {
         return Err(evidence::kept_local(&item));
     }
+    if item.held {
+        return Err(evidence::held_there(&item));
+    }
     let file = Blobs::new(&state.config.data_dir)
         .open(&item.sha256, item.size)
         .await
@@ -240,12 +244,20 @@ pub(super) fn served_to_owner(
     size: u64,
     file: tokio::fs::File,
 ) -> HttpResponse {
+    owner_headers(found, name)
+        .no_chunking(size)
+        .streaming(read_chunks(file))
+}
+
+/// The headers of a file served to its owner (see [`served_to_owner`]).
+pub(super) fn owner_headers(found: ContentType, name: &str) -> HttpResponseBuilder {
     let disposition = if found.inline() {
         "inline"
     } else {
         "attachment"
     };
-    HttpResponse::Ok()
+    let mut answer = HttpResponse::Ok();
+    answer
         .insert_header((header::CONTENT_TYPE, found.header_value()))
         .insert_header((
             header::CONTENT_DISPOSITION,
@@ -257,9 +269,8 @@ pub(super) fn served_to_owner(
             header::CONTENT_SECURITY_POLICY,
             "sandbox; default-src 'none'",
         ))
-        .insert_header(("cross-origin-resource-policy", "same-origin"))
-        .no_chunking(size)
-        .streaming(read_chunks(file))
+        .insert_header(("cross-origin-resource-policy", "same-origin"));
+    answer
 }
 
 /// The file in chunks; a read error ends the answer early (the client sees it cut short).
@@ -328,10 +339,10 @@ pub(super) fn content_length(req: &HttpRequest) -> Result<Option<u64>, ApiError>
     }
 }
 
-fn mismatch(message: &str) -> ApiError {
+pub(super) fn mismatch(message: &str) -> ApiError {
     ApiError::new(Code::InvalidRequest, message)
 }
 
-fn unreadable() -> ApiError {
+pub(super) fn unreadable() -> ApiError {
     ApiError::new(Code::InvalidRequest, "The body could not be read.")
 }

@@ -21,6 +21,7 @@ mod devices;
 pub mod edge;
 mod events;
 mod evidence;
+mod held_evidence;
 mod files;
 mod idempotency;
 mod input;
@@ -67,6 +68,7 @@ fn routes(table: &mut Table) {
     decisions::routes(table);
     events::routes(table);
     evidence::routes(table);
+    held_evidence::routes(table);
     attachments::routes(table);
     files::routes(table);
     job_log::routes(table);

@@ -161,6 +161,7 @@ both_backends! {
         assert_eq!(stored, json!({
             "id": "shot-1", "kind": "screenshot", "name": "screen.png", "size": PNG.len(),
             "sha256": hex(&Sha256::digest(PNG)), "mime": "image/png", "local": false,
+            "held": false,
         }));
 
         // The same id again: 200 with the same item, nothing stored twice.

@@ -23,6 +23,7 @@ mod edge;
 mod events;
 mod evidence;
 mod files;
+mod held_evidence;
 mod follow_ups;
 mod hostile;
 mod idempotency;
