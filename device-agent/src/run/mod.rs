@@ -11,6 +11,7 @@
 //! - [`lease`]: its lease, the one place the token lives, reattached after an outage;
 //! - [`workplace`]: where it works — its shared folder, held by one run at a time (a run
 //!   whose folder another holds waits), or its own git worktree of it;
+//! - [`capture`]: screenshots of what it built, taken with a confined browser;
 //! - [`progress`]: its output, in numbered batches; [`evidence`]: its evidence folder;
 //! - [`attachments`]: the task's files, downloaded under the lease, checked, shown to the
 //!   run alone;
@@ -35,6 +36,7 @@
 
 pub mod attach;
 pub mod attachments;
+pub mod capture;
 pub mod decisions;
 pub mod delivery;
 pub mod engine;
