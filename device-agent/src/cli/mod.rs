@@ -116,11 +116,12 @@ pub enum Command {
         #[arg(value_enum)]
         state: Option<Switch>,
     },
-    /// Whether a run's evidence files are uploaded, or kept on this computer with only their
-    /// descriptions sent (shows the setting without `on` or `off`).
+    /// What becomes of the files a run leaves in $TETHER_EVIDENCE_DIR: uploaded (`on`), all
+    /// kept here (`off`), and which are held here for you to preview, release or discard on
+    /// the job page (`hold`). Shows the settings without a subcommand.
     Evidence {
-        #[arg(value_enum)]
-        state: Option<Switch>,
+        #[command(subcommand)]
+        command: Option<EvidenceCommand>,
     },
     /// Questions runs on this computer wait on: list them, answer them here.
     Decisions {
@@ -238,6 +239,40 @@ pub enum TrustCommand {
 pub enum Switch {
     On,
     Off,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EvidenceCommand {
+    /// Upload a run's evidence files with its result (except the ones `hold` keeps here).
+    On,
+    /// Keep every evidence file on this computer: only its description goes up, and it can
+    /// be previewed or discarded from the job page, never released.
+    Off,
+    /// Which files stay on this computer, described on the job page, until you preview,
+    /// release or discard them there: `screenshots` (the default: screenshots and their
+    /// small previews), `all`, or `none`. Held files are deleted 30 days after the run.
+    Hold {
+        #[arg(value_enum)]
+        which: HoldChoice,
+    },
+}
+
+/// The files `evidence hold` keeps on this computer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum HoldChoice {
+    Screenshots,
+    All,
+    None,
+}
+
+impl From<HoldChoice> for tether_protocol::evidence::EvidenceHold {
+    fn from(choice: HoldChoice) -> Self {
+        match choice {
+            HoldChoice::Screenshots => Self::Screenshots,
+            HoldChoice::All => Self::All,
+            HoldChoice::None => Self::None,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -410,7 +445,7 @@ async fn apply(cli: Cli, shutdown: impl Future) -> Result<i32> {
         Command::Github { command } => github::apply(&data_dir, command),
         Command::Trust { command } => apply_trust(&data_dir, command),
         Command::Approvals { state } => apply_approvals(&data_dir, state),
-        Command::Evidence { state } => apply_evidence(&data_dir, state),
+        Command::Evidence { command } => apply_evidence(&data_dir, command),
         Command::Decisions { command } => apply_decisions(&data_dir, command),
         Command::Explain(args) => apply_explain(&data_dir, args),
         Command::Sandbox {
@@ -514,16 +549,31 @@ fn apply_approvals(data_dir: &DataDir, state: Option<Switch>) -> Result<i32> {
     Ok(0)
 }
 
-fn apply_evidence(data_dir: &DataDir, state: Option<Switch>) -> Result<i32> {
+fn apply_evidence(data_dir: &DataDir, command: Option<EvidenceCommand>) -> Result<i32> {
+    use tether_protocol::evidence::EvidenceHold;
     let mut config = data_dir.load_or_init_config()?;
-    if let Some(state) = state {
-        config.evidence_upload = state == Switch::On;
+    match command {
+        Some(EvidenceCommand::On) => config.evidence_upload = true,
+        Some(EvidenceCommand::Off) => config.evidence_upload = false,
+        Some(EvidenceCommand::Hold { which }) => config.evidence_hold = which.into(),
+        None => {}
+    }
+    if command.is_some() {
         data_dir.save_config(&config)?;
     }
     if config.evidence_upload {
         println!("Evidence on: the files a run leaves in $TETHER_EVIDENCE_DIR are uploaded with its result (text with saved secret values hidden).");
     } else {
-        println!("Evidence off: the files a run leaves in $TETHER_EVIDENCE_DIR stay on this computer; only their names, sizes and digests are sent.");
+        println!("Evidence off: the files a run leaves in $TETHER_EVIDENCE_DIR stay on this computer; only their names, sizes and digests are sent. From the job page they can be previewed or discarded, not released.");
+    }
+    match (config.evidence_upload, config.evidence_hold) {
+        (false, _) => println!("Held: every file (evidence is off)."),
+        (true, EvidenceHold::Screenshots) => println!("Held: screenshots and their previews stay on this computer until you preview, release or discard them on the job page."),
+        (true, EvidenceHold::All) => println!("Held: every file stays on this computer until you preview, release or discard it on the job page."),
+        (true, EvidenceHold::None) => println!("Held: nothing."),
+    }
+    if command.is_some() {
+        println!("A running agent tells the server at its next heartbeat.");
     }
     Ok(0)
 }
@@ -955,6 +1005,7 @@ mod tests {
             trusted: Vec::new(),
             accept_web_approvals: true,
             evidence_upload: true,
+            evidence_hold: Default::default(),
         }
     }
 

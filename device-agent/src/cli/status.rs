@@ -8,6 +8,7 @@ use anyhow::Result;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use tether_protocol::capabilities::{EngineKind, SandboxReport};
+use tether_protocol::evidence::EvidenceHold;
 
 use crate::local::decisions::{LocalDecisions, PendingDecision};
 use crate::local::recipes::command_line;
@@ -37,6 +38,8 @@ pub struct StatusReport {
     pub accept_web_approvals: bool,
     /// `evidence on|off`.
     pub evidence_upload: bool,
+    /// `evidence hold screenshots|all|none` (with upload off, every file is held).
+    pub evidence_hold: EvidenceHold,
     /// Questions runs on this computer wait on now (`decisions list`).
     pub decisions_waiting: usize,
     pub sandbox: SandboxReport,
@@ -83,6 +86,7 @@ pub fn gather(data_dir: &DataDir) -> Result<StatusReport> {
         trusted: config.trusted.clone(),
         accept_web_approvals: config.accept_web_approvals,
         evidence_upload: config.evidence_upload,
+        evidence_hold: config.evidence_hold,
         decisions_waiting: waiting(&pending, Utc::now()),
         folders: config.folders,
         recipes: config.recipes,
@@ -164,6 +168,16 @@ pub fn render(report: &StatusReport) -> String {
             "on (a run's evidence files go up with its result)"
         } else {
             "off (evidence files stay on this computer; only their descriptions are sent)"
+        }
+    );
+    let _ = writeln!(
+        out,
+        "Evidence held on this computer: {}",
+        match (report.evidence_upload, report.evidence_hold) {
+            (false, _) => "every file (evidence upload is off)",
+            (true, EvidenceHold::Screenshots) => "screenshots and their previews",
+            (true, EvidenceHold::All) => "every file",
+            (true, EvidenceHold::None) => "nothing",
         }
     );
     let _ = match report.decisions_waiting {
@@ -291,6 +305,7 @@ mod tests {
             trusted: config.trusted.clone(),
             accept_web_approvals: config.accept_web_approvals,
             evidence_upload: config.evidence_upload,
+            evidence_hold: config.evidence_hold,
             decisions_waiting,
             sandbox: SandboxReport {
                 backend: "landlock".into(),
@@ -341,6 +356,7 @@ mod tests {
             "  /home/me/code/app",
             "Web approvals: off",
             "Evidence upload: off",
+            "Evidence held on this computer: every file (evidence upload is off)",
             "Questions waiting on this computer: 2 (see `tether-agent decisions list`)",
             "Sandbox: landlock (reduced)",
         ] {
@@ -349,6 +365,7 @@ mod tests {
         let json = serde_json::to_value(report(&config(), 0)).unwrap_or_default();
         assert_eq!(json["acceptWebApprovals"], false);
         assert_eq!(json["evidenceUpload"], false);
+        assert_eq!(json["evidenceHold"], "screenshots");
         assert_eq!(json["decisionsWaiting"], 0);
         assert_eq!(json["trusted"], serde_json::json!(["/home/me/code/app"]));
         assert_eq!(
@@ -367,6 +384,7 @@ mod tests {
             "No trusted folders.",
             "Web approvals: on",
             "Evidence upload: on",
+            "Evidence held on this computer: screenshots and their previews",
             "Questions waiting on this computer: none",
         ] {
             assert!(text.contains(expected), "{expected:?} not in\n{text}");

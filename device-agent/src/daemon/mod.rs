@@ -1,7 +1,7 @@
 //! The daemon behind `tether-agent run`: the loop that ties the server to the runs.
 //!
 //! Shaped like mini-redis's server: [`run`] takes its context and a shutdown future, and the
-//! caller (main) passes `ctrl_c()`. Four kinds of task run side by side:
+//! caller (main) passes `ctrl_c()`. Five kinds of task run side by side:
 //!
 //! - the **heartbeat** task, alone on its own tokio task so busy runs cannot starve it,
 //!   reports capabilities and held leases every `heartbeatSecs` (and at once when the local
@@ -9,12 +9,14 @@
 //!   runs whose lease ran out while this computer was cut off, stopping the others) and
 //!   `cancelRequested`, and wakes the claim loop;
 //! - the **event stream** ([`crate::remote::events`]) wakes the claim loop at once on `wake`
-//!   and on every (re)connect, cancels runs, and hands file requests and secrets to their
-//!   handlers ([`crate::remote::frames`]); it is only a hint, and the heartbeat does not
-//!   depend on it;
+//!   and on every (re)connect, cancels runs, and hands file requests, secrets and evidence
+//!   requests to their handlers ([`crate::remote::frames`]); it is only a hint, and the
+//!   heartbeat does not depend on it;
 //! - the **claim loop** (this function's body) first settles what an earlier agent process
 //!   left in the journal ([`reconcile`]), then claims while below `max_runs`: after each
 //!   heartbeat, each wake-up and as soon as a run ends;
+//! - the **sweeper** deletes held evidence past its 30 days, at start and daily
+//!   ([`crate::local::held_evidence`]);
 //! - one **run** task per claimed job ([`crate::run::run_job`] with the engine the job names,
 //!   [`crate::engines::select`]), journalled before its process starts
 //!   ([`crate::local::journal`]).
@@ -32,19 +34,21 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, Result};
 use tether_protocol::capabilities::{Capabilities, SealKey};
 use tether_protocol::devices::{HeartbeatParams, HeartbeatResponse, HeldLease};
+use tether_protocol::evidence::EvidenceSettings;
 use tether_protocol::jobs::ClaimedJob;
 use tether_protocol::{DecisionId, JobId, PROTOCOL_VERSION};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinSet;
 
 use crate::engines;
+use crate::local::held_evidence::HeldStore;
 use crate::local::journal::{Journal, RunRecord};
 use crate::local::seal_key::SealKeyPair;
 use crate::local::state::{Config, DataDir};
 use crate::remote::backoff::Backoff;
 use crate::remote::client::{DeviceClient, RemoteError};
-use crate::remote::events::{self, EventSink, FileRequest, SecretDelivery};
-use crate::remote::frames::{file_request, secret_save, FrameContext};
+use crate::remote::events::{self, EventSink, EvidenceRequest, FileRequest, SecretDelivery};
+use crate::remote::frames::{evidence_request, file_request, secret_save, FrameContext};
 use crate::run::lease::{LeasePeriod, Recovery, RunLease};
 use crate::run::stop::{RunEnd, RunStop, StopReason};
 use crate::run::{run_job, Common};
@@ -63,6 +67,8 @@ const STOP_RUNS_WAIT: Duration = Duration::from_secs(15);
 const STREAM_CLOSE_WAIT: Duration = Duration::from_secs(3);
 /// How often the heartbeat task looks whether the files capabilities come from changed.
 const CONFIG_CHECK_EVERY: Duration = Duration::from_secs(1);
+/// How often held evidence past its time is looked for (and once at start).
+const SWEEP_HELD_EVERY: Duration = Duration::from_secs(24 * 60 * 60);
 /// Locked by a running daemon (see [`lock_data_dir`]).
 const RUN_LOCK_FILE: &str = "run.lock";
 
@@ -179,6 +185,9 @@ pub async fn run(ctx: Ctx, shutdown: impl Future) -> Result<DaemonEnd> {
         revoked: revoked_sender,
     });
     let heartbeat = tokio::spawn(heartbeat_loop(shared.clone()));
+    let sweeper = tokio::spawn(sweep_held_evidence(
+        shared.common.guard.data_dir().to_path_buf(),
+    ));
     let (stop_stream, stream_stop) = watch::channel(false);
     let mut stream = tokio::spawn(events::run(
         shared.client.clone(),
@@ -232,6 +241,7 @@ pub async fn run(ctx: Ctx, shutdown: impl Future) -> Result<DaemonEnd> {
     };
 
     heartbeat.abort();
+    sweeper.abort();
     let reason = match end {
         DaemonEnd::Shutdown => StopReason::Shutdown,
         DaemonEnd::Revoked => StopReason::Revoked,
@@ -416,6 +426,23 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
     }
 }
 
+/// Deletes held evidence past its time ([`HeldStore::sweep`]) now and once a day.
+async fn sweep_held_evidence(data_dir: std::path::PathBuf) {
+    let store = HeldStore::for_data_dir(&data_dir);
+    loop {
+        let sweeping = store.clone();
+        match tokio::task::spawn_blocking(move || sweeping.sweep(chrono::Utc::now())).await {
+            Ok(Ok(0)) => {}
+            Ok(Ok(gone)) => {
+                tracing::info!("{gone} held evidence file(s) past their 30 days deleted")
+            }
+            Ok(Err(err)) => tracing::warn!("held evidence could not be swept: {err}"),
+            Err(_) => tracing::warn!("held evidence could not be swept"),
+        }
+        tokio::time::sleep(SWEEP_HELD_EVERY).await;
+    }
+}
+
 /// When each file capabilities come from was last replaced (files are written by renaming
 /// a new one into place, so a write changes its inode), `None` for a missing one.
 type Stamp = Vec<Option<(SystemTime, u64, u64)>>;
@@ -488,7 +515,10 @@ impl Shared {
             seal_key: self.seal_key.clone(),
             accept_web_approvals: config.accept_web_approvals,
             git: crate::run::delivery::capability(&self.data_dir),
-            evidence: None,
+            evidence: Some(EvidenceSettings {
+                upload: config.evidence_upload,
+                hold: config.evidence_hold,
+            }),
         }
     }
 
@@ -590,6 +620,10 @@ impl EventSink for StreamSink {
 
     fn secret_save(&self, delivery: SecretDelivery) {
         tokio::spawn(secret_save::handle(self.0.frame_context(), delivery));
+    }
+
+    fn evidence_request(&self, request: EvidenceRequest) {
+        tokio::spawn(evidence_request::handle(self.0.frame_context(), request));
     }
 
     fn decision_answered(&self, decision_id: &DecisionId) {

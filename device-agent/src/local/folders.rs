@@ -79,6 +79,7 @@ mod tests {
             trusted: Vec::new(),
             accept_web_approvals: true,
             evidence_upload: true,
+            evidence_hold: Default::default(),
         }
     }
 

@@ -17,6 +17,8 @@
 //! - [`engine_checks`]: the last `engine check` of each ACP engine;
 //! - [`presets`]: the coding agents Tether knows how to set up (`engine add --preset`);
 //! - [`origins`]: the endpoints (scheme, host, port) an engine limited to its model may reach;
+//! - [`evidence_files`]: the checks an evidence file passes before its bytes leave;
+//!   [`held_evidence`]: the files held for their owner, their index and how long they stay;
 //! - [`private_files`]: the file primitives every wing shares (private folders, modes,
 //!   opening without following a link, hex).
 //!
@@ -28,8 +30,10 @@ pub mod acp_engines;
 pub mod decisions;
 pub mod encrypted_file;
 pub mod engine_checks;
+pub mod evidence_files;
 pub mod folders;
 pub mod github;
+pub mod held_evidence;
 pub mod journal;
 pub mod origins;
 pub mod presets;

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::local::presets::PresetName;
 use crate::local::private_files::{create_private_dir, set_mode, DIR_MODE, FILE_MODE};
+use tether_protocol::evidence::EvidenceHold;
 use tether_protocol::{AccountId, DeviceId};
 
 /// The configuration's file in the data dir.
@@ -65,6 +66,10 @@ pub struct Config {
     /// off they stay on this computer and only their descriptions are sent.
     #[serde(default = "evidence_uploaded_by_default")]
     pub evidence_upload: bool,
+    /// Which evidence files stay on this computer for their owner to preview, release or
+    /// discard (`tether-agent evidence hold screenshots|all|none`; screenshots by default).
+    #[serde(default)]
+    pub evidence_hold: EvidenceHold,
 }
 
 fn evidence_uploaded_by_default() -> bool {
@@ -198,6 +203,7 @@ impl Config {
             trusted: Vec::new(),
             accept_web_approvals: true,
             evidence_upload: true,
+            evidence_hold: EvidenceHold::default(),
         }
     }
 

@@ -94,6 +94,7 @@ mod tests {
             trusted: Vec::new(),
             accept_web_approvals: true,
             evidence_upload: true,
+            evidence_hold: Default::default(),
         }
     }
 

@@ -41,6 +41,20 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
 /// Without a `Retry-After`, a 429 waits this long.
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// How this computer answers an `evidence.request`.
+#[derive(Debug)]
+pub enum EvidenceAnswer<'a> {
+    /// The held file's bytes (a preview or a release), with its description.
+    File {
+        meta: &'a tether_protocol::jobs::EvidenceMeta,
+        body: Vec<u8>,
+    },
+    /// Discarded: an empty body.
+    Done,
+    /// Refused, for this reason (sent percent-encoded in `x-tether-evidence-refused`).
+    Refused(&'a str),
+}
+
 /// Why a call to the server did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RemoteError {
@@ -479,6 +493,45 @@ impl DeviceClient {
     ) -> Result<(), RemoteError> {
         let path = format!("/api/devices/self/file-requests/{request_id}");
         let request = self.request(reqwest::Method::POST, &path).json(answer);
+        self.send(request).await.map(drop)
+    }
+
+    /// `POST /api/devices/self/evidence-uploads/{uploadId}`: the answer to an
+    /// `evidence.request` frame, without a lease (the upload id is bound to this device and
+    /// the request). The bytes go as [`DeviceClient::upload_evidence`] sends them, the
+    /// description base64url in `x-tether-evidence`.
+    ///
+    /// # Errors
+    /// [`RemoteError`] for any failure (410 `upload_gone` once nobody waits).
+    pub async fn answer_evidence_request(
+        &self,
+        upload_id: &str,
+        answer: EvidenceAnswer<'_>,
+    ) -> Result<(), RemoteError> {
+        use base64::Engine as _;
+        let request = self
+            .request(reqwest::Method::POST, &routes::evidence_upload(upload_id))
+            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream");
+        let request = match answer {
+            EvidenceAnswer::File { meta, body } => {
+                let json = serde_json::to_vec(meta).unwrap_or_default();
+                let header = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json);
+                request
+                    .header(routes::EVIDENCE_HEADER, header)
+                    .timeout(UPLOAD_TIMEOUT)
+                    .body(body)
+            }
+            EvidenceAnswer::Done => request.body(Vec::new()),
+            EvidenceAnswer::Refused(reason) => {
+                let encoded = percent_encoding::utf8_percent_encode(
+                    reason,
+                    percent_encoding::NON_ALPHANUMERIC,
+                );
+                request
+                    .header(routes::EVIDENCE_REFUSED_HEADER, encoded.to_string())
+                    .body(Vec::new())
+            }
+        };
         self.send(request).await.map(drop)
     }
 

@@ -54,6 +54,11 @@ pub trait EventSink: Send + Sync + 'static {
     fn secret_save(&self, delivery: SecretDelivery) {
         tracing::debug!(id = %delivery.id, "ignoring a secret.save frame");
     }
+    /// The owner asks to preview, release or discard a file this computer holds; answer it
+    /// (off this task).
+    fn evidence_request(&self, request: EvidenceRequest) {
+        tracing::debug!(id = %request.id, "ignoring an evidence.request frame");
+    }
     /// A decision of this computer was answered on the web: wake the run waiting on it,
     /// which reads the answer from the server itself.
     fn decision_answered(&self, decision_id: &DecisionId) {
@@ -67,6 +72,19 @@ pub struct SecretDelivery {
     pub id: DeliveryId,
     pub name: String,
     pub sealed: serde_json::Value,
+}
+
+/// An `evidence.request` frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvidenceRequest {
+    pub id: String,
+    pub job_id: JobId,
+    pub evidence_id: String,
+    pub action: tether_protocol::evidence::EvidenceAction,
+    /// Where the answer goes (single use, bound to this device and the request).
+    pub upload_id: String,
+    /// How long the server waits for the answer (`timeoutMs`), when it says.
+    pub timeout: Option<Duration>,
 }
 
 /// A `file.request` frame.
@@ -340,6 +358,21 @@ fn handle_text(text: &str, sink: &dyn EventSink) -> Handled {
             sink.secret_save(SecretDelivery { id, name, sealed });
         }
         ServerFrame::DecisionAnswered { decision_id } => sink.decision_answered(&decision_id),
+        ServerFrame::EvidenceRequest {
+            id,
+            job_id,
+            evidence_id,
+            action,
+            upload_id,
+            timeout_ms,
+        } => sink.evidence_request(EvidenceRequest {
+            id,
+            job_id,
+            evidence_id,
+            action,
+            upload_id,
+            timeout: timeout_ms.map(Duration::from_millis),
+        }),
         // `ServerFrame` is non-exhaustive: frames added later are ignored.
         #[allow(unreachable_patterns)]
         _ => tracing::debug!("ignoring a frame this agent does not know"),

@@ -8,25 +8,31 @@
 //! - Only regular files directly in that folder are sent, at most 100, none over 100 MB.
 //!   Links, hard links (a second name of a file that may live elsewhere), key and
 //!   credential files, and binary files holding a saved secret value are refused and named
-//!   in the job's output, never sent. Text has every saved secret value hidden first, as
-//!   the run's output does.
+//!   in the job's output, never sent ([`crate::local::evidence_files`]). Text has every
+//!   saved secret value hidden first, as the run's output does.
 //! - A file is read and hashed once when the folder is scanned, and read again right before
-//!   it is sent: it goes only if it is still the same file with the same bytes.
+//!   it is sent: it goes only if it is still the same file with the same bytes. A file the
+//!   agent itself put there ([`Recorder`]: a capture, an attached copy) goes with what was
+//!   recorded of it (kind, caption, variant, details), only while its bytes still have the
+//!   recorded digest; a variant goes after the file it was made from, naming it
+//!   (`variantOf`), and not at all when that file was not sent.
+//! - A file is **held** ([`crate::local::held_evidence`]) when evidence upload is off (then
+//!   every file is), or when `evidence hold` covers it (`screenshots`: screenshots and their
+//!   variants; `all`): it moves to the held folder and only its description goes up
+//!   (`held: true`, no bytes; the size and digest of the bytes as they would be sent).
 //! - Each file's id is stable for its job, attempt and name, so a retry after a lost answer
 //!   is a repeat (200) on the server, not a second copy.
-//! - With `tether-agent evidence off` the files stay on this computer and only their
-//!   description goes up (`local`, no bytes).
+//! - The folder is removed once everything else in it reached the server.
 //! - A `stale_lease` stops the uploads (after the one reattach an outage allows).
 
+use std::collections::HashMap;
 use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
-use tether_protocol::credential_files::credential_kind;
-use tether_protocol::evidence::{EvidenceDetails, EvidenceVariant};
+use tether_protocol::evidence::{EvidenceDetails, EvidenceSettings, EvidenceVariant};
 use tether_protocol::jobs::{
     ClaimedJob, EvidenceKind, EvidenceMeta, MAX_EVIDENCE_BYTES, MAX_EVIDENCE_FILES,
 };
@@ -34,7 +40,12 @@ use tether_protocol::text::{sanitize, TextKind};
 use tether_protocol::JobId;
 use tokio::sync::mpsc;
 
-use crate::local::private_files::{create_private_dir, hex, link_count, open_no_follow};
+use crate::local::evidence_files::{
+    body_to_send, credential_like, evidence_root, is_text, open_checked, sha256_hex, stamp_of,
+    Stamp,
+};
+use crate::local::held_evidence::{is_held, HeldFile, HeldStore};
+use crate::local::private_files::{create_private_dir, hex};
 use crate::local::state::Config;
 use crate::local::vault::redact;
 use crate::policy::guard::Guard;
@@ -50,11 +61,7 @@ const MAX_TRANSIENT_TRIES: u32 = 5;
 
 /// Where this agent's evidence folders live: `<data dir>-evidence`.
 pub fn root(data_dir: &Path) -> PathBuf {
-    let data_dir = crate::policy::guard::absolute(data_dir);
-    let name = data_dir
-        .file_name()
-        .map_or_else(|| "tether-agent".into(), |name| name.to_string_lossy());
-    data_dir.with_file_name(format!("{name}-evidence"))
+    evidence_root(&crate::policy::guard::absolute(data_dir))
 }
 
 /// Creates (mode 0700) and returns the real path of the folder of `job`'s attempt.
@@ -202,7 +209,8 @@ impl RunEvidence {
     }
 
     /// After the run's programs ended and before it completes: [`deliver`]s the folder as
-    /// the owner's `evidence on|off` in `config` says, every saved value in `hidden` hidden.
+    /// the owner's `evidence on|off` and `evidence hold` in `config` say, every saved value
+    /// in `hidden` hidden.
     pub async fn deliver(
         self,
         client: &DeviceClient,
@@ -213,25 +221,44 @@ impl RunEvidence {
         notes: &mpsc::Sender<String>,
     ) {
         let delivery = Delivery {
-            upload: config.evidence_upload,
+            settings: EvidenceSettings {
+                upload: config.evidence_upload,
+                hold: config.evidence_hold,
+            },
             hidden: hidden.to_vec(),
+            recorded: self.recorder.recorded(),
+            held: HeldStore::in_root(&root_of(&self.folder)),
         };
         deliver(client, lease, self.folder, delivery, stop, notes).await;
     }
 }
 
+/// The evidence root a run folder (`<root>/<job>/<attempt>`) sits in.
+fn root_of(folder: &Path) -> PathBuf {
+    folder
+        .parent()
+        .and_then(Path::parent)
+        .map_or_else(|| folder.to_path_buf(), Path::to_path_buf)
+}
+
 /// How the run's evidence goes.
 #[derive(Debug, Clone)]
 pub struct Delivery {
-    /// `false` after `tether-agent evidence off`: descriptions only.
-    pub upload: bool,
+    /// `upload: false` after `tether-agent evidence off` (everything held), and which files
+    /// are held anyway (`evidence hold`).
+    pub settings: EvidenceSettings,
     /// Every saved secret value: hidden in text, and a binary file holding one is refused.
     pub hidden: Vec<String>,
+    /// What the agent recorded of the files it put in the folder.
+    pub recorded: Vec<Recorded>,
+    /// Where held files go.
+    pub held: HeldStore,
 }
 
 /// Sends what the run left in `folder`, naming in `notes` (the run's output) every file
-/// left out and why. Stops at once on a lost lease, a revocation or a shutdown. The folder
-/// is removed once everything in it reached the server.
+/// left out and why; a held file moves to the held folder first and only its description
+/// goes. Stops at once on a lost lease, a revocation or a shutdown. The folder is removed
+/// once everything left in it reached the server.
 pub async fn deliver(
     client: &DeviceClient,
     lease: &RunLease,
@@ -241,7 +268,7 @@ pub async fn deliver(
     notes: &mpsc::Sender<String>,
 ) {
     let scan_folder = folder.clone();
-    let Ok(scan) = tokio::task::spawn_blocking(move || scan(&scan_folder)).await else {
+    let Ok(mut scan) = tokio::task::spawn_blocking(move || scan(&scan_folder)).await else {
         return;
     };
     if scan.found.is_empty() && scan.refused.is_empty() {
@@ -251,7 +278,19 @@ pub async fn deliver(
     for refusal in &scan.refused {
         note(notes, refusal).await;
     }
-    let mut sent = 0_usize;
+    let recorded: HashMap<String, Recorded> = delivery
+        .recorded
+        .iter()
+        .map(|recorded| (recorded.name.clone(), recorded.clone()))
+        .collect();
+    // A variant goes after the file it was made from, which it names.
+    scan.found.sort_by_key(|found| {
+        recorded
+            .get(&found.name)
+            .is_some_and(|r| r.variant_of.is_some())
+    });
+    let mut stored: HashMap<String, Origin> = HashMap::new();
+    let (mut sent, mut held) = (0_usize, 0_usize);
     let mut complete = scan.refused.is_empty();
     for found in scan.found {
         if stop
@@ -260,23 +299,37 @@ pub async fn deliver(
         {
             return;
         }
-        let (job_id, attempt, settings) =
-            (lease.job_id().clone(), lease.attempt(), delivery.clone());
-        let prepared = tokio::task::spawn_blocking(move || {
-            prepare(&found, &job_id, attempt, &settings.hidden, settings.upload)
-        })
-        .await;
-        let ready = match prepared {
-            Ok(Ok(ready)) => ready,
-            Ok(Err(refusal)) => {
+        let said = recorded.get(&found.name).cloned();
+        let origin = match origin_of(said.as_ref(), &stored) {
+            Ok(origin) => origin,
+            Err(refusal) => {
+                complete = false;
+                note(notes, &format!("{}: {refusal}, not sent", found.name)).await;
+                continue;
+            }
+        };
+        let ready = match ready_to_send(lease, &delivery, found, said, origin).await {
+            Some(Ok(ready)) => ready,
+            Some(Err(refusal)) => {
                 complete = false;
                 note(notes, &refusal).await;
                 continue;
             }
-            Err(_) => return,
+            None => return,
         };
         match send(client, lease, &ready, stop).await {
-            Sent::Stored => sent += 1,
+            Sent::Stored => {
+                *(if ready.meta.held {
+                    &mut held
+                } else {
+                    &mut sent
+                }) += 1;
+                let origin = Origin {
+                    id: ready.meta.id.clone(),
+                    kind: ready.meta.kind,
+                };
+                stored.insert(ready.name.clone(), origin);
+            }
             Sent::Refused(why) => {
                 complete = false;
                 note(notes, &format!("{} was not stored: {why}", ready.meta.name)).await;
@@ -284,19 +337,78 @@ pub async fn deliver(
             Sent::Stopped => return,
         }
     }
-    let summary = if delivery.upload {
-        format!("{sent} evidence file(s) sent")
-    } else {
-        format!(
-            "{sent} evidence file(s) kept on this computer (evidence upload is off); only their descriptions were sent"
-        )
-    };
-    note(notes, &summary).await;
-    if complete && delivery.upload {
+    note(notes, &summary(sent, held, delivery.settings.upload)).await;
+    if complete {
         remove_run_folder(&folder);
     } else {
         tracing::info!(job = %lease.job_id(), folder = %folder.display(), "evidence kept on this computer");
     }
+}
+
+/// The line that closes the delivery in the run's output.
+fn summary(sent: usize, held: usize, upload: bool) -> String {
+    let mut line = format!("{sent} evidence file(s) sent");
+    if held > 0 {
+        line.push_str(&format!(
+            "; {held} held on this computer, only their descriptions sent"
+        ));
+        if !upload {
+            line.push_str(" (evidence upload is off)");
+        }
+    }
+    line
+}
+
+/// A file already stored for this attempt, as a variant names it.
+#[derive(Debug, Clone)]
+pub struct Origin {
+    pub id: String,
+    pub kind: EvidenceKind,
+}
+
+/// The file a recorded variant was made from, if it was stored.
+fn origin_of(
+    said: Option<&Recorded>,
+    stored: &HashMap<String, Origin>,
+) -> Result<Option<Origin>, String> {
+    let Some(of) = said.and_then(|said| said.variant_of.as_ref()) else {
+        return Ok(None);
+    };
+    match stored.get(of) {
+        Some(origin) => Ok(Some(origin.clone())),
+        None => Err(format!("made from {of}, which was not sent")),
+    }
+}
+
+/// Reads `found` again and makes it ready (off the async threads); a held one is moved to
+/// the held folder. `None` when the work could not be done at all.
+async fn ready_to_send(
+    lease: &RunLease,
+    delivery: &Delivery,
+    found: Found,
+    said: Option<Recorded>,
+    origin: Option<Origin>,
+) -> Option<Result<Ready, String>> {
+    let (job_id, attempt, delivery) = (lease.job_id().clone(), lease.attempt(), delivery.clone());
+    tokio::task::spawn_blocking(move || {
+        let file = Planned {
+            job_id: &job_id,
+            attempt,
+            said: said.as_ref(),
+            origin: origin.as_ref(),
+        };
+        let ready = prepare(&found, &file, &delivery.hidden, delivery.settings)?;
+        if let Some(kept) = &ready.kept {
+            delivery
+                .held
+                .hold(&found.path, kept.clone())
+                .map_err(|err| format!("{}: cannot be held on this computer ({err}), not sent", found.name))?;
+            tracing::info!(job = %job_id, evidence = %ready.meta.id, "evidence held on this computer");
+        }
+        Ok(ready)
+    })
+    .await
+    .ok()
 }
 
 /// One file of the evidence folder as first read.
@@ -306,15 +418,6 @@ pub struct Found {
     path: PathBuf,
     stamp: Stamp,
     raw_sha256: [u8; 32],
-}
-
-/// What identifies a file's version without reading it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Stamp {
-    size: u64,
-    modified: Option<SystemTime>,
-    device: u64,
-    inode: u64,
 }
 
 /// What the folder holds: files to send (in name order), and a sentence for each file left
@@ -355,54 +458,94 @@ pub fn scan(folder: &Path) -> Scan {
     scan
 }
 
-/// A file's description, and the bytes to send with it (none for a `local` one).
+/// A file's description, and the bytes to send with it (none for a held one).
 #[derive(Debug, Clone)]
 pub struct Ready {
+    /// The file's name in the folder.
+    pub name: String,
     pub meta: EvidenceMeta,
     pub body: Vec<u8>,
+    /// For a held file: what the held folder's index keeps of it.
+    pub kept: Option<HeldFile>,
+}
+
+/// What is known of a file besides its bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct Planned<'a> {
+    pub job_id: &'a JobId,
+    pub attempt: u32,
+    /// What the agent recorded of it, if it put it there.
+    pub said: Option<&'a Recorded>,
+    /// The stored file it is a variant of.
+    pub origin: Option<&'a Origin>,
 }
 
 /// Reads `found` again and makes it ready to send, if it is still the file that was
-/// scanned. Text has every saved value in `hidden` replaced; a binary file holding one is
-/// refused. With `upload` off, only the description of the file as it is here.
+/// scanned (and, for a recorded one, the file that was recorded). Text has every saved
+/// value in `hidden` replaced; a binary file holding one is refused. A file `settings`
+/// hold goes as its description only, with the size and digest of what would be sent.
 ///
 /// # Errors
 /// A sentence naming the file and why it is not sent.
 pub fn prepare(
     found: &Found,
-    job_id: &JobId,
-    attempt: u32,
+    file: &Planned<'_>,
     hidden: &[String],
-    upload: bool,
+    settings: EvidenceSettings,
 ) -> Result<Ready, String> {
     let name = &found.name;
-    let bytes = read_again(found).map_err(|why| format!("{name}: {why}, not sent"))?;
-    let text = is_text(&bytes);
-    let body = if !upload {
-        bytes
-    } else if text {
-        redact(&String::from_utf8_lossy(&bytes), hidden).into_bytes()
-    } else if holds_any(&bytes, hidden) {
-        return Err(format!("{name}: holds a saved secret value, not sent"));
-    } else {
-        bytes
-    };
+    let refused = |why: &str| format!("{name}: {why}, not sent");
+    let bytes = read_again(found).map_err(|why| refused(&why))?;
+    let raw_sha256 = sha256_hex(&bytes);
+    if file.said.is_some_and(|said| said.sha256 != raw_sha256) {
+        return Err(refused("changed since the agent recorded it"));
+    }
+    let raw_size = bytes.len() as u64;
+    let kind = file
+        .said
+        .map_or_else(|| kind_of(name, is_text(&bytes)), |said| said.kind);
+    let held = is_held(settings, kind, file.origin.map(|origin| origin.kind));
+    let body = body_to_send(bytes, hidden).map_err(|why| refused(&why))?;
     let meta = EvidenceMeta {
-        id: evidence_id(job_id, attempt, name),
-        kind: kind_of(name, text),
+        id: evidence_id(file.job_id, file.attempt, name),
+        kind,
         name: shown_name(name),
         size: body.len() as u64,
-        sha256: hex(&Sha256::digest(&body)),
+        sha256: sha256_hex(&body),
         mime: None,
-        caption: None,
-        local: !upload,
-        held: false,
-        variant_of: None,
-        variant: None,
-        details: None,
+        caption: file
+            .said
+            .and_then(|said| said.caption.as_deref())
+            .map(|caption| redact(caption, hidden)),
+        local: false,
+        held,
+        variant_of: file.origin.map(|origin| origin.id.clone()),
+        variant: file.said.and_then(|said| said.variant),
+        details: file.said.and_then(|said| said.details),
     };
-    let body = if upload { body } else { Vec::new() };
-    Ok(Ready { meta, body })
+    let kept = held.then(|| HeldFile {
+        job_id: file.job_id.clone(),
+        evidence_id: meta.id.clone(),
+        name: meta.name.clone(),
+        kind,
+        size: raw_size,
+        sha256: raw_sha256,
+        described_size: meta.size,
+        described_sha256: meta.sha256.clone(),
+        caption: meta.caption.clone(),
+        variant_of: meta.variant_of.clone(),
+        variant: meta.variant,
+        details: meta.details,
+        released: false,
+        held_at: chrono::Utc::now(),
+    });
+    let body = if held { Vec::new() } else { body };
+    Ok(Ready {
+        name: name.clone(),
+        meta,
+        body,
+        kept,
+    })
 }
 
 /// The file's name as the server keeps it: any space (macOS puts U+202F before "AM" in its
@@ -528,35 +671,6 @@ fn check(name: &str, path: &Path) -> Result<Found, String> {
     })
 }
 
-/// Keys, environment files and credential stores by name ([`credential_kind`], the names
-/// the live file view and the server refuse too), `.git` (as the live file view refuses it),
-/// shell histories, and names made of a word that says it holds a credential
-/// (`api_token.txt`, `db-password.log`). Whole words only: the environment's deny list
-/// (`KEY`, `SESSION`, `AUTH` anywhere) would refuse `session.webm` or `oauth-flow.png`.
-fn credential_like(name: &str) -> bool {
-    const WORDS: &[&str] = &[
-        "token",
-        "tokens",
-        "secret",
-        "secrets",
-        "password",
-        "passwords",
-        "passwd",
-        "passphrase",
-        "credential",
-        "credentials",
-        "apikey",
-        "private",
-    ];
-    let lower = name.to_ascii_lowercase();
-    credential_kind(name).is_some()
-        || lower == ".git"
-        || lower.ends_with("history")
-        || lower
-            .split(|c: char| !c.is_ascii_alphanumeric())
-            .any(|word| WORDS.contains(&word))
-}
-
 /// The file's bytes, if it is still the one [`check`] saw: same file (device and inode,
 /// also under its name), same size and time, same digest.
 fn read_again(found: &Found) -> Result<Vec<u8>, String> {
@@ -576,53 +690,6 @@ fn read_again(found: &Found) -> Result<Vec<u8>, String> {
         return Err(changed());
     }
     Ok(bytes)
-}
-
-/// Opens without following a final link (and without blocking on a FIFO), then checks what
-/// was opened: a regular file, one name, at most the size limit.
-fn open_checked(path: &Path) -> Result<(fs::File, Stamp), String> {
-    let file = open_no_follow(path).map_err(|_| "cannot be opened (a link, or gone)".to_owned())?;
-    let meta = file.metadata().map_err(|_| "cannot be read".to_owned())?;
-    if !meta.is_file() {
-        return Err("not a regular file".to_owned());
-    }
-    if link_count(&meta) > 1 {
-        return Err("a file with other names (hard links) that may belong elsewhere".to_owned());
-    }
-    if meta.len() > MAX_EVIDENCE_BYTES {
-        return Err(format!("over {MAX_EVIDENCE_BYTES} bytes"));
-    }
-    Ok((file, stamp_of(&meta)))
-}
-
-fn stamp_of(meta: &fs::Metadata) -> Stamp {
-    #[cfg(unix)]
-    let (device, inode) = {
-        use std::os::unix::fs::MetadataExt;
-        (meta.dev(), meta.ino())
-    };
-    #[cfg(not(unix))]
-    let (device, inode) = (0, 0);
-    Stamp {
-        size: meta.len(),
-        modified: meta.modified().ok(),
-        device,
-        inode,
-    }
-}
-
-/// UTF-8 without NUL bytes, as the server tells text.
-fn is_text(bytes: &[u8]) -> bool {
-    !bytes.contains(&0) && std::str::from_utf8(bytes).is_ok()
-}
-
-/// Whether any non-empty value occurs in `bytes`.
-fn holds_any(bytes: &[u8], values: &[String]) -> bool {
-    values
-        .iter()
-        .map(String::as_bytes)
-        .filter(|value| !value.is_empty())
-        .any(|value| bytes.windows(value.len()).any(|window| window == value))
 }
 
 /// Removes an attempt's folder, and its job's folder when that is left empty.
@@ -702,6 +769,22 @@ mod tests {
         Ok(())
     }
 
+    const UPLOAD: EvidenceSettings = EvidenceSettings {
+        upload: true,
+        hold: tether_protocol::evidence::EvidenceHold::None,
+    };
+
+    fn plain(found: &Found, hidden: &[String], settings: EvidenceSettings) -> Result<Ready> {
+        let job_id = job_id();
+        let file = Planned {
+            job_id: &job_id,
+            attempt: 1,
+            said: None,
+            origin: None,
+        };
+        Ok(prepare(found, &file, hidden, settings)?)
+    }
+
     #[test]
     fn text_is_redacted_and_binary_holding_a_secret_is_refused() -> Result<()> {
         let dir = tempfile::tempdir()?;
@@ -710,35 +793,125 @@ mod tests {
         fs::write(dir.path().join("dump.bin"), b"\0\x01tok-123-secret\xff")?;
         fs::write(dir.path().join("screen.png"), PNG)?;
         let scan = scan(dir.path());
-        let ready: Vec<_> = scan
-            .found
-            .iter()
-            .map(|found| prepare(found, &job_id(), 1, &hidden, true))
-            .collect();
+        let refused = plain(&scan.found[0], &hidden, UPLOAD).map(|ready| ready.meta.name);
         assert_eq!(
-            ready[0].clone().map(|ready| ready.meta.name),
+            refused.map_err(|err| err.to_string()),
             Err("dump.bin: holds a saved secret value, not sent".to_owned())
         );
-        let log = ready[1].as_ref().map_err(Clone::clone)?;
+        let log = plain(&scan.found[1], &hidden, UPLOAD)?;
         assert_eq!(log.body, b"token is [hidden]\n");
         assert_eq!(log.meta.kind, EvidenceKind::Log);
         assert_eq!(log.meta.size, log.body.len() as u64);
         assert_eq!(log.meta.sha256, hex(&Sha256::digest(&log.body)));
-        assert!(!log.meta.local);
-        let png = ready[2].as_ref().map_err(Clone::clone)?;
+        assert!(!log.meta.local && !log.meta.held && log.kept.is_none());
+        let png = plain(&scan.found[2], &hidden, UPLOAD)?;
         assert_eq!(
             (png.body.as_slice(), png.meta.kind),
             (PNG, EvidenceKind::Screenshot)
         );
 
-        // Kept here: the description of the file as it is, no bytes.
-        let kept = prepare(&scan.found[1], &job_id(), 1, &hidden, false)?;
-        assert!(kept.meta.local && kept.body.is_empty());
-        assert_eq!(kept.meta.size, 24);
+        // Upload off: held here, described as it would be sent (redacted), no bytes; the
+        // index keeps the digest of the bytes on disk.
+        let off = EvidenceSettings {
+            upload: false,
+            ..UPLOAD
+        };
+        let kept = plain(&scan.found[1], &hidden, off)?;
+        assert!(kept.meta.held && !kept.meta.local && kept.body.is_empty());
+        assert_eq!(kept.meta.size, 18);
         assert_eq!(
             kept.meta.sha256,
+            hex(&Sha256::digest(b"token is [hidden]\n"))
+        );
+        let index = kept.kept.ok_or("no index entry")?;
+        assert_eq!(index.size, 24);
+        assert_eq!(
+            index.sha256,
             hex(&Sha256::digest(b"token is tok-123-secret\n"))
         );
+        assert_eq!(index.evidence_id, kept.meta.id);
+        // Hold screenshots: the screenshot is held, the log goes.
+        let screenshots = EvidenceSettings {
+            upload: true,
+            hold: tether_protocol::evidence::EvidenceHold::Screenshots,
+        };
+        assert!(plain(&scan.found[2], &hidden, screenshots)?.meta.held);
+        assert!(!plain(&scan.found[1], &hidden, screenshots)?.meta.held);
+        Ok(())
+    }
+
+    #[test]
+    fn a_recorded_file_goes_as_recorded_and_only_while_unchanged() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        fs::write(dir.path().join("capture.png"), PNG)?;
+        fs::write(dir.path().join("capture-small.png"), b"small")?;
+        let scan = scan(dir.path());
+        let recorded = Recorded {
+            name: "capture-small.png".to_owned(),
+            kind: EvidenceKind::Image,
+            caption: Some("the page tok-5-long-secret".to_owned()),
+            variant_of: Some("capture.png".to_owned()),
+            variant: Some(EvidenceVariant::Preview),
+            details: Some(EvidenceDetails {
+                width: Some(320),
+                height: Some(200),
+                duration_ms: None,
+            }),
+            sha256: hex(&Sha256::digest(b"small")),
+        };
+        let origin = Origin {
+            id: "0123".to_owned(),
+            kind: EvidenceKind::Screenshot,
+        };
+        let job_id = job_id();
+        let file = Planned {
+            job_id: &job_id,
+            attempt: 1,
+            said: Some(&recorded),
+            origin: Some(&origin),
+        };
+        let hidden = ["tok-5-long-secret".to_owned()];
+        let screenshots = EvidenceSettings {
+            upload: true,
+            hold: tether_protocol::evidence::EvidenceHold::Screenshots,
+        };
+        let small = scan
+            .found
+            .iter()
+            .find(|found| found.name == "capture-small.png")
+            .ok_or("not found")?;
+        let ready = prepare(small, &file, &hidden, screenshots)?;
+        assert_eq!(ready.meta.kind, EvidenceKind::Image);
+        assert_eq!(ready.meta.caption.as_deref(), Some("the page [hidden]"));
+        assert_eq!(ready.meta.variant_of.as_deref(), Some("0123"));
+        assert_eq!(ready.meta.variant, Some(EvidenceVariant::Preview));
+        assert_eq!(ready.meta.details, recorded.details);
+        // A preview of a screenshot is held with it.
+        assert!(ready.meta.held && ready.body.is_empty());
+        let sent = prepare(small, &file, &hidden, UPLOAD)?;
+        assert_eq!(sent.body, b"small");
+
+        let other = Recorded {
+            sha256: hex(&Sha256::digest(b"other")),
+            ..recorded.clone()
+        };
+        let file = Planned {
+            said: Some(&other),
+            ..file
+        };
+        let changed = prepare(small, &file, &hidden, UPLOAD).map(drop);
+        assert_eq!(
+            changed,
+            Err("capture-small.png: changed since the agent recorded it, not sent".to_owned())
+        );
+
+        // A variant whose file was not sent is not sent either.
+        let stored = HashMap::new();
+        assert_eq!(
+            origin_of(Some(&recorded), &stored).map(|o| o.map(|o| o.id)),
+            Err("made from capture.png, which was not sent".to_owned())
+        );
+        assert!(origin_of(None, &stored).is_ok_and(|o| o.is_none()));
         Ok(())
     }
 
@@ -749,9 +922,9 @@ mod tests {
         fs::write(&path, "first\n")?;
         let found = scan(dir.path()).found.remove(0);
         fs::write(&path, "other\n")?;
-        let changed = prepare(&found, &job_id(), 1, &[], true).map(drop);
+        let changed = plain(&found, &[], UPLOAD).map(drop);
         assert_eq!(
-            changed,
+            changed.map_err(|err| err.to_string()),
             Err("run.log: changed after the run ended, not sent".to_owned())
         );
 
@@ -760,8 +933,21 @@ mod tests {
         fs::remove_file(&path)?;
         #[cfg(unix)]
         std::os::unix::fs::symlink("/etc/hostname", &path)?;
-        assert!(prepare(&found, &job_id(), 1, &[], true).is_err());
+        assert!(plain(&found, &[], UPLOAD).is_err());
         Ok(())
+    }
+
+    #[test]
+    fn the_closing_line_says_what_was_held() {
+        assert_eq!(summary(2, 0, true), "2 evidence file(s) sent");
+        assert_eq!(
+            summary(1, 2, true),
+            "1 evidence file(s) sent; 2 held on this computer, only their descriptions sent"
+        );
+        assert_eq!(
+            summary(0, 1, false),
+            "0 evidence file(s) sent; 1 held on this computer, only their descriptions sent (evidence upload is off)"
+        );
     }
 
     #[test]

@@ -5,8 +5,11 @@
 //!   job's folder, read live for the web;
 //! - [`secret_save`]: a sealed secret, opened into the vault and answered (saved or refused,
 //!   never the value);
+//! - [`evidence_request`]: a held evidence file previewed, released or discarded for its
+//!   owner (the bytes read again and sent, or the file deleted, or a refusal);
 //! - [`redaction`]: what the live file view hides in a file's text, in linear time.
 
+pub mod evidence_request;
 pub mod file_request;
 pub mod redaction;
 pub mod secret_save;
