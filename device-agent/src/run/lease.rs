@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use tether_protocol::jobs::{ClaimedJob, CompleteParams};
+use tether_protocol::report::ObservedRun;
 use tether_protocol::{JobId, LeaseToken};
 
 use crate::local::journal::{mark_process, DeliveryStage, Journal, RunRecord, RunState};
@@ -85,6 +86,8 @@ pub struct RunLease {
     progress_seq: Arc<AtomicU64>,
     /// Whether the job's git delivery follows the engine.
     delivers: AtomicBool,
+    /// What the run uses, said since the last progress call: the next one carries it.
+    observed: Mutex<Option<ObservedRun>>,
 }
 
 #[derive(Debug, Clone)]
@@ -113,7 +116,21 @@ impl RunLease {
             reattaching: tokio::sync::Mutex::new(()),
             progress_seq: Arc::new(AtomicU64::new(0)),
             delivers: AtomicBool::new(false),
+            observed: Mutex::new(None),
         })
+    }
+
+    /// What the run uses changed: the next progress call carries it.
+    pub fn observe(&self, observed: ObservedRun) {
+        *self.observed.lock().unwrap_or_else(PoisonError::into_inner) = Some(observed);
+    }
+
+    /// What the run uses, if it changed since the last call that took it.
+    pub fn take_observed(&self) -> Option<ObservedRun> {
+        self.observed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
     }
 
     /// The attempt's progress numbering, shared by everything that reports progress.

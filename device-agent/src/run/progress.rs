@@ -277,7 +277,8 @@ pub async fn report_output(
                 lines: batch.lines,
                 status: None,
                 line_ages_ms: None,
-                observed: None,
+                // What the run uses goes with the next batch once its engine says it.
+                observed: lease.take_observed(),
             };
             let printed = Some(batch.printed.as_slice());
             if deliver(&client, &lease, params, printed, &stop).await == Delivery::Abandoned {

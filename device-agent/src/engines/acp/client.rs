@@ -33,6 +33,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::continuation::Recall;
 use super::files;
+use super::observed::Observed;
 use super::permissions::{self, CallFacts, ToolCalls};
 use super::preview::{self, Proposal};
 use super::terminals::{self, CommandRequest, Terminals};
@@ -63,6 +64,8 @@ pub struct Denial {
 pub struct Said {
     pub lines: mpsc::Sender<String>,
     pub hidden: Arc<Vec<String>>,
+    /// What the run uses, as the agent says it.
+    pub observed: Arc<Observed>,
 }
 
 /// The state of the run's one session, shared by every handler.
@@ -74,6 +77,7 @@ pub struct Session {
     terminals: Terminals,
     lines: mpsc::Sender<String>,
     hidden: Arc<Vec<String>>,
+    observed: Arc<Observed>,
     session_id: OnceLock<SessionId>,
     /// Set while `session/load` is in flight: what the agent sends then is the history it
     /// replays, already shown by the run it belongs to.
@@ -110,6 +114,7 @@ impl Session {
             terminals,
             lines: said.lines,
             hidden: said.hidden,
+            observed: said.observed,
             session_id: OnceLock::new(),
             replaying: AtomicBool::new(false),
             transcript: Mutex::new(Transcript::new()),
@@ -124,6 +129,11 @@ impl Session {
 
     pub fn folder(&self) -> &Path {
         &self.folder
+    }
+
+    /// What the run uses, as the agent said it.
+    pub fn observed(&self) -> &Observed {
+        &self.observed
     }
 
     pub fn gate(&self) -> &Gate {
@@ -196,6 +206,9 @@ impl Session {
         match &notification.update {
             SessionUpdate::ToolCall(call) => lock(&self.tool_calls).record_call(call),
             SessionUpdate::ToolCallUpdate(update) => lock(&self.tool_calls).record_update(update),
+            SessionUpdate::CurrentModeUpdate(update) => self
+                .observed
+                .update(|seen| seen.mode = Some(update.current_mode_id.to_string())),
             _ => {}
         }
         let lines = lock(&self.transcript).apply(&notification.update);

@@ -26,6 +26,7 @@ pub mod client;
 pub mod continuation;
 pub mod files;
 pub mod handshake;
+pub mod observed;
 pub mod outfit;
 pub mod permissions;
 pub mod preview;
@@ -71,9 +72,11 @@ use crate::sandbox;
 use client::{Denial, Said, Session};
 use continuation::{Load, Opening, Place, Recall};
 use handshake::describe;
+use observed::Observed;
 use outfit::{Fitting, Outfit};
 use process::AgentProcess;
 use terminals::{Launch, Terminals};
+use tether_protocol::report::ObservedRun;
 use updates::cut_chars;
 
 /// How long the turn may take to end after `session/cancel` before the agent is killed.
@@ -233,6 +236,7 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         Said {
             lines: lines.clone(),
             hidden: secrets.hidden.clone(),
+            observed: Arc::new(Observed::new(lease.clone())),
         },
         recall.clone(),
     ));
@@ -280,6 +284,9 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         timeout_minutes: job.spec.timeout_minutes,
         stop: stop.current(),
     });
+    if let Ok(params) = &mut outcome {
+        params.observed = session.observed().current();
+    }
     // The worker's report (its tool call, else `.tether/result.json`) goes with the outcome.
     let mut report_note = None;
     if let Ok(params) = &mut outcome {
@@ -576,6 +583,13 @@ async fn talk(
     };
     let session_id = opened.session_id;
     recall.remember(&session_id, session.gate().policy().granted_folders());
+    session.observed().update(|seen| {
+        observed::agent(seen, opened.agent.agent_info.as_ref());
+        let said = opened.used;
+        seen.model = said.model.or(seen.model.take());
+        seen.effort = said.effort.or(seen.effort.take());
+        seen.mode = said.mode.or(seen.mode.take());
+    });
     if let Some(info) = &opened.agent.agent_info {
         session
             .say(format!("agent: {} {}", info.name, info.version))
@@ -617,6 +631,8 @@ struct Opened {
     prompt: String,
     /// Lines of output saying how the session was opened.
     notes: Vec<String>,
+    /// The mode, model and thought level the session opened with.
+    used: ObservedRun,
 }
 
 /// `initialize`, `authenticate` when the agent lists an `env_var` method whose variables the
@@ -654,12 +670,13 @@ async fn open_session(
     let agent = introduced.agent;
     if let Some(load) = &opening.load {
         match load_session(cx, session, &agent, load, mcp_servers).await {
-            Ok(session_id) => {
+            Ok((session_id, used)) => {
                 return Ok(Opened {
                     agent,
                     session_id,
                     prompt: load.prompt.clone(),
                     notes: vec![load.note.to_owned()],
+                    used,
                 })
             }
             Err(why) => notes.push(why),
@@ -675,23 +692,31 @@ async fn open_session(
         .map_err(|err| session_refused(&methods, &err, place))?;
     session.started(new_session.session_id.clone());
     notes.extend(opening.note.map(str::to_owned));
+    let mut used = ObservedRun::default();
+    observed::session(
+        &mut used,
+        new_session.modes.as_ref(),
+        new_session.config_options.as_deref(),
+    );
     Ok(Opened {
         agent,
         session_id: new_session.session_id,
         prompt: opening.prompt.clone(),
         notes,
+        used,
     })
 }
 
 /// `session/load` of the stored session, when the agent advertises `loadSession`; what it
-/// replays meanwhile is not output. The session's id, or why it was not loaded.
+/// replays meanwhile is not output. The session's id and what it uses, or why it was not
+/// loaded.
 async fn load_session(
     cx: &ConnectionTo<Agent>,
     session: &Session,
     agent: &InitializeResponse,
     load: &Load,
     mcp_servers: &[McpServer],
-) -> Result<SessionId, String> {
+) -> Result<(SessionId, ObservedRun), String> {
     if !agent.agent_capabilities.load_session {
         return Err("the agent does not offer to load an earlier session (loadSession)".to_owned());
     }
@@ -700,9 +725,15 @@ async fn load_session(
     let request = LoadSessionRequest::new(session_id.clone(), session.folder().to_path_buf())
         .mcp_servers(mcp_servers.to_vec());
     match cx.send_request(request).block_task().await {
-        Ok(_) => {
+        Ok(loaded) => {
             session.started(session_id.clone());
-            Ok(session_id)
+            let mut used = ObservedRun::default();
+            observed::session(
+                &mut used,
+                loaded.modes.as_ref(),
+                loaded.config_options.as_deref(),
+            );
+            Ok((session_id, used))
         }
         Err(err) => Err(format!(
             "the agent did not load its earlier session: {}",
