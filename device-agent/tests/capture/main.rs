@@ -47,17 +47,17 @@ fn serve(body: &'static str) -> String {
     format!("http://{address}/")
 }
 
-/// The sandbox jobs would use here, or `None` (with a message) when there is none.
-fn sandbox() -> Option<Sandbox> {
+/// The sandbox of backend `choice`, or `None` (with a message) when it does not work here.
+fn sandbox(choice: &str) -> Option<Sandbox> {
     let sandbox = Sandbox::probe(&Settings {
-        choice: "auto".to_owned(),
+        choice: choice.to_owned(),
         bwrap: PathBuf::from("/usr/bin/bwrap"),
         launcher: PathBuf::from(AGENT),
         allow_unsandboxed: false,
     });
-    if sandbox.report().backend == "none" {
+    if sandbox.report().backend != choice {
         let why = sandbox.report().reasons.join("; ");
-        external::unavailable(&format!("no sandbox works here: {why}"));
+        external::unavailable(&format!("the {choice} backend does not work here: {why}"));
         return None;
     }
     Some(sandbox)
@@ -100,7 +100,16 @@ fn close(actual: [u8; 3], expected: [u8; 3]) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_loopback_page_is_captured_confined_with_its_preview() {
+async fn a_loopback_page_is_captured_under_bubblewrap_with_its_preview() {
+    captured_under("bwrap").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loopback_page_is_captured_under_landlock_with_its_preview() {
+    captured_under("landlock").await;
+}
+
+async fn captured_under(choice: &str) {
     let env = environment::scrub(std::env::vars_os());
     let path = env
         .iter()
@@ -114,7 +123,9 @@ async fn a_loopback_page_is_captured_confined_with_its_preview() {
         external::unavailable(browser::NOT_FOUND);
         return;
     };
-    let Some(sandbox) = sandbox() else { return };
+    let Some(sandbox) = sandbox(choice) else {
+        return;
+    };
     eprintln!(
         "capturing with {} in {}",
         program.display(),
