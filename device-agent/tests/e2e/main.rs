@@ -43,6 +43,7 @@ mod seal;
 mod secret_http;
 mod secrets;
 mod tool_channel;
+mod worker_report;
 
 use std::path::Path;
 use std::process::Stdio;
