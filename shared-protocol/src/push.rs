@@ -18,6 +18,8 @@ pub const MAX_SUBSCRIPTION_NAME_CHARS: usize = 100;
 pub const MAX_SUBSCRIPTIONS_PER_ACCOUNT: usize = 20;
 /// Longest `title` of a message, in characters.
 pub const MAX_TITLE_CHARS: usize = 120;
+/// Longest [`PushMessage::detail`], in characters.
+pub const MAX_DETAIL_CHARS: usize = 120;
 
 /// `GET /api/push/key`: what a browser passes to `pushManager.subscribe` as
 /// `applicationServerKey`.
@@ -166,6 +168,10 @@ pub struct PushMessage {
     /// answers with, from the lock screen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<PushDecision>,
+    /// For an ended job: the first line of the worker's report, at most
+    /// [`MAX_DETAIL_CHARS`] characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// What a question's notification needs to answer it without the page: the decision, the

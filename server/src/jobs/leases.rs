@@ -20,7 +20,7 @@ use tether_protocol::jobs::{
     ProgressParams, ProgressResponse, MAX_AUTO_RESUMES, MAX_EARLIER_TEXT_CHARS,
     MAX_LINES_PER_PROGRESS, MAX_LINE_AGE_MS, MAX_LINE_BYTES, RESUME_WINDOW_SECS,
 };
-use tether_protocol::report::WorkerReport;
+use tether_protocol::report::{ObservedRun, WorkerReport};
 use tether_protocol::text::{self, TextKind};
 use tether_protocol::{Code, JobId, LeaseToken};
 
@@ -85,6 +85,8 @@ pub struct ProgressReport {
     /// How long before the call each line was printed, in milliseconds, at most
     /// [`MAX_LINE_AGE_MS`]; empty when the device did not say.
     ages: Vec<Millis>,
+    /// What the attempt used, bounded; absent when the device said nothing new.
+    observed: Option<ObservedRun>,
 }
 
 impl ProgressReport {
@@ -137,6 +139,10 @@ impl TryFrom<ProgressParams> for ProgressReport {
                 .as_deref()
                 .filter(|status| !status.is_empty())
                 .map(|status| truncate(status, MAX_LINE_BYTES)),
+            observed: params
+                .observed
+                .map(ObservedRun::bounded)
+                .filter(|observed| !observed.is_empty()),
         })
     }
 }
@@ -148,6 +154,22 @@ pub struct Completion {
     outcome: JobOutcome,
     changes: ReportedChanges,
     delivery: ReportedDelivery,
+    /// Why the worker's report was dropped, when it was.
+    report_dropped: Option<String>,
+    /// What the attempt used, bounded; absent when the device said nothing.
+    observed: Option<ObservedRun>,
+}
+
+/// The worker's report as it may be kept, or why it was dropped. A `null` is none.
+fn check_report(raw: Option<serde_json::Value>) -> Result<Option<WorkerReport>, String> {
+    let Some(raw) = raw.filter(|raw| !raw.is_null()) else {
+        return Ok(None);
+    };
+    let mut report = WorkerReport::parse(raw)
+        .map_err(|why| truncate(&text::sanitize(&why.0, TextKind::Name), 300))?;
+    // Checked already; made visible as summaries are, in case the rules ever part.
+    report.map_text(|text| text::sanitize(text, TextKind::MultiLine).into_owned());
+    Ok(Some(report))
 }
 
 /// The change list of a completion.
@@ -191,18 +213,24 @@ impl TryFrom<CompleteParams> for Completion {
         // What the computer reports is kept, made visible, never refused: a refused
         // completion would cost the run its outcome.
         let summary = text::sanitize(&params.summary, TextKind::MultiLine).into_owned();
+        let (report, report_dropped) = match check_report(params.report) {
+            Ok(report) => (report, None),
+            Err(why) => (None, Some(why)),
+        };
         Ok(Completion {
             outcome: JobOutcome {
                 outcome: params.outcome,
                 summary,
                 exit_code: params.exit_code,
-                report: params
-                    .report
-                    .filter(|raw| !raw.is_null())
-                    .and_then(|raw| WorkerReport::parse(raw).ok()),
+                report,
             },
             changes: ReportedChanges::check(params.changes),
             delivery: ReportedDelivery::check(params.delivery),
+            report_dropped,
+            observed: params
+                .observed
+                .map(ObservedRun::bounded)
+                .filter(|observed| !observed.is_empty()),
         })
     }
 }
@@ -431,18 +459,23 @@ pub async fn progress(
         .map(|line| ("output", line.as_str()))
         .collect();
     lines.extend(report.status.as_deref().map(|status| ("status", status)));
-    let applied = job_rows::progress_in_one(
-        store,
-        &device.device_id,
-        job_id,
-        lease,
-        report.seq,
-        &lines,
-        &ats,
-        lease_until,
-        now,
-    )
-    .await?;
+    // What the attempt used merges into the stored list, so it takes the transaction.
+    let applied = if report.observed.is_some() {
+        None
+    } else {
+        job_rows::progress_in_one(
+            store,
+            &device.device_id,
+            job_id,
+            lease,
+            report.seq,
+            &lines,
+            &ats,
+            lease_until,
+            now,
+        )
+        .await?
+    };
     if let Some(cancel_requested) = applied {
         return Ok(ProgressResponse {
             lease_expires_at: to_time(lease_until),
@@ -459,7 +492,11 @@ pub async fn progress(
         }
     }
     let seq = applies.then_some(report.seq);
-    job_rows::record_progress(&mut tx, &job, seq, lease_until).await?;
+    let observed = match report.observed.filter(|_| applies) {
+        Some(used) => job.observed_with(used)?,
+        None => None,
+    };
+    job_rows::record_progress(&mut tx, &job, seq, lease_until, observed.as_deref()).await?;
     tx.commit().await?;
     Ok(ProgressResponse {
         lease_expires_at: to_time(lease_until),
@@ -500,6 +537,8 @@ pub async fn complete(
         outcome,
         changes,
         delivery,
+        report_dropped,
+        observed,
     } = completion;
     let now = store.now();
     let mut tx = store.begin().await?;
@@ -523,16 +562,17 @@ pub async fn complete(
     if !job_rows::holds_lease(&job, lease, now) {
         return Err(job_rows::stale_lease());
     }
+    // What was dropped is said in the timeline, all in one statement.
+    let mut dropped = Vec::new();
     match &changes {
         ReportedChanges::None => {}
         ReportedChanges::Checked(changes) => {
             job_rows::store_changes(&mut tx, &job, changes).await?
         }
         ReportedChanges::Dropped(why) => {
-            let text = [format!(
+            dropped.push(format!(
                 "The computer's list of changes was dropped: {why}."
-            )];
-            job_rows::append_events(&mut tx, &job, now, "system", &text).await?;
+            ));
         }
     }
     match &delivery {
@@ -543,11 +583,23 @@ pub async fn complete(
             delivery::record(&mut tx, &account_id, &job.id, report, now).await?;
         }
         ReportedDelivery::Dropped(why) => {
-            let text = [format!(
+            dropped.push(format!(
                 "The computer's delivery report was dropped: {why}."
-            )];
-            job_rows::append_events(&mut tx, &job, now, "system", &text).await?;
+            ));
         }
+    }
+    if let Some(why) = &report_dropped {
+        dropped.push(format!("The worker's report was dropped: {why}."));
+    }
+    if !dropped.is_empty() {
+        job_rows::append_events(&mut tx, &job, now, "system", &dropped).await?;
+    }
+    if let Some(json) = observed
+        .map(|used| job.observed_with(used))
+        .transpose()?
+        .flatten()
+    {
+        job_rows::store_observed(&mut tx, &job, &json).await?;
     }
     job_rows::finish(&mut tx, &job, &outcome, EndCause::Device, now).await?;
     // Read after this run ended: with one fewer than the limit going, the account was full

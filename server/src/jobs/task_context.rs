@@ -14,6 +14,7 @@
 use serde::Deserialize;
 use tether_protocol::git::{BranchChoice, GitOptions};
 use tether_protocol::jobs::{JobOutcome, JobSpec};
+use tether_protocol::report::WorkerReport;
 use tether_protocol::task_context::{MAX_CONTEXT_CHARS, MAX_LINKS, MAX_LINK_CHARS};
 use tether_protocol::text::{self, TextKind};
 
@@ -217,7 +218,37 @@ pub(crate) fn tell_outcome(sheet: &mut Sheet, outcome: &JobOutcome) {
         sheet.part("Summary", &outcome.summary);
     }
     if let Some(report) = &outcome.report {
-        sheet.part("Report", &serde_json::to_string(report).unwrap_or_default());
+        tell_report(sheet, report);
+    }
+}
+
+/// The worker's report as headed text: its summary, then each list under its heading, `- `
+/// an entry, empty lists left out. Each list is one part, so a long report takes no more
+/// of the section's shares than a few texts do.
+fn tell_report(sheet: &mut Sheet, report: &WorkerReport) {
+    sheet.part("Worker's report", &report.summary);
+    let tested: Vec<String> = report
+        .tested
+        .iter()
+        .map(|test| {
+            let detail = test
+                .detail
+                .as_deref()
+                .map_or_else(String::new, |detail| format!(" ({detail})"));
+            format!("{}: {}{detail}", test.outcome.as_str(), test.command)
+        })
+        .collect();
+    let lists = [
+        ("Done", report.done.as_slice()),
+        ("Tested", tested.as_slice()),
+        ("Not done", report.not_done.as_slice()),
+        ("Risks", report.risks.as_slice()),
+        ("Links", report.links.as_slice()),
+    ];
+    for (heading, items) in lists {
+        if !items.is_empty() {
+            sheet.list(heading, items);
+        }
     }
 }
 
@@ -278,6 +309,14 @@ impl Sheet {
         };
         self.pieces
             .push(Piece::Part(label, text.trim_end().to_owned()));
+    }
+
+    /// `heading:` on a line of its own, then `- item` a line, where the items may be cut
+    /// (as one text).
+    pub(crate) fn list(&mut self, heading: &str, items: &[String]) {
+        let text: Vec<String> = items.iter().map(|item| format!("- {item}")).collect();
+        self.pieces
+            .push(Piece::Part(format!("{heading}:\n"), text.join("\n")));
     }
 
     /// The text, at most `max` characters.
@@ -467,6 +506,7 @@ mod tests {
             rerun_of: None,
             chain_root: continues.map(str::to_owned),
             chain_run: continues.map(|_| 12),
+            observed_json: None,
         }
     }
 
@@ -546,11 +586,33 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("Prompt: ppp"), "{text}");
-        assert!(text.contains("Report: {\"notes\":\"rrr"), "{text}");
+        assert!(text.contains("Worker's report: rrr"), "{text}");
+        assert!(text.contains("Done:\n- ddd"), "{text}");
         assert!(text.contains(CUT_MARK));
         // Newest first, at most SECTION_RUNS of them.
         assert!(text.find("Run 11").unwrap() < text.find("Run 10").unwrap());
         assert!(!text.contains("Run 3 "), "{text}");
+    }
+
+    #[test]
+    fn an_earlier_report_reads_as_headed_text() {
+        let report = WorkerReport::parse(serde_json::json!({
+            "summary": "Added the export.",
+            "done": ["button"],
+            "tested": [{"command": "npm test", "outcome": "failed", "detail": "1 flaky"}],
+            "risks": ["slow on big tables"],
+            "links": ["https://example.com/pr/1"],
+        }))
+        .unwrap();
+        let mut sheet = Sheet::default();
+        tell_report(&mut sheet, &report);
+        let text = sheet.render(MAX_CONTEXT_CHARS).text;
+        assert_eq!(
+            text,
+            "Worker's report: Added the export.\nDone:\n- button\nTested:\n\
+             - failed: npm test (1 flaky)\nRisks:\n- slow on big tables\nLinks:\n\
+             - https://example.com/pr/1\n"
+        );
     }
 
     #[test]

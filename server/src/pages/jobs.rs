@@ -18,6 +18,7 @@ use super::delivery::{asked_text, delivery_section};
 use super::follow_up::{chain, load_chain, next_steps, Chain};
 use super::layout::{duration_text, error_page, human_size, moment, page};
 use super::redirects::signin_redirect;
+use super::results::{gallery, held_items, listed_file, report_section, used_section};
 use super::timeline::timeline;
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -134,6 +135,8 @@ fn job_view(context: &JobContext, now: DateTime<Utc>) -> Markup {
                     }
                 }
             }
+            // The worker's own word leads what the run hands back.
+            div #job-report data-refresh { (report_section(job)) }
             (section_links(job, context.device.as_ref()))
             (pending_questions(job))
             @if timeline_first { (run) (log) } @else { (log) (run) }
@@ -146,7 +149,10 @@ fn job_view(context: &JobContext, now: DateTime<Utc>) -> Markup {
                 @if let Some(report) = &job.delivery { (delivery_section(report, job.spec.git.as_ref())) }
             }
             div #job-end data-refresh {
+                (gallery(job))
+                (held_items(job))
                 (evidence_list(job))
+                (used_section(job))
                 (next_steps(job, context.device.as_ref(), &context.chain))
             }
             (files_section(job))
@@ -169,6 +175,7 @@ fn job_view(context: &JobContext, now: DateTime<Utc>) -> Markup {
         }
         script src="/assets/log.js" defer {}
         script src="/assets/job.js" defer {}
+        script src="/assets/results.js" defer {}
     }
 }
 
@@ -179,6 +186,7 @@ fn section_links(job: &Job, device: Option<&Device>) -> Markup {
     let can_run_again = ended && device.is_some_and(|device| device.revoked_at.is_none());
     html! {
         nav.section-links #job-sections data-refresh aria-label="This job" {
+            @if job.outcome.as_ref().is_some_and(|o| o.report.is_some()) { a href="#report" { "Report" } }
             a href="#log" { "Log" }
             a href="#run" { "Timeline" }
             @if job.changes.is_some() { a href="#job-changes" { "Changes" } }
@@ -488,10 +496,10 @@ fn pending_questions(job: &Job) -> Markup {
 /// The files the run attached: a download link each, or a note for those its computer kept.
 fn evidence_list(job: &Job) -> Markup {
     html! {
-        @if !job.evidence.is_empty() {
+        @if job.evidence.iter().any(listed_file) {
             h2 { "Evidence" }
             ul.evidence {
-                @for item in &job.evidence {
+                @for item in job.evidence.iter().filter(|item| listed_file(item)) {
                     li data-evidence=(item.id) {
                         @if item.local {
                             strong { (item.name) }

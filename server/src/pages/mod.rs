@@ -25,6 +25,7 @@ mod link;
 mod needs_me;
 mod notifications;
 mod redirects;
+mod results;
 mod timeline;
 
 use actix_web::http::header;
@@ -42,6 +43,7 @@ pub fn routes(table: &mut Table) {
     table.asset("/assets/secrets.js", secrets_script, "text/javascript");
     table.asset("/assets/needs_me.js", needs_me_script, "text/javascript");
     table.asset("/assets/job.js", job_script, "text/javascript");
+    table.asset("/assets/results.js", results_script, "text/javascript");
     table.asset("/assets/log.js", log_script, "text/javascript");
     table.asset("/assets/assign.js", assign_script, "text/javascript");
     table.asset("/assets/lists.js", lists_script, "text/javascript");
@@ -119,6 +121,14 @@ async fn job_script() -> HttpResponse {
     asset(
         "text/javascript; charset=utf-8",
         include_str!("assets/job.js"),
+    )
+}
+
+/// The job page's held files: Preview, Release, Discard.
+async fn results_script() -> HttpResponse {
+    asset(
+        "text/javascript; charset=utf-8",
+        include_str!("assets/results.js"),
     )
 }
 

@@ -1,13 +1,16 @@
 //! What is sent: a [`Notice`] names what happened by id only, and [`compose`] reads, when
 //! the worker gets to it, the few columns a message shows (a question, a job's title and
-//! state, a computer's name). It never reads a prompt, an action, output or a secret, so no
+//! state, a computer's name, the first line of the worker's report, which its computer
+//! redacted before sending). It never reads a prompt, an action, output or a secret, so no
 //! message can carry one.
 //!
 //! A notice whose moment has passed (the decision was answered meanwhile, the job was taken
 //! back up) composes to nothing.
 
-use tether_protocol::jobs::JobState;
-use tether_protocol::push::{PushDecision, PushKind, PushMessage, MAX_TITLE_CHARS};
+use tether_protocol::jobs::{JobOutcome, JobState};
+use tether_protocol::push::{
+    PushDecision, PushKind, PushMessage, MAX_DETAIL_CHARS, MAX_TITLE_CHARS,
+};
 use tether_protocol::{AccountId, DecisionId, DeviceId, JobId};
 
 use crate::clock::Millis;
@@ -107,6 +110,7 @@ async fn decision(store: &Store, id: &DecisionId) -> Result<Option<Outgoing>, Ap
                 answer_key,
                 allow_from_notification,
             }),
+            detail: None,
         },
         ttl_secs: left_secs.min(DECISION_TTL_SECS),
         urgency: Urgency::High,
@@ -114,15 +118,25 @@ async fn decision(store: &Store, id: &DecisionId) -> Result<Option<Outgoing>, Ap
 }
 
 async fn job_ended(store: &Store, id: &JobId) -> Result<Option<Outgoing>, ApiError> {
-    type Row = (String, String, String, Option<String>, String);
-    let row = on_read!(store, |pool| sqlx::query_as::<_, Row>(
-        "SELECT j.account_id, j.title, j.state, j.end_cause, v.name FROM jobs j \
+    type Row = (
+        String,
+        String,
+        String,
+        Option<String>,
+        String,
+        Option<String>,
+    );
+    let row =
+        on_read!(store, |pool| {
+            sqlx::query_as::<_, Row>(
+        "SELECT j.account_id, j.title, j.state, j.end_cause, v.name, j.outcome_json FROM jobs j \
          JOIN devices v ON v.id = j.device_id WHERE j.id = $1"
     )
     .bind(id.as_str())
     .fetch_optional(pool)
-    .await)?;
-    let Some((account_id, title, state, end_cause, computer)) = row else {
+    .await
+        })?;
+    let Some((account_id, title, state, end_cause, computer, outcome)) = row else {
         return Ok(None);
     };
     let Some(state) = JobState::parse(&state).filter(|state| worth_telling(*state)) else {
@@ -143,10 +157,18 @@ async fn job_ended(store: &Store, id: &JobId) -> Result<Option<Outgoing>, ApiErr
             url: format!("/jobs/{id}"),
             tag: format!("job-{id}"),
             decision: None,
+            detail: outcome.as_deref().and_then(report_line),
         },
         ttl_secs: RESULT_TTL_SECS,
         urgency: Urgency::Normal,
     }))
+}
+
+/// The first line of the worker's report in a stored outcome, bounded; none without one.
+fn report_line(outcome_json: &str) -> Option<String> {
+    let outcome: JobOutcome = serde_json::from_str(outcome_json).ok()?;
+    let report = outcome.report?;
+    Some(bounded(report.first_line(), MAX_DETAIL_CHARS)).filter(|line| !line.is_empty())
 }
 
 /// The ends a person wants to hear about; a cancel is their own doing.
@@ -177,6 +199,7 @@ async fn device_offline(store: &Store, id: &DeviceId) -> Result<Option<Outgoing>
             url: "/computers".to_owned(),
             tag: format!("offline-{id}"),
             decision: None,
+            detail: None,
         },
         ttl_secs: RESULT_TTL_SECS,
         urgency: Urgency::Normal,
@@ -203,6 +226,23 @@ mod tests {
         assert_eq!(bounded("exactly10!", 10), "exactly10!");
         assert_eq!(bounded("a bit longer", 5), "a bi…");
         assert_eq!(bounded("ééééé", 3).chars().count(), 3);
+    }
+
+    #[test]
+    fn an_ended_job_tells_its_reports_first_line() {
+        let long = "x".repeat(300);
+        let outcome = serde_json::json!({"outcome": "succeeded", "summary": "s", "exitCode": 0,
+            "report": {"summary": format!("\n  Added export.  \nMore.{long}")}});
+        assert_eq!(
+            report_line(&outcome.to_string()).as_deref(),
+            Some("Added export.")
+        );
+        let cut = serde_json::json!({"outcome": "failed", "summary": "s", "exitCode": 1,
+            "report": {"summary": long}});
+        let line = report_line(&cut.to_string()).unwrap_or_default();
+        assert_eq!(line.chars().count(), MAX_DETAIL_CHARS);
+        let none = serde_json::json!({"outcome": "failed", "summary": "s", "exitCode": 1});
+        assert_eq!(report_line(&none.to_string()), None);
     }
 
     #[test]

@@ -22,6 +22,7 @@ use tether_protocol::changes::Changes;
 use tether_protocol::decisions::DecisionState;
 use tether_protocol::git::DeliveryReport;
 use tether_protocol::jobs::{Job, JobEvent, JobOutcome, JobSpec, JobState, Outcome};
+use tether_protocol::report::{ObservedAttempt, ObservedRun};
 use tether_protocol::{AccountId, Code, DeviceId, JobId, LeaseToken};
 
 use crate::clock::{to_time, Millis};
@@ -37,7 +38,10 @@ use in_one::{update_with_lines, update_with_timed_lines, Clause};
 const JOB_COLUMNS: &str = "id, account_id, device_id, title, spec_json, state, attempt, \
     cancel_requested, outcome_json, lease_token_hash, lease_expires_at, progress_seq, \
     created_at, started_at, ended_at, last_lease_hash, end_cause, resumes, continues, changes_json, delivery_json, \
-    rerun_of, chain_root, chain_run";
+    rerun_of, chain_root, chain_run, observed_json";
+
+/// Most attempts whose [`ObservedRun`] a job keeps (the latest ones).
+const MAX_OBSERVED_ATTEMPTS: usize = 8;
 
 /// A `jobs` row. Not `Serialize`: [`JobRow::into_job`] builds the wire type. Only this
 /// module reads or writes one; the fields are for callers' decisions.
@@ -73,6 +77,8 @@ pub(crate) struct JobRow {
     pub(crate) chain_root: Option<String>,
     /// Its run number in that chain.
     pub(crate) chain_run: Option<i64>,
+    /// What each attempt used ([`ObservedAttempt`]s), bounded before it was stored.
+    pub(crate) observed_json: Option<String>,
 }
 
 impl JobRow {
@@ -87,6 +93,32 @@ impl JobRow {
 
     pub(crate) fn account_id(&self) -> Result<AccountId, ApiError> {
         stored_id(self.account_id.clone())
+    }
+
+    /// What each attempt used, oldest attempt first; a row that no longer parses shows none.
+    pub(crate) fn observed(&self) -> Vec<ObservedAttempt> {
+        self.observed_json
+            .as_deref()
+            .and_then(|json| serde_json::from_str(json).ok())
+            .unwrap_or_default()
+    }
+
+    /// `observed_json` with `used` as what this row's attempt used (replacing what that
+    /// attempt said before); `None` when `used` says nothing.
+    pub(crate) fn observed_with(&self, used: ObservedRun) -> Result<Option<String>, ApiError> {
+        let used = used.bounded();
+        if used.is_empty() {
+            return Ok(None);
+        }
+        let attempt = u32::try_from(self.attempt).unwrap_or(u32::MAX);
+        let mut all = self.observed();
+        all.retain(|entry| entry.attempt != attempt);
+        all.push(ObservedAttempt { attempt, used });
+        all.sort_by_key(|entry| entry.attempt);
+        // Attempts are few (resumes are bounded); keep the latest handful regardless.
+        let extra = all.len().saturating_sub(MAX_OBSERVED_ATTEMPTS);
+        all.drain(..extra);
+        Ok(Some(serde_json::to_string(&all)?))
     }
 
     /// The wire job with `events`; its decisions, evidence, follow-up and queue reason are
@@ -104,13 +136,14 @@ impl JobRow {
         let continues = self.continues.clone().map(stored_id).transpose()?;
         let rerun_of = self.rerun_of.clone().map(stored_id).transpose()?;
         let run_number = self.chain_run.and_then(|run| u32::try_from(run).ok());
+        let observed = self.observed();
         Ok(Job {
             changes,
             continues,
             rerun_of,
             run_number,
             reruns: Vec::new(),
-            observed: Vec::new(),
+            observed,
             state: self.state()?,
             spec: self.spec()?,
             id: stored_id(self.id)?,
@@ -779,6 +812,22 @@ pub(crate) async fn claim(
     Ok(attempt)
 }
 
+/// Stores what each attempt used ([`JobRow::observed_with`]), with a completion.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn store_observed(tx: &mut Tx, job: &JobRow, json: &str) -> Result<(), ApiError> {
+    on_tx!(tx, |conn| sqlx::query(
+        "UPDATE jobs SET observed_json = $1 WHERE id = $2"
+    )
+    .bind(json)
+    .bind(&job.id)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
 /// Stores what the run changed (checked by the caller), with its completion.
 ///
 /// # Errors
@@ -823,7 +872,8 @@ pub(crate) async fn store_delivery(
 }
 
 /// Notes the last progress batch applied (`seq`, when this one applied), so a retried one
-/// changes nothing, and moves the lease expiry to `lease_until`, in one statement.
+/// changes nothing, moves the lease expiry to `lease_until` and, when given, keeps what the
+/// attempt used ([`JobRow::observed_with`]), in one statement.
 ///
 /// # Errors
 /// A database error.
@@ -832,13 +882,15 @@ pub(crate) async fn record_progress(
     job: &JobRow,
     seq: Option<i64>,
     lease_until: Millis,
+    observed_json: Option<&str>,
 ) -> Result<(), ApiError> {
     on_tx!(tx, |conn| sqlx::query(
-        "UPDATE jobs SET progress_seq = COALESCE($1, progress_seq), lease_expires_at = $2 \
-         WHERE id = $3"
+        "UPDATE jobs SET progress_seq = COALESCE($1, progress_seq), lease_expires_at = $2, \
+         observed_json = COALESCE($3, observed_json) WHERE id = $4"
     )
     .bind(seq)
     .bind(lease_until)
+    .bind(observed_json)
     .bind(&job.id)
     .execute(conn)
     .await

@@ -49,3 +49,4 @@ mod task_context;
 mod tenancy;
 mod text;
 mod tokens;
+mod worker_report;

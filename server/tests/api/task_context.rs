@@ -167,7 +167,8 @@ both_backends! {
         let body = job_body(&device.device_id);
         let first = create(&ann, &with(body.clone(), "prompt", json!("make the build pass"))).await;
         let done = json!({ "outcome": "failed", "summary": "2 tests failed in auth.", "exitCode": 1,
-                           "report": { "failing": ["auth::login", "auth::logout"] } });
+                           "report": { "summary": "auth::login and auth::logout fail.",
+                                       "tested": [{ "command": "cargo test auth", "outcome": "failed" }] } });
         finish_next(&device, &done).await;
 
         let mut follow = with(body.clone(), "prompt", json!("now fix the failing tests"));
@@ -183,7 +184,7 @@ both_backends! {
         assert!(context.contains("Prompt: make the build pass\n"), "{context}");
         assert!(context.contains("Outcome: failed (exit code 1)\n"), "{context}");
         assert!(context.contains("Summary: 2 tests failed in auth.\n"), "{context}");
-        assert!(context.contains(r#"Report: {"failing":["auth::login","auth::logout"]}"#), "{context}");
+        assert!(context.contains("Worker's report: auth::login and auth::logout fail.\nTested:\n- failed: cargo test auth\n"), "{context}");
         let done = json!({ "outcome": "succeeded", "summary": "Fixed the session check." });
         let res = device.complete(second.id.as_str(), claimed.lease_token.expose(), &done).await;
         assert_eq!(res.status(), StatusCode::OK);
@@ -215,7 +216,7 @@ both_backends! {
         body["links"] = json!(links);
         body["title"] = json!("t".repeat(200));
         let done = json!({ "outcome": "failed", "summary": "s".repeat(10_000), "exitCode": 2,
-                           "report": { "notes": "r".repeat(30_000) } });
+                           "report": { "summary": "r".repeat(2_000), "done": vec!["d".repeat(1_000); 30] } });
         let mut earlier = create(&ann, &body).await;
         finish_next(&device, &done).await;
         for _ in 0..3 {
@@ -236,7 +237,7 @@ both_backends! {
         }
         assert!(context.contains("Prompt: ppp"), "{context}");
         assert!(context.contains("Summary: sss"), "{context}");
-        assert!(context.contains(r#"Report: {"notes":"rrr"#), "{context}");
+        assert!(context.contains("Worker's report: rrr"), "{context}");
         assert!(context.contains(&format!("rrr{CUT}")), "{context}");
         assert!(context.contains("- https://example.com/0/"), "{context}");
         // The follow-up's own summary of the earlier run keeps its own, larger bound.
@@ -261,7 +262,7 @@ both_backends! {
             "truncated": false,
         });
         let done = json!({ "outcome": "failed", "summary": "2 tests failed.", "exitCode": 1,
-                           "report": { "failing": 2 }, "changes": changes });
+                           "report": { "summary": "2 failing.", "notDone": ["the fix"] }, "changes": changes });
         finish_next(&device, &done).await;
         let mut follow = with(body.clone(), "prompt", json!("fix the failing tests"));
         follow["continues"] = json!(first.id);
@@ -274,7 +275,7 @@ both_backends! {
         assert!(chain.contains("Prompt: make the build pass\n"), "{chain}");
         assert!(chain.contains("Outcome: failed (exit code 1)\n"), "{chain}");
         assert!(chain.contains("Summary: 2 tests failed.\n"), "{chain}");
-        assert!(chain.contains(r#"Report: {"failing":2}"#), "{chain}");
+        assert!(chain.contains("Worker's report: 2 failing.\nNot done:\n- the fix\n"), "{chain}");
         assert!(!chain.contains("fix the failing tests"), "{chain}");
 
         let get = json!({ "name": "job.get", "args": { "id": first.id } });

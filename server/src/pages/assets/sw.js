@@ -99,7 +99,8 @@ async function shellFile(request) {
   }
 }
 
-// A push is JSON {kind, title, computer, url, tag, decision?} (docs/NOTIFICATIONS.md). A
+// A push is JSON {kind, title, computer, url, tag, decision?, detail?} (docs/NOTIFICATIONS.md);
+// an ended job's detail is the first line of the worker's report, shown under the computer. A
 // question stays on screen until the person acts on it, and carries Deny and Allow: Deny
 // answers from the lock screen; Allow opens the question's card unless the owner lets
 // notifications allow ("Allow…" then reads "Allow").
@@ -109,7 +110,7 @@ self.addEventListener("push", (event) => {
   const title = typeof message.title === "string" && message.title ? message.title : "Tether";
   const decision = message.kind === "decision" ? checkedDecision(message.decision) : null;
   const options = {
-    body: typeof message.computer === "string" ? message.computer : "",
+    body: [message.computer, message.detail].filter((text) => typeof text === "string" && text).join("\n"),
     tag: typeof message.tag === "string" ? message.tag : undefined,
     data: { url: samePath(message.url), decision, title },
     icon: "/assets/icon-192.png",
