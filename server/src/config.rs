@@ -45,6 +45,9 @@ pub struct Config {
     pub db_max_connections: u32,
     /// How long a live file request waits for the device before answering 504.
     pub relay_timeout_secs: u64,
+    /// How long an owner's preview, release or discard of held evidence waits for the
+    /// computer's upload before answering 504.
+    pub evidence_wait_secs: u64,
     /// How often the server pings an event stream.
     pub events_ping_secs: u64,
     /// An event stream silent (no pong, no message) this long is closed.
@@ -106,6 +109,7 @@ impl Config {
             http_workers: cores(),
             db_max_connections: 10,
             relay_timeout_secs: 10,
+            evidence_wait_secs: 60,
             events_ping_secs: 20,
             events_idle_secs: 60,
             rate_limits: RateLimitConfig::defaults(),
@@ -191,6 +195,14 @@ struct Cli {
         hide = true
     )]
     relay_timeout_secs: u64,
+    /// How long a held file's preview, release or discard waits for the computer.
+    #[arg(
+        long,
+        env = "TETHER_EVIDENCE_WAIT_SECS",
+        default_value_t = 60,
+        hide = true
+    )]
+    evidence_wait_secs: u64,
     /// Database connections: the PostgreSQL pool, or SQLite's read pool (its writer is
     /// always one). On PostgreSQL each commit waits for its WAL flush, so concurrent
     /// transactions, flushed together, are what buys throughput (docs/PERFORMANCE.md).
@@ -294,6 +306,7 @@ impl Cli {
         config.sweep_secs = self.sweep_secs.max(1);
         config.presence_flush_ms = self.presence_flush_ms.clamp(10, 60_000);
         config.relay_timeout_secs = self.relay_timeout_secs.max(1);
+        config.evidence_wait_secs = self.evidence_wait_secs.clamp(1, 600);
         config.db_max_connections = self.db_connections.clamp(1, 1_000);
         if let Some(workers) = self.http_workers {
             config.http_workers = workers.clamp(1, 256);

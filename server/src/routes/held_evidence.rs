@@ -31,9 +31,6 @@ use crate::rate_limits::Bucket;
 use crate::relay::{EvidenceAnswer, UploadBinding};
 use crate::state::AppState;
 
-/// How long the owner's request waits for the computer's upload.
-const UPLOAD_WAIT: Duration = Duration::from_secs(60);
-
 pub(super) fn routes(table: &mut Table) {
     table
         .post(
@@ -138,9 +135,7 @@ async fn ask(
     let account_id = &caller.account.id;
     state.limits.check(Bucket::Files, account_id.as_str())?;
     let (job_id, evidence_id) = (&path.0, path.1.as_str());
-    let timeout = UPLOAD_WAIT.min(Duration::from_secs(
-        state.config.relay_timeout_secs.max(1) * 6,
-    ));
+    let timeout = Duration::from_secs(state.config.evidence_wait_secs.max(1));
     let asked = (account_id, job_id, evidence_id);
     held_evidence::ask(&state.store, &state.hub, asked, action, timeout).await
 }

@@ -287,7 +287,7 @@ both_backends! {
     }
 
     async fn an_upload_id_is_bound_and_gone_once_its_request_gave_up(backend) {
-        let app = spawn_app_with(backend, |config| config.relay_timeout_secs = 1).await;
+        let app = spawn_app_with(backend, |config| config.evidence_wait_secs = 3).await;
         let mut run = holding(app).await;
         // Another account's device cannot use it.
         let bob = run.app.user("bob@example.com").await;
