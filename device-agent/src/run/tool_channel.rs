@@ -755,6 +755,48 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_report_is_kept_and_a_file_attached_through_the_channel() -> Result<()> {
+        let started = start("http://127.0.0.1:9", Vec::new()).await?;
+        let (socket, token) = (&started.channel.socket, started.channel.token.as_str());
+        let report = |report| Call::Report { report };
+        let bad = ask(socket, token, report(serde_json::json!({"summary": 3}))).await?;
+        assert!(refusal(bad).starts_with("the report is not valid: not a report"));
+        let good = serde_json::json!({"summary": "done with hunter22"});
+        assert!(matches!(
+            ask(socket, token, report(good)).await?,
+            Answer::Text { .. }
+        ));
+        let kept = started.channel.handback().kept_report().ok_or("not kept")?;
+        assert_eq!(kept.summary, "done with [hidden]");
+
+        std::fs::write(started.folder.join("run.log"), "ok\n")?;
+        let attach = Call::Attach {
+            path: "run.log".into(),
+            kind: None,
+            caption: None,
+        };
+        let early = refusal(ask(socket, token, attach.clone()).await?);
+        assert!(early.contains("no evidence folder"), "{early}");
+        let evidence = started.folder.join("evidence");
+        std::fs::create_dir_all(&evidence)?;
+        let recorder = crate::run::evidence::Recorder::new(evidence.clone());
+        started
+            .channel
+            .handback()
+            .keep_evidence_in(recorder.clone());
+        let answer = ask(socket, token, attach).await?;
+        assert_eq!(
+            answer,
+            Answer::Attached {
+                name: "run.log".into()
+            }
+        );
+        assert_eq!(std::fs::read(evidence.join("run.log"))?, b"ok\n");
+        assert_eq!(recorder.recorded()[0].kind, EvidenceKind::Log);
+        Ok(())
+    }
+
+    #[tokio::test]
     async fn context_is_asked_under_the_lease_and_a_lost_lease_stops_the_run() -> Result<()> {
         let (base, mut requests) = context_server(vec![
             (
