@@ -3,8 +3,11 @@
 //! what each attempt used (`observed`, per attempt and bounded), and the report's schema in
 //! the OpenAPI document.
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 use tether_protocol::jobs::{Job, JobState};
 
 use crate::both_backends;
@@ -43,6 +46,46 @@ async fn finish(device: &DeviceClient, job_id: &str, lease: &str, extra: Value) 
         res.status(),
         StatusCode::OK,
         "{}",
+        res.text().await.unwrap()
+    );
+}
+
+/// The smallest valid PNG: one transparent pixel.
+const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89\0\0\0\rIDATx\x9cc\xf8\x0f\x00\x01\x01\x01\x00\x18\xdd\x8d\xb4\0\0\0\0IEND\xaeB`\x82";
+
+/// `POST …/evidence` of `meta` (its size and digest from `bytes`) under `lease`, with the
+/// bytes unless it is held.
+async fn evidence(device: &DeviceClient, job_id: &str, lease: &str, mut meta: Value, bytes: &[u8]) {
+    let digest: String = Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    meta["size"] = json!(bytes.len());
+    meta["sha256"] = json!(digest);
+    let held = meta["held"] == json!(true);
+    let mut request = device
+        .http
+        .post(format!(
+            "{}/api/devices/self/jobs/{job_id}/evidence",
+            device.base
+        ))
+        .bearer_auth(&device.token)
+        .header("x-tether-protocol", "1")
+        .header("x-tether-lease", lease)
+        .header(
+            "x-tether-evidence",
+            URL_SAFE_NO_PAD.encode(meta.to_string()),
+        );
+    if !held {
+        request = request
+            .header("content-type", "application/octet-stream")
+            .body(bytes.to_vec());
+    }
+    let res = request.send().await.unwrap();
+    assert_eq!(
+        res.status(),
+        StatusCode::CREATED,
+        "{meta}: {}",
         res.text().await.unwrap()
     );
 }
@@ -141,6 +184,41 @@ both_backends! {
         finish(&device, &quiet, &lease, json!({})).await;
         let job: Value = ann.get(&format!("/api/jobs/{quiet}")).await.json().await.unwrap();
         assert!(job.get("observed").is_none(), "{job}");
+    }
+
+    async fn the_page_shows_a_gallery_and_the_held_files(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let device = app.device(&ann, "install-1").await;
+        let (job_id, lease) = start(&ann, &device).await;
+        let shot = json!({ "id": "shot", "kind": "screenshot", "name": "home.png", "caption": "The home page",
+                           "details": { "width": 1280, "height": 800 } });
+        evidence(&device, &job_id, &lease, shot, PNG).await;
+        let small = json!({ "id": "shot-small", "kind": "screenshot", "name": "home-small.png",
+                            "variantOf": "shot", "variant": "preview", "details": { "width": 320, "height": 200 } });
+        evidence(&device, &job_id, &lease, small, PNG).await;
+        evidence(&device, &job_id, &lease, json!({ "id": "pic", "kind": "image", "name": "logo.png" }), PNG).await;
+        let kept = json!({ "id": "kept", "kind": "screenshot", "name": "secret-page.png", "held": true });
+        evidence(&device, &job_id, &lease, kept, PNG).await;
+        finish(&device, &job_id, &lease, json!({})).await;
+
+        let page = ann.get(&format!("/jobs/{job_id}")).await.text().await.unwrap();
+        let base = format!("/api/jobs/{job_id}/evidence");
+        // The screenshot's thumbnail is its preview variant; the image without one shows itself.
+        assert!(page.contains(&format!(r#"<a href="{base}/shot" target="_blank" rel="noopener"><img src="{base}/shot-small" alt="The home page" loading="lazy" width="320" height="200">"#)), "{page}");
+        assert!(page.contains(&format!(r#"<a href="{base}/pic" target="_blank" rel="noopener"><img src="{base}/pic" alt="logo.png""#)), "{page}");
+        assert!(!page.contains("home-small.png"), "a variant is not listed on its own");
+        // The held file: on this computer, with its three buttons and where they post.
+        assert!(page.contains(&format!(r#"data-held="kept" data-url="{base}/kept""#)), "{page}");
+        for action in ["preview", "release", "discard"] {
+            assert!(page.contains(&format!(r#"data-held-action="{action}""#)), "{page}");
+        }
+        assert!(page.contains("secret-page.png") && page.contains("on this computer"), "{page}");
+        assert!(!page.contains(&format!(r#"href="{base}/kept""#)), "nothing to download yet");
+        assert!(page.contains(r#"<script src="/assets/results.js" defer>"#), "{page}");
+        let script = ann.get("/assets/results.js").await;
+        assert_eq!(script.status(), StatusCode::OK);
+        assert!(script.text().await.unwrap().contains("x-tether-csrf"));
     }
 
     async fn a_follow_up_reads_the_earlier_report(backend) {
