@@ -286,7 +286,26 @@ async fn main() -> Result<(), agent_client_protocol::Error> {
                         json!({ "cwd": request.cwd, "sessionId": session }),
                     );
                     *lock(&state.cwd) = request.cwd.clone();
-                    responder.respond(NewSessionResponse::new(session))
+                    // What it runs with, as a real agent says it: a mode, a model and an effort.
+                    let modes = serde_json::from_value(json!({
+                        "currentModeId": "default",
+                        "availableModes": [{"id": "default", "name": "Default"}]
+                    }))
+                    .ok();
+                    let options: Option<Vec<_>> = serde_json::from_value(json!([
+                        {"id": "model", "name": "Model", "category": "model", "type": "select",
+                         "currentValue": "scripted-model",
+                         "options": [{"value": "scripted-model", "name": "Scripted"}]},
+                        {"id": "effort", "name": "Effort", "category": "thought_level",
+                         "type": "select", "currentValue": "medium",
+                         "options": [{"value": "medium", "name": "Medium"}]}
+                    ]))
+                    .ok();
+                    responder.respond(
+                        NewSessionResponse::new(session)
+                            .modes(modes)
+                            .config_options(options),
+                    )
                 }
             },
             agent_client_protocol::on_receive_request!(),

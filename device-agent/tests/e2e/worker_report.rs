@@ -3,13 +3,16 @@
 //! report on `GET /api/jobs/{id}` (saved values hidden, the file left in place); an invalid
 //! `tool report` is refused with the problem (exit 1) and a valid one wins over the file;
 //! `tool attach` keeps a file under the name it answers, and refuses one outside the folder;
-//! an invalid result file is named in the job's output and no report is kept.
+//! an invalid result file is named in the job's output and no report is kept. A coding
+//! agent's run (the scripted ACP agent) says what it used, and its result file is read too.
 
 use std::time::Duration;
 
 use serde_json::json;
+use tether_protocol::decisions::Answer;
 use tether_protocol::jobs::{Job, JobState};
 
+use super::acp::Computer;
 use crate::{agent_ok, backend_works, output_lines, pair, spawn_server, start_daemon, Web};
 
 /// Writes the result file, tries a bad tool report, attaches a log and a file outside.
@@ -133,4 +136,38 @@ async fn run(web: &Web, device_id: &str, engine: &str, network: bool) -> Job {
         job.state.is_final()
     })
     .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acp_run_says_what_it_used_and_hands_back_its_report() {
+    let computer = Computer::start().await;
+    let report = json!({"summary": "Scripted work done", "risks": ["none known"]}).to_string();
+    let steps = json!([
+        {"write": {"path": ".tether/result.json", "content": report}},
+        {"say": "All done."}
+    ]);
+    let job_id = computer.create("unattended", true, steps).await;
+    let (job, _) = computer.run(&job_id, |_| Answer::Deny).await;
+    assert_eq!(job.state, JobState::Succeeded, "{job:#?}");
+    let report = job.outcome.as_ref().and_then(|o| o.report.clone());
+    assert_eq!(
+        report.map(|r| (r.summary, r.risks)),
+        Some((
+            "Scripted work done".to_owned(),
+            vec!["none known".to_owned()]
+        )),
+        "{job:#?}"
+    );
+    let used = job.observed.last().map(|attempt| attempt.used.clone());
+    let used = used.unwrap_or_else(|| panic!("nothing observed: {job:#?}"));
+    assert_eq!(used.engine.as_deref(), Some("scripted-acp-agent"));
+    assert_eq!(used.engine_version.as_deref(), Some("1.0.0"));
+    assert_eq!(used.model.as_deref(), Some("scripted-model"));
+    assert_eq!(used.effort.as_deref(), Some("medium"));
+    assert_eq!(used.mode.as_deref(), Some("default"));
+    let output = output_lines(&job).join("\n");
+    assert!(
+        output.contains("the agent ended its turn (end_turn)"),
+        "{output}"
+    );
 }
