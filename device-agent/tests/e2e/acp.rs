@@ -1094,7 +1094,7 @@ async fn acp_cancel_while_a_decision_is_open_withdraws_it_and_answers_cancelled(
 }
 
 /// Also: what the agent left as evidence before it fell over is delivered all the same, and
-/// with `evidence off` it stays on the computer, only its description sent.
+/// with `evidence off` it is held on the computer, only its description sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acp_an_agent_that_crashes_fails_the_job_saying_so() {
     let computer = Computer::start().await;
@@ -1142,20 +1142,21 @@ async fn acp_an_agent_that_crashes_fails_the_job_saying_so() {
         "{}-evidence",
         home.file_name().unwrap().to_string_lossy()
     ));
-    let kept = evidence_root.join(&job_id).join("1").join("crash.log");
+    let held_id = job.evidence.first().map(|item| item.id.clone()).unwrap_or_default();
+    let kept = evidence_root.join("held").join(&job_id).join(held_id);
     let kept_bytes = std::fs::read(&kept);
     let _ = std::fs::remove_dir_all(&evidence_root);
     assert_eq!(kept_bytes.unwrap(), b"last words\n");
     let listed: Vec<(&str, u64, bool)> = job
         .evidence
         .iter()
-        .map(|item| (item.name.as_str(), item.size, item.local))
+        .map(|item| (item.name.as_str(), item.size, item.held))
         .collect();
     assert_eq!(listed, [("crash.log", 11, true)], "{job:#?}");
     assert!(
         output_lines(&job)
             .iter()
-            .any(|line| line.contains("1 evidence file(s) kept on this computer")),
+            .any(|line| line.contains("1 held on this computer")),
         "{:#?}",
         output_lines(&job)
     );

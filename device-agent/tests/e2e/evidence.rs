@@ -1,8 +1,9 @@
 //! Evidence end to end: a recipe leaves files in `$TETHER_EVIDENCE_DIR`, the real agent
 //! sends them under the run's lease, the job lists them and its owner downloads them
 //! byte-identical (text with the saved secret hidden); links and binary files holding the
-//! secret are named in the output and never sent. With `evidence off` only descriptions go
-//! up, and the files stay on the computer.
+//! secret are named in the output and never sent (nothing held: `evidence hold none`). With
+//! `evidence off` every file is held: only its description goes up, and it stays in the held
+//! folder on the computer.
 
 use std::time::Duration;
 
@@ -67,6 +68,7 @@ async fn evidence_reaches_the_job_byte_identical(database_url: Option<String>, s
         &["recipe", "add", "evidence", "--", "sh", "-c", RECIPE],
     )
     .await;
+    agent_ok(home.path(), &["evidence", "hold", "none"]).await;
     let daemon = start_daemon(home.path(), sandbox);
     let device = web
         .wait_for_device(&device_id, |device| {
@@ -136,7 +138,7 @@ async fn evidence_reaches_the_job_byte_identical(database_url: Option<String>, s
     let everything = serde_json::to_string(&job).unwrap();
     assert!(!everything.contains(SECRET), "the value left the computer");
 
-    // Evidence off: the next run's files stay here, only their descriptions go up. A new
+    // Evidence off: the next run's files are held here, only their descriptions go up. A new
     // recipe published after the switch shows the daemon read the new setting.
     agent_ok(home.path(), &["evidence", "off"]).await;
     let plain = r#"echo plain > "$TETHER_EVIDENCE_DIR/plain.log"; echo done"#;
@@ -161,7 +163,7 @@ async fn evidence_reaches_the_job_byte_identical(database_url: Option<String>, s
     );
     let item = &job.evidence[0];
     assert_eq!(job.evidence.len(), 1);
-    assert!(item.local, "{item:?}");
+    assert!(item.held && !item.local, "{item:?}");
     assert_eq!((item.name.as_str(), item.size), ("plain.log", 6));
     assert_eq!(item.sha256, hex(&Sha256::digest(b"plain\n")));
     let res = web
@@ -169,13 +171,13 @@ async fn evidence_reaches_the_job_byte_identical(database_url: Option<String>, s
         .await;
     assert_eq!(res.status(), StatusCode::CONFLICT);
     let kept = evidence_root
+        .join("held")
         .join(job.id.as_str())
-        .join("1")
-        .join("plain.log");
+        .join(&item.id);
     assert_eq!(std::fs::read(&kept).unwrap(), b"plain\n");
     assert!(output_lines(&job)
         .iter()
-        .any(|line| line.contains("1 evidence file(s) kept on this computer")));
+        .any(|line| line.contains("1 held on this computer")));
     drop(daemon);
     let _ = std::fs::remove_dir_all(&evidence_root);
 }
@@ -199,8 +201,12 @@ async fn run(web: &Web, device_id: &str, engine: &str, secrets: &[&str]) -> Job 
 }
 
 /// The evidence download links of a job page, in page order.
+/// The links of the page's evidence list (the gallery above it links pictures again).
 fn evidence_links(page: &str) -> Vec<String> {
-    page.split("href=\"")
+    let list = page
+        .split_once("<ul class=\"evidence\">")
+        .map_or("", |(_, rest)| rest.split("</ul>").next().unwrap_or(""));
+    list.split("href=\"")
         .skip(1)
         .filter_map(|rest| rest.split('"').next())
         .filter(|href| href.starts_with("/api/jobs/") && href.contains("/evidence/"))

@@ -353,6 +353,128 @@ mod tests {
         Ok(())
     }
 
+    /// One request the handler sends, as the server reads it: head and body.
+    async fn one_request(listener: &tokio::net::TcpListener) -> Result<(String, Vec<u8>)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut socket, _) = listener.accept().await?;
+        let mut seen = Vec::new();
+        let mut buffer = vec![0_u8; 8192];
+        let (head, length) = loop {
+            let read = socket.read(&mut buffer).await?;
+            seen.extend_from_slice(&buffer[..read]);
+            let text = String::from_utf8_lossy(&seen).into_owned();
+            if let Some((head, _)) = text.split_once("\r\n\r\n") {
+                let length = head
+                    .lines()
+                    .find_map(|line| {
+                        line.to_ascii_lowercase()
+                            .strip_prefix("content-length: ")
+                            .map(str::to_owned)
+                    })
+                    .and_then(|value| value.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                break (head.to_owned(), length);
+            }
+            if read == 0 {
+                return Err("the request ended early".into());
+            }
+        };
+        let start = head.len() + 4;
+        while seen.len() < start + length {
+            let read = socket.read(&mut buffer).await?;
+            if read == 0 {
+                break;
+            }
+            seen.extend_from_slice(&buffer[..read]);
+        }
+        socket.write_all(b"HTTP/1.1 204 No Content\r\n\r\n").await?;
+        socket.shutdown().await?;
+        Ok((head, seen[start..].to_vec()))
+    }
+
+    #[tokio::test]
+    async fn the_answer_reaches_the_upload_route_and_a_release_is_marked() -> Result<()> {
+        use crate::local::state::DataDir;
+        use crate::remote::client::ServerClient;
+        let dir = tempfile::tempdir()?;
+        let data_dir =
+            DataDir::resolve(Some(dir.path().join("agent"))).map_err(|err| err.to_string())?;
+        data_dir.ensure().map_err(|err| err.to_string())?;
+        let guard = crate::policy::guard::Guard::new(None, data_dir.root());
+        let store = HeldStore::for_data_dir(guard.data_dir());
+        let run = dir.path().join("run");
+        fs::create_dir_all(&run)?;
+        hold(&store, &run, "job-1", "aa", PNG)?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        let client = DeviceClient::new(
+            ServerClient::new(&base).map_err(|e| e.to_string())?,
+            "tdt_x".into(),
+        );
+        let context = |upload: bool| {
+            let mut config = serde_json::from_value::<crate::local::state::Config>(
+                serde_json::json!({"installId": "i"}),
+            )
+            .unwrap_or_else(|err| panic!("{err}"));
+            config.evidence_upload = upload;
+            FrameContext {
+                client: client.clone(),
+                data_dir: data_dir.clone(),
+                guard: guard.clone(),
+                journal: std::sync::Arc::new(crate::local::journal::Journal::new(&data_dir)),
+                config: Box::new(move || config),
+            }
+        };
+        let request = |action, upload_id: &str| EvidenceRequest {
+            id: "r1".to_owned(),
+            job_id: job("job-1"),
+            evidence_id: "aa".to_owned(),
+            action,
+            upload_id: upload_id.to_owned(),
+            timeout: Some(Duration::from_secs(10)),
+        };
+
+        let answered = tokio::spawn(handle(
+            context(true),
+            request(EvidenceAction::Release, "up-1"),
+        ));
+        let (head, body) = one_request(&listener).await?;
+        answered.await?;
+        assert!(
+            head.starts_with("POST /api/devices/self/evidence-uploads/up-1 "),
+            "{head}"
+        );
+        assert!(
+            head.to_ascii_lowercase().contains("x-tether-evidence: "),
+            "{head}"
+        );
+        assert_eq!(body, PNG);
+        assert!(store.find("aa")?.is_some_and(|file| file.released));
+
+        let answered = tokio::spawn(handle(
+            context(false),
+            request(EvidenceAction::Release, "up-2"),
+        ));
+        let (head, body) = one_request(&listener).await?;
+        answered.await?;
+        assert!(
+            head.contains("x-tether-evidence-refused: code%3Devidence%5Fkept%3A%20evidence"),
+            "{head}"
+        );
+        assert!(body.is_empty());
+
+        let answered = tokio::spawn(handle(
+            context(false),
+            request(EvidenceAction::Discard, "up-3"),
+        ));
+        let (head, body) = one_request(&listener).await?;
+        answered.await?;
+        assert!(!head.contains("refused"), "{head}");
+        assert!(body.is_empty());
+        assert_eq!(store.find("aa")?, None);
+        Ok(())
+    }
+
     #[test]
     fn the_budget_follows_the_server_wait() {
         assert_eq!(budget(None), DEFAULT_BUDGET);
