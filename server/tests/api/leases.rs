@@ -76,7 +76,7 @@ both_backends! {
         assert_eq!(running.state, JobState::Running);
         assert!(running.started_at.is_some());
 
-        let done = json!({ "outcome": "succeeded", "summary": "All green.", "exitCode": 0, "report": { "tests": 3 } });
+        let done = json!({ "outcome": "succeeded", "summary": "All green.", "exitCode": 0, "report": { "summary": "3 tests pass." } });
         let res = device.complete(job_id, lease, &done).await;
         assert_eq!(res.status(), StatusCode::OK);
         let first: Value = res.json().await.unwrap();

@@ -389,7 +389,7 @@ both_backends! {
                               "totals": { "files": 1_000, "additions": 1_000, "deletions": 0 },
                               "truncated": false });
         let done = json!({ "outcome": "failed", "summary": "s".repeat(10_000),
-                           "report": { "notes": "r".repeat(30_000) }, "changes": changes });
+                           "report": { "summary": "r".repeat(2_000), "risks": vec!["k".repeat(1_000); 30] }, "changes": changes });
         let mut earlier = create(&ann, &body).await;
         finish_next(&device, &done).await;
         let first = earlier.id.clone();
