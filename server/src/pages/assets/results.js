@@ -30,10 +30,15 @@ function showPreview(item, answer) {
   link.href = answer.url;
   link.target = "_blank";
   link.rel = "noopener";
-  const picture = document.createElement("img");
-  picture.src = answer.url;
-  picture.alt = `Preview of ${item.querySelector("strong")?.textContent || "the file"}`;
-  link.append(picture);
+  const name = item.querySelector("strong")?.textContent || "the file";
+  if ((answer.mime || "").startsWith("image/")) {
+    const picture = document.createElement("img");
+    picture.src = answer.url;
+    picture.alt = `Preview of ${name}`;
+    link.append(picture);
+  } else {
+    link.textContent = `Open the preview of ${name}`;
+  }
   place.append(link);
 }
 
