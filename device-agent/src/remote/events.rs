@@ -430,6 +430,17 @@ mod tests {
         fn decision_answered(&self, decision_id: &DecisionId) {
             self.push(format!("answered {decision_id}"));
         }
+        fn evidence_request(&self, request: EvidenceRequest) {
+            self.push(format!(
+                "evidence {} {} {} {} {} {:?}",
+                request.id,
+                request.job_id,
+                request.evidence_id,
+                request.action.as_str(),
+                request.upload_id,
+                request.timeout
+            ));
+        }
     }
 
     #[test]
@@ -463,6 +474,14 @@ mod tests {
             r#"{"type":"decision.answered","decisionId":"d1"}"#,
             Handled::Done,
         );
+        check(
+            r#"{"type":"evidence.request","id":"e1","jobId":"job1","evidenceId":"ab12","action":"release","uploadId":"u1","timeoutMs":30000}"#,
+            Handled::Done,
+        );
+        check(
+            r#"{"type":"evidence.request","id":"e2","jobId":"job1","evidenceId":"ab12","action":"explode","uploadId":"u2"}"#,
+            Handled::Done,
+        );
         assert_eq!(
             recorder.seen(),
             [
@@ -470,7 +489,8 @@ mod tests {
                 "cancel job1",
                 "file r1 job1 Tree  None",
                 "file r2 job1 File a Some(1.5s)",
-                "answered d1"
+                "answered d1",
+                "evidence e1 job1 ab12 release u1 Some(30s)"
             ]
         );
     }
