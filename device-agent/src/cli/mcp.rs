@@ -374,3 +374,45 @@ impl ServerHandler for Server {
         Ok(ReadResourceResult::new(vec![contents]).into())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tether_protocol::jobs::EvidenceKind;
+    use tether_protocol::report::WorkerReport;
+
+    #[test]
+    fn the_report_tools_schema_takes_what_a_report_is() -> Result<(), Box<dyn std::error::Error>> {
+        let tool = report_tool();
+        let schema = serde_json::Value::Object((*tool.input_schema).clone());
+        assert_eq!(schema["required"], json!(["summary"]));
+        let properties = schema["properties"].as_object().ok_or("no properties")?;
+        let mut named: Vec<&str> = properties.keys().map(String::as_str).collect();
+        named.sort_unstable();
+        assert_eq!(
+            named,
+            ["done", "links", "notDone", "risks", "summary", "tested"]
+        );
+        // Every field the schema names is one a report has.
+        let sample = json!({"summary": "s", "done": [], "tested": [], "notDone": [],
+                            "risks": [], "links": []});
+        WorkerReport::parse(sample)?;
+        Ok(())
+    }
+
+    #[test]
+    fn attach_arguments_become_the_channels_call() {
+        let arguments = object(json!({"path": "out/a.png", "kind": "screenshot"}));
+        assert_eq!(
+            attach_call(arguments),
+            Ok(Call::Attach {
+                path: "out/a.png".into(),
+                kind: Some(EvidenceKind::Screenshot),
+                caption: None,
+            })
+        );
+        let wrong = attach_call(object(json!({"path": "a", "kind": "photo"})));
+        assert!(wrong.is_err_and(|why| why.contains("not valid")));
+        assert!(attach_call(object(json!({"token": "x", "path": "a"}))).is_err());
+    }
+}
