@@ -9,6 +9,8 @@
 //! - the tool `tether_report`: the worker's report of the run, checked at once (the last
 //!   valid one goes with the run's completion);
 //! - the tool `tether_attach`: a file of the run's folder kept as evidence;
+//! - the tool `tether_screenshot`: a picture of a page on this computer's loopback or a
+//!   file of the run's folder, kept as evidence; its preview comes back as an image;
 //! - the job's attachments as resources (`tether://attachments/<id>/<name>`).
 //!
 //! Built on the official Rust MCP SDK (`rmcp`), its handler written out by hand.
@@ -38,6 +40,8 @@ pub const CONTEXT_TOOL: &str = "tether_context";
 pub const REPORT_TOOL: &str = "tether_report";
 /// The attach tool's name.
 pub const ATTACH_TOOL: &str = "tether_attach";
+/// The screenshot tool's name.
+pub const SCREENSHOT_TOOL: &str = "tether_screenshot";
 /// How an attachment's resource address begins.
 const ATTACHMENT_URI: &str = "tether://attachments/";
 
@@ -195,6 +199,35 @@ pub fn attach_tool() -> Tool {
     )
 }
 
+/// The screenshot tool.
+pub fn screenshot_tool() -> Tool {
+    use crate::run::capture::{DEFAULT_SIZE, SIZE_RANGE};
+    let size = |what: &str, default: u32| {
+        json!({
+            "type": "integer",
+            "minimum": SIZE_RANGE.start(),
+            "maximum": SIZE_RANGE.end(),
+            "description": format!("The viewport's {what} in CSS pixels ({default} when left out)."),
+        })
+    };
+    let schema = json!({
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "url": {"type": "string", "description": "A page served on this computer's loopback (http://127.0.0.1:PORT/…, http://localhost:PORT/…), such as the dev server you started. Pages elsewhere are refused."},
+            "path": {"type": "string", "description": "Instead of url: a file of the folder you work in (an HTML page, an SVG, an image)."},
+            "width": size("width", DEFAULT_SIZE.0),
+            "height": size("height", DEFAULT_SIZE.1),
+            "fullPage": {"type": "boolean", "description": "The whole page, as tall as it is, rather than the viewport."}
+        }
+    });
+    Tool::new(
+        SCREENSHOT_TOOL,
+        "Take a screenshot of what you built, with this computer's browser: a page your dev server serves on loopback, or a file of your folder. It is kept as evidence of this task for the owner, and a small preview comes back so you can check it. Give url or path.",
+        object(schema),
+    )
+}
+
 /// An attachment as a resource.
 fn resource(listed: &Listed) -> Resource {
     let attachment = &listed.attachment;
@@ -225,9 +258,10 @@ fn context_call(arguments: &JsonObject) -> Result<Call, String> {
     })
 }
 
-/// `tether_attach`'s call from its arguments, as the channel reads it.
-fn attach_call(mut arguments: JsonObject) -> Result<Call, String> {
-    arguments.insert("op".into(), json!("attach"));
+/// The call `op` from a tool's arguments, as the channel reads it (`tether_attach`,
+/// `tether_screenshot`).
+fn call_from(op: &str, mut arguments: JsonObject) -> Result<Call, String> {
+    arguments.insert("op".into(), json!(op));
     serde_json::from_value(serde_json::Value::Object(arguments))
         .map_err(|err| format!("the arguments are not valid: {err}"))
 }
@@ -249,7 +283,8 @@ impl ServerHandler for Server {
             "Tether assigned this task. Call tether_context for more context about it (the \
              runs it continues, other jobs of the account); the files attached to the task \
              are this server's resources. Keep files that show your work with tether_attach, \
-             and before you finish hand over your report with tether_report.",
+             take screenshots of pages you serve on loopback with tether_screenshot, and \
+             before you finish hand over your report with tether_report.",
         )
     }
 
@@ -262,6 +297,7 @@ impl ServerHandler for Server {
             context_tool(),
             report_tool(),
             attach_tool(),
+            screenshot_tool(),
         ]))
     }
 
@@ -270,6 +306,7 @@ impl ServerHandler for Server {
             CONTEXT_TOOL => Some(context_tool()),
             REPORT_TOOL => Some(report_tool()),
             ATTACH_TOOL => Some(attach_tool()),
+            SCREENSHOT_TOOL => Some(screenshot_tool()),
             _ => None,
         }
     }
@@ -285,7 +322,8 @@ impl ServerHandler for Server {
             REPORT_TOOL => Ok(Call::Report {
                 report: serde_json::Value::Object(arguments),
             }),
-            ATTACH_TOOL => attach_call(arguments),
+            ATTACH_TOOL => call_from("attach", arguments),
+            SCREENSHOT_TOOL => call_from("screenshot", arguments),
             other => {
                 return Err(ErrorData::invalid_params(
                     format!("no tool named {other}"),
@@ -303,6 +341,20 @@ impl ServerHandler for Server {
             Ok(Answer::Attached { name }) => CallToolResult::success(vec![ContentBlock::text(
                 format!("kept as {name} in this run's evidence"),
             )]),
+            Ok(Answer::Captured {
+                name,
+                width,
+                height,
+                preview_base64,
+            }) => {
+                let mut content = vec![ContentBlock::text(format!(
+                    "kept as {name} ({width}×{height}) in this run's evidence; its preview follows"
+                ))];
+                if !preview_base64.is_empty() {
+                    content.push(ContentBlock::image(preview_base64, "image/jpeg"));
+                }
+                CallToolResult::success(content)
+            }
             Ok(Answer::Refused { error }) => refusal(error),
             Ok(other) => refusal(format!("the agent answered something else: {other:?}")),
             Err(err) => refusal(err.message.into_owned()),
@@ -404,15 +456,41 @@ mod tests {
     fn attach_arguments_become_the_channels_call() {
         let arguments = object(json!({"path": "out/a.png", "kind": "screenshot"}));
         assert_eq!(
-            attach_call(arguments),
+            call_from("attach", arguments),
             Ok(Call::Attach {
                 path: "out/a.png".into(),
                 kind: Some(EvidenceKind::Screenshot),
                 caption: None,
             })
         );
-        let wrong = attach_call(object(json!({"path": "a", "kind": "photo"})));
+        let wrong = call_from("attach", object(json!({"path": "a", "kind": "photo"})));
         assert!(wrong.is_err_and(|why| why.contains("not valid")));
-        assert!(attach_call(object(json!({"token": "x", "path": "a"}))).is_err());
+        assert!(call_from("attach", object(json!({"token": "x", "path": "a"}))).is_err());
+    }
+
+    #[test]
+    fn screenshot_arguments_become_the_channels_call_as_the_schema_names_them() {
+        let arguments = object(json!({"url": "http://127.0.0.1:5173/", "width": 640,
+                                      "height": 480, "fullPage": true}));
+        assert_eq!(
+            call_from("screenshot", arguments),
+            Ok(Call::Screenshot {
+                url: Some("http://127.0.0.1:5173/".into()),
+                path: None,
+                width: Some(640),
+                height: Some(480),
+                full_page: true,
+            })
+        );
+        let schema = serde_json::Value::Object((*screenshot_tool().input_schema).clone());
+        let mut named: Vec<&str> = schema["properties"]
+            .as_object()
+            .map(|properties| properties.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        named.sort_unstable();
+        assert_eq!(named, ["fullPage", "height", "path", "url", "width"]);
+        let negative = call_from("screenshot", object(json!({"url": "x", "width": -1})));
+        assert!(negative.is_err());
+        assert!(call_from("screenshot", object(json!({"url": "x", "shell": "rm"}))).is_err());
     }
 }

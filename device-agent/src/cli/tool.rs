@@ -10,6 +10,8 @@
 //! "$TETHER_AGENT" tool attachment ID > copy
 //! "$TETHER_AGENT" tool report report.json       # or - for stdin
 //! "$TETHER_AGENT" tool attach out/screen.png --kind screenshot --caption "The new page"
+//! "$TETHER_AGENT" tool screenshot http://127.0.0.1:5173/ --width 1280 --height 800
+//! "$TETHER_AGENT" tool screenshot --path out/report.html --full-page
 //! ```
 //!
 //! The answer goes to stdout; a refusal goes to stderr and the command exits 1; outside a
@@ -77,6 +79,26 @@ pub enum ToolCommand {
         #[arg(long)]
         caption: Option<String>,
     },
+    /// Take a screenshot of a page the run serves on this computer's loopback (its dev
+    /// server), or of a file of its folder, with this computer's Chromium; it is kept as
+    /// evidence with a small preview. Prints the name it was kept under and its size.
+    Screenshot {
+        /// An http(s) address on 127.0.0.1, ::1 or localhost.
+        #[arg(required_unless_present = "path", conflicts_with = "path")]
+        url: Option<String>,
+        /// A file of the run's folder instead (an HTML page, an SVG, an image).
+        #[arg(long)]
+        path: Option<String>,
+        /// The viewport's width in CSS pixels (100 to 4096; 1280 when not given).
+        #[arg(long)]
+        width: Option<u32>,
+        /// The viewport's height in CSS pixels (100 to 4096; 800 when not given).
+        #[arg(long)]
+        height: Option<u32>,
+        /// The whole page, as tall as it is (at most 16384 pixels), not just the viewport.
+        #[arg(long)]
+        full_page: bool,
+    },
 }
 
 /// Runs the command inside a job; the exit code.
@@ -116,6 +138,22 @@ pub async fn apply(command: ToolCommand) -> Result<i32> {
                 path,
                 kind,
                 caption,
+            },
+            false,
+        ),
+        ToolCommand::Screenshot {
+            url,
+            path,
+            width,
+            height,
+            full_page,
+        } => (
+            Call::Screenshot {
+                url,
+                path,
+                width,
+                height,
+                full_page,
             },
             false,
         ),
@@ -204,6 +242,15 @@ fn print(answer: Answer, json: bool) -> Result<i32> {
         } => out.write_all(&STANDARD.decode(blob)?)?,
         Answer::Content { .. } => bail!("the agent answered an attachment without content"),
         Answer::Attached { name } => writeln!(out, "kept as {name} in the run's evidence")?,
+        Answer::Captured {
+            name,
+            width,
+            height,
+            ..
+        } => writeln!(
+            out,
+            "kept as {name} ({width}×{height}) in the run's evidence"
+        )?,
         Answer::Refused { error } => {
             eprintln!("tether-agent tool: {error}");
             return Ok(REFUSED);

@@ -163,6 +163,12 @@ impl Guard {
         named.extend(SYSTEM_PROTECTED.iter().map(PathBuf::from));
         named.push(data_dir.clone());
         named.push(crate::local::acp_engines::engines_root(&data_dir));
+        // Held evidence waits there for its owner's word; no later run may read or change it.
+        named.push(
+            crate::local::held_evidence::HeldStore::for_data_dir(&data_dir)
+                .folder()
+                .to_owned(),
+        );
         named.extend(AGENT_FILES.iter().map(|name| data_dir.join(name)));
         let mut protected = Vec::new();
         for path in named {
@@ -560,6 +566,7 @@ mod tests {
             fx.home.join(".bashrc"),
             fx.home.join(".mozilla"),
             fx.home.join("data/tether-agent/seal-key.json"),
+            fx.home.join("data/tether-agent-evidence/held"),
             PathBuf::from("/etc/shadow"),
         ] {
             assert!(protected.contains(&expected), "{expected:?}");

@@ -296,6 +296,9 @@ fn start_tools(
             .unwrap_or_default(),
         hidden: run.secrets.hidden.clone(),
         handback: worker_report::Handback::new(folder.to_owned(), run.secrets.hidden.clone()),
+        guard: run.common.guard.clone(),
+        sandbox: crate::sandbox::current(),
+        env: Arc::new(environment::scrub(std::env::vars_os())),
     };
     ToolChannel::start(data_dir, context)
         .map_err(|err| tracing::warn!(job = %run.job.id, "the run has no tool channel: {err:#}"))

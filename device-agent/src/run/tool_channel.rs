@@ -23,7 +23,11 @@
 //! - `report {report}`: the worker's report ([`crate::run::worker_report`]), refused with
 //!   the problem when invalid so the worker can fix it; the last valid one wins;
 //! - `attach {path, kind?, caption?}`: a file of the run's folder kept as evidence
-//!   ([`crate::run::attach`]); the answer names the copy.
+//!   ([`crate::run::attach`]); the answer names the copy;
+//! - `screenshot {url | path, width?, height?, fullPage?}`: a picture of a loopback page or
+//!   a file of the run's folder, taken by this computer's browser confined like the run
+//!   ([`crate::run::capture`]) and kept as evidence with its preview; the answer names it
+//!   and carries the preview, so a coding agent can look at what it built.
 //!
 //! **Architecture Invariant:** the channel only answers from what the run already has (its
 //! lease, its attachments, its folder); it never widens what the run may see.
@@ -46,15 +50,18 @@ use tokio::net::{UnixListener, UnixStream};
 
 use crate::local::private_files::create_private_dir;
 use crate::local::vault::redact;
+use crate::policy::guard::Guard;
 use crate::remote::client::{DeviceClient, RemoteError};
 use crate::run::attach::{attach, AttachRequest};
 use crate::run::attachments::PlacedAttachment;
+use crate::run::capture::{self, CaptureRun, ScreenshotRequest, Target};
 use crate::run::lease::{Recovery, RunLease};
 use crate::run::secret_http::{
     accept_each, agent_program, grant_vars, random_text, read_request_line, runs_root,
 };
 use crate::run::stop::{RunStop, StopReason};
 use crate::run::worker_report::Handback;
+use crate::sandbox::Sandbox;
 
 /// The channel's socket, in the run's environment.
 pub const SOCKET_VAR: &str = "TETHER_TOOL_SOCKET";
@@ -103,6 +110,19 @@ pub enum Call {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         caption: Option<String>,
     },
+    /// A screenshot of a loopback page (`url`) or a file of the run's folder (`path`).
+    Screenshot {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        url: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        path: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        width: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        height: Option<u32>,
+        #[serde(default, rename = "fullPage")]
+        full_page: bool,
+    },
 }
 
 /// The channel's answer.
@@ -123,6 +143,14 @@ pub enum Answer {
     },
     /// A file was attached: the name its copy has in the run's evidence.
     Attached { name: String },
+    /// A screenshot was kept under `name`, `width` × `height` pixels; its JPEG preview's
+    /// bytes in base64.
+    Captured {
+        name: String,
+        width: u32,
+        height: u32,
+        preview_base64: String,
+    },
     /// Why the call was not answered, as a sentence for whoever reads it.
     Refused { error: String },
 }
@@ -162,6 +190,11 @@ pub struct ChannelContext {
     pub hidden: Arc<Vec<String>>,
     /// The run's folder, report and evidence recorder.
     pub handback: Arc<Handback>,
+    /// What a screenshot's browser is confined by: the guard and sandbox of the run's
+    /// commands, and the environment scrubbed of this agent's own variables.
+    pub guard: Guard,
+    pub sandbox: Arc<Sandbox>,
+    pub env: Arc<Vec<(String, String)>>,
 }
 
 /// One run's channel: listening until dropped.
@@ -324,6 +357,16 @@ async fn answer(served: &Served, request: Request) -> Answer {
             )
             .await
         }
+        Call::Screenshot {
+            url,
+            path,
+            width,
+            height,
+            full_page,
+        } => match screenshot_request(url, path, width, height, full_page) {
+            Ok(request) => screenshot(context, request).await,
+            Err(why) => refused(why),
+        },
     };
     hide(answer, &context.hidden)
 }
@@ -346,6 +389,17 @@ fn hide(answer: Answer, hidden: &[String]) -> Answer {
         Answer::Refused { error } => refused(redact(&error, hidden)),
         Answer::Attached { name } => Answer::Attached {
             name: redact(&name, hidden),
+        },
+        Answer::Captured {
+            name,
+            width,
+            height,
+            preview_base64,
+        } => Answer::Captured {
+            name: redact(&name, hidden),
+            width,
+            height,
+            preview_base64,
         },
         listed @ Answer::Attachments { .. } => listed,
     }
@@ -458,6 +512,56 @@ async fn attached(context: &ChannelContext, request: AttachRequest) -> Answer {
         Ok(Ok(name)) => Answer::Attached { name },
         Ok(Err(why)) => refused(why),
         Err(err) => refused(format!("the file could not be attached: {err}")),
+    }
+}
+
+/// The capture a `screenshot` call asks for: exactly one of `url` and `path`.
+fn screenshot_request(
+    url: Option<String>,
+    path: Option<String>,
+    width: Option<u32>,
+    height: Option<u32>,
+    full_page: bool,
+) -> Result<ScreenshotRequest, String> {
+    let target = match (url, path) {
+        (Some(url), None) => Target::Url(url),
+        (None, Some(path)) => Target::Path(PathBuf::from(path)),
+        _ => return Err("give either url (a page on this computer's loopback) or path (a file of the run's folder)".into()),
+    };
+    let mut request = ScreenshotRequest::new(target);
+    request.width = width.unwrap_or(request.width);
+    request.height = height.unwrap_or(request.height);
+    request.full_page = full_page;
+    Ok(request)
+}
+
+/// Takes a screenshot into the run's evidence; its answer carries the preview.
+async fn screenshot(context: &ChannelContext, request: ScreenshotRequest) -> Answer {
+    let handback = &context.handback;
+    let Some(recorder) = handback.recorder() else {
+        return refused("this run has no evidence folder, so no screenshot can be kept");
+    };
+    let run = CaptureRun {
+        folder: handback.folder(),
+        recorder: &recorder,
+        sandbox: &context.sandbox,
+        guard: &context.guard,
+        env: &context.env,
+        stop: &context.stop,
+    };
+    let captured = match capture::screenshot(request, &run).await {
+        Ok(captured) => captured,
+        Err(why) => return refused(why),
+    };
+    tracing::info!(name = %captured.name, "a screenshot was taken for the run");
+    let preview = tokio::fs::read(recorder.folder().join(&captured.preview_name))
+        .await
+        .unwrap_or_default();
+    Answer::Captured {
+        name: captured.name,
+        width: captured.width,
+        height: captured.height,
+        preview_base64: STANDARD.encode(preview),
     }
 }
 
@@ -609,6 +713,9 @@ mod tests {
                 attachments: placed,
                 hidden: Arc::new(vec!["hunter22".to_owned()]),
                 handback: Handback::new(folder.clone(), Arc::new(vec!["hunter22".to_owned()])),
+                guard: crate::policy::guard::Guard::new(None, data_dir.root()),
+                sandbox: crate::sandbox::current(),
+                env: Arc::new(Vec::new()),
             },
         )?;
         Ok(Started {
@@ -793,6 +900,65 @@ mod tests {
         );
         assert_eq!(std::fs::read(evidence.join("run.log"))?, b"ok\n");
         assert_eq!(recorder.recorded()[0].kind, EvidenceKind::Log);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_screenshot_is_refused_before_a_browser_starts() -> Result<()> {
+        let started = start("http://127.0.0.1:9", Vec::new()).await?;
+        let (socket, token) = (&started.channel.socket, started.channel.token.as_str());
+        let shot = |url: Option<&str>, path: Option<&str>, width| Call::Screenshot {
+            url: url.map(str::to_owned),
+            path: path.map(str::to_owned),
+            width,
+            height: None,
+            full_page: false,
+        };
+        let early =
+            refusal(ask(socket, token, shot(Some("http://127.0.0.1:1/"), None, None)).await?);
+        assert!(early.contains("no evidence folder"), "{early}");
+        let evidence = started.folder.join("evidence");
+        std::fs::create_dir_all(&evidence)?;
+        started
+            .channel
+            .handback()
+            .keep_evidence_in(crate::run::evidence::Recorder::new(evidence.clone()));
+        let both = refusal(
+            ask(
+                socket,
+                token,
+                shot(Some("http://127.0.0.1/"), Some("a.html"), None),
+            )
+            .await?,
+        );
+        assert!(both.contains("either url"), "{both}");
+        let neither = refusal(ask(socket, token, shot(None, None, None)).await?);
+        assert!(neither.contains("either url"), "{neither}");
+        let outside = refusal(
+            ask(
+                socket,
+                token,
+                shot(Some("https://example.com/"), None, None),
+            )
+            .await?,
+        );
+        assert!(
+            outside.contains("not on this computer's loopback"),
+            "{outside}"
+        );
+        let huge = refusal(
+            ask(
+                socket,
+                token,
+                shot(Some("http://127.0.0.1/"), None, Some(9000)),
+            )
+            .await?,
+        );
+        assert!(huge.contains("the width must be 100 to 4096"), "{huge}");
+        std::os::unix::fs::symlink("/etc/passwd", started.folder.join("link.html"))?;
+        let escape = refusal(ask(socket, token, shot(None, Some("link.html"), None)).await?);
+        assert!(escape.contains("leads out of the run's folder"), "{escape}");
+        assert_eq!(std::fs::read_dir(&evidence)?.count(), 0, "nothing was kept");
         Ok(())
     }
 

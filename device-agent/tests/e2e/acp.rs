@@ -1142,7 +1142,11 @@ async fn acp_an_agent_that_crashes_fails_the_job_saying_so() {
         "{}-evidence",
         home.file_name().unwrap().to_string_lossy()
     ));
-    let held_id = job.evidence.first().map(|item| item.id.clone()).unwrap_or_default();
+    let held_id = job
+        .evidence
+        .first()
+        .map(|item| item.id.clone())
+        .unwrap_or_default();
     let kept = evidence_root.join("held").join(&job_id).join(held_id);
     let kept_bytes = std::fs::read(&kept);
     let _ = std::fs::remove_dir_all(&evidence_root);

@@ -267,6 +267,21 @@ async fn mcp_against_a_running_job(computer: &Jobs<'_>, work: &Path) {
     mcp.notify("notifications/initialized").await;
 
     let tools = mcp.request("tools/list", json!({})).await;
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "tether_context",
+            "tether_report",
+            "tether_attach",
+            "tether_screenshot"
+        ]
+    );
     let tool = &tools["result"]["tools"][0];
     assert_eq!(tool["name"], "tether_context", "{tools}");
     assert_eq!(

@@ -59,6 +59,8 @@ pub struct Script {
     pub action: Action,
     /// Ends the final text, so a test can find it.
     pub marker: String,
+    /// Further calls, one after each tool result that is not a refusal (Anthropic only).
+    pub then: Vec<Action>,
 }
 
 impl Script {
@@ -83,7 +85,26 @@ impl Script {
 
     fn new(action: Action, marker: &str) -> Self {
         let marker = marker.to_owned();
-        Script { action, marker }
+        Script {
+            action,
+            marker,
+            then: Vec::new(),
+        }
+    }
+
+    /// After the earlier calls' results, the model also calls the tool `name` with `input`.
+    #[must_use]
+    pub fn then_call_tool(mut self, name: impl Into<String>, input: Value) -> Self {
+        let name = name.into();
+        self.then.push(Action::CallTool { name, input });
+        self
+    }
+
+    /// The call that follows the `rounds`-th tool result, if the script has one and the
+    /// result was not a refusal.
+    fn follow_up(&self, result: Option<&str>, rounds: usize) -> Option<&Action> {
+        result.filter(|result| !refused(result))?;
+        self.then.get(rounds.checked_sub(1)?)
     }
 
     /// The final text when the action was carried out.
@@ -433,14 +454,35 @@ fn anthropic(
     request.result = anthropic_result(body);
     request.images = anthropic_images(body);
     let call = anthropic_call(&request.tools, &script.action);
-    let step = next_step(script, request.result.as_deref(), &request.tools, call);
+    let mut step = next_step(script, request.result.as_deref(), &request.tools, call);
+    let rounds = anthropic_rounds(body);
+    let follow_up = script.follow_up(request.result.as_deref(), rounds);
+    if let Some(call) = follow_up.and_then(|action| anthropic_call(&request.tools, action)) {
+        step = call;
+    }
     request.answer = step.summary();
     let model = body["model"].clone();
-    if request.stream {
-        (200, Body::Events(anthropic_events(&step, &model)))
+    let id = if rounds == 0 {
+        "toolu_scripted".to_owned()
     } else {
-        (200, Body::Json(anthropic_message(&step, &model)))
+        format!("toolu_scripted_{rounds}")
+    };
+    if request.stream {
+        (200, Body::Events(anthropic_events(&step, &model, &id)))
+    } else {
+        (200, Body::Json(anthropic_message(&step, &model, &id)))
     }
+}
+
+/// How many tool results the conversation holds: the calls answered so far.
+fn anthropic_rounds(body: &Value) -> usize {
+    let messages = body["messages"].as_array().map_or(&[][..], Vec::as_slice);
+    messages
+        .iter()
+        .filter_map(|message| message["content"].as_array())
+        .flatten()
+        .filter(|part| part["type"] == "tool_result")
+        .count()
 }
 
 /// The tool result in the last message, with `(error)` when flagged so.
@@ -455,7 +497,17 @@ fn anthropic_result(body: &Value) -> Option<String> {
     } else {
         ""
     };
-    Some(format!("{}{flag}", result["content"]))
+    // Only the result's text: an image beside it (a screenshot's preview) is not its word.
+    let content = match result["content"].as_array() {
+        Some(parts) => parts
+            .iter()
+            .filter(|part| part["type"] == "text")
+            .map(|part| part["text"].as_str().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        None => result["content"].to_string(),
+    };
+    Some(format!("{content}{flag}"))
 }
 
 fn anthropic_images(body: &Value) -> Vec<String> {
@@ -493,10 +545,10 @@ fn anthropic_call(tools: &[String], action: &Action) -> Option<Step> {
     })
 }
 
-fn anthropic_events(step: &Step, model: &Value) -> Vec<(Option<&'static str>, Value)> {
+fn anthropic_events(step: &Step, model: &Value, id: &str) -> Vec<(Option<&'static str>, Value)> {
     let (block, delta, stop) = match step {
         Step::Call { name, input, .. } => (
-            json!({ "type": "tool_use", "id": "toolu_scripted", "name": name, "input": {} }),
+            json!({ "type": "tool_use", "id": id, "name": name, "input": {} }),
             json!({ "type": "input_json_delta", "partial_json": input.to_string() }),
             "tool_use",
         ),
@@ -540,10 +592,10 @@ fn anthropic_events(step: &Step, model: &Value) -> Vec<(Option<&'static str>, Va
     ]
 }
 
-fn anthropic_message(step: &Step, model: &Value) -> Value {
+fn anthropic_message(step: &Step, model: &Value, id: &str) -> Value {
     let (content, stop) = match step {
         Step::Call { name, input, .. } => (
-            json!({ "type": "tool_use", "id": "toolu_scripted", "name": name, "input": input }),
+            json!({ "type": "tool_use", "id": id, "name": name, "input": input }),
             "tool_use",
         ),
         Step::Say(text) => (json!({ "type": "text", "text": text }), "end_turn"),

@@ -88,7 +88,7 @@ fn web_link(link: &str) -> Markup {
 }
 
 /// What each attempt used, once the run started; "not reported" for what its agent did not
-/// say.
+/// say, and one line when no attempt said anything (a recipe never does).
 pub(super) fn used_section(job: &Job) -> Markup {
     if job.started_at.is_none() {
         return html! {};
@@ -98,7 +98,10 @@ pub(super) fn used_section(job: &Job) -> Markup {
     html! {
         section.used #used aria-labelledby="used-heading" {
             h2 #used-heading { "What the run used" }
-            @for attempt in 1..=attempts {
+            @if job.observed.is_empty() {
+                p.muted { "Not reported: a coding agent says its engine, model and mode as it runs; a recipe does not." }
+            }
+            @for attempt in (1..=attempts).filter(|_| !job.observed.is_empty()) {
                 @let used = job.observed.iter().find(|o| o.attempt == attempt).map_or(&none, |o| &o.used);
                 @if attempts > 1 { h3 { "Attempt " (attempt) } }
                 dl.used-facts data-attempt=(attempt) {

@@ -126,16 +126,15 @@ async fn job_ended(store: &Store, id: &JobId) -> Result<Option<Outgoing>, ApiErr
         String,
         Option<String>,
     );
-    let row =
-        on_read!(store, |pool| {
-            sqlx::query_as::<_, Row>(
+    let row = on_read!(store, |pool| {
+        sqlx::query_as::<_, Row>(
         "SELECT j.account_id, j.title, j.state, j.end_cause, v.name, j.outcome_json FROM jobs j \
          JOIN devices v ON v.id = j.device_id WHERE j.id = $1"
     )
     .bind(id.as_str())
     .fetch_optional(pool)
     .await
-        })?;
+    })?;
     let Some((account_id, title, state, end_cause, computer, outcome)) = row else {
         return Ok(None);
     };

@@ -184,6 +184,9 @@ both_backends! {
         finish(&device, &quiet, &lease, json!({})).await;
         let job: Value = ann.get(&format!("/api/jobs/{quiet}")).await.json().await.unwrap();
         assert!(job.get("observed").is_none(), "{job}");
+        let page = ann.get(&format!("/jobs/{quiet}")).await.text().await.unwrap();
+        assert!(page.contains("Not reported: a coding agent says"), "{page}");
+        assert!(!page.contains("<dt>Model</dt>"), "{page}");
     }
 
     async fn the_page_shows_a_gallery_and_the_held_files(backend) {

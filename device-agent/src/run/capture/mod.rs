@@ -33,6 +33,7 @@ use tether_protocol::jobs::EvidenceKind;
 use crate::local::private_files::hex;
 use crate::policy::guard::Guard;
 use crate::run::evidence::{Recorded, Recorder};
+use crate::run::stop::RunStop;
 use crate::sandbox::Sandbox;
 use browser::{Browser, Confinement};
 use devtools::{Pictures, Pipe, Shot};
@@ -80,7 +81,7 @@ pub struct Captured {
 }
 
 /// What the run gives a capture: its folder (where a `path` target lives), its evidence
-/// recorder, and the confinement its commands start in.
+/// recorder, the confinement its commands start in, and its stop (which ends a capture).
 pub struct CaptureRun<'a> {
     pub folder: &'a Path,
     pub recorder: &'a Recorder,
@@ -88,6 +89,7 @@ pub struct CaptureRun<'a> {
     pub guard: &'a Guard,
     /// The run's scrubbed environment (its `PATH` is also where the browser is looked for).
     pub env: &'a [(String, String)],
+    pub stop: &'a RunStop,
 }
 
 /// Takes the screenshot `request` asks for and keeps it (and its preview) in the run's
@@ -127,7 +129,8 @@ pub async fn screenshot(
         .map_err(|err| format!("the screenshot could not be saved: {err}"))?
 }
 
-/// Starts the browser, takes the pictures within [`CAPTURE_LIMIT`], ends the browser.
+/// Starts the browser, takes the pictures within [`CAPTURE_LIMIT`] unless the run stops
+/// first, ends the browser.
 async fn take(program: &Path, shot: &Shot, run: &CaptureRun<'_>) -> Result<Pictures, String> {
     let confinement = Confinement {
         sandbox: run.sandbox,
@@ -138,20 +141,27 @@ async fn take(program: &Path, shot: &Shot, run: &CaptureRun<'_>) -> Result<Pictu
     let mut browser = Browser::start(program, &confinement).await?;
     let taken = {
         let mut pipe = Pipe::new(&mut browser.to, &mut browser.from);
-        tokio::time::timeout(CAPTURE_LIMIT, devtools::take(&mut pipe, shot)).await
+        tokio::select! {
+            taken = tokio::time::timeout(CAPTURE_LIMIT, devtools::take(&mut pipe, shot)) => Some(taken),
+            _ = run.stop.raised() => None,
+        }
     };
     match taken {
-        Ok(Ok(pictures)) => {
+        Some(Ok(Ok(pictures))) => {
             browser.end().await;
             Ok(pictures)
         }
-        Ok(Err(why)) => Err(browser.fail(&why).await),
-        Err(_) => Err(browser
+        Some(Ok(Err(why))) => Err(browser.fail(&why).await),
+        Some(Err(_)) => Err(browser
             .fail(&format!(
                 "the screenshot took longer than {} seconds",
                 CAPTURE_LIMIT.as_secs()
             ))
             .await),
+        None => {
+            browser.end().await;
+            Err("the run is stopping; the screenshot was not taken".to_owned())
+        }
     }
 }
 

@@ -4,19 +4,17 @@
 //!
 //! Without Chromium or a working sandbox the test skips with a message, unless
 //! `TETHER_REQUIRE_EXTERNAL=1`, which makes it fail.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-#[path = "../../../server/tests/support/external.rs"]
-mod external;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
 
+use crate::external;
 use tether_agent::policy::guard::Guard;
 use tether_agent::run::capture::{self, browser, CaptureRun, ScreenshotRequest, Target};
 use tether_agent::run::environment;
 use tether_agent::run::evidence::Recorder;
+use tether_agent::run::stop::RunStop;
 use tether_agent::sandbox::{Sandbox, Settings};
 use tether_protocol::evidence::{EvidenceVariant, PREVIEW_VARIANT_WIDTH};
 use tether_protocol::jobs::EvidenceKind;
@@ -26,7 +24,7 @@ const AGENT: &str = env!("CARGO_BIN_EXE_tether-agent");
 const COLOUR: [u8; 3] = [0x12, 0xb4, 0x6a];
 
 /// Serves `body` as HTML to every request on a new loopback port; its address.
-fn serve(body: String) -> String {
+pub fn serve(body: String) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let address = listener.local_addr().unwrap();
     std::thread::spawn(move || {
@@ -64,7 +62,7 @@ fn sandbox(choice: &str) -> Option<Sandbox> {
 }
 
 /// An RGB(A) PNG's width, height and the colour of pixel (x, y).
-fn decode(bytes: &[u8], x: usize, y: usize) -> (u32, u32, [u8; 3]) {
+pub fn decode(bytes: &[u8], x: usize, y: usize) -> (u32, u32, [u8; 3]) {
     let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
     let mut reader = decoder.read_info().unwrap();
     let mut pixels = vec![0; reader.output_buffer_size().unwrap()];
@@ -80,7 +78,7 @@ fn decode(bytes: &[u8], x: usize, y: usize) -> (u32, u32, [u8; 3]) {
 }
 
 /// A baseline or progressive JPEG's width, from its frame header.
-fn jpeg_width(bytes: &[u8]) -> u32 {
+pub fn jpeg_width(bytes: &[u8]) -> u32 {
     assert_eq!(&bytes[..3], &[0xff, 0xd8, 0xff], "not a JPEG");
     let mut at = 2;
     while at + 9 < bytes.len() {
@@ -95,7 +93,7 @@ fn jpeg_width(bytes: &[u8]) -> u32 {
     panic!("no frame header in the JPEG");
 }
 
-fn close(actual: [u8; 3], expected: [u8; 3]) -> bool {
+pub fn close(actual: [u8; 3], expected: [u8; 3]) -> bool {
     actual.iter().zip(expected).all(|(a, e)| a.abs_diff(e) <= 3)
 }
 
@@ -139,12 +137,14 @@ async fn captured_under(choice: &str) {
     std::fs::write(folder.join("page.html"), PAGE).unwrap();
     let guard = Guard::new(None, &root.join("data"));
     let recorder = Recorder::new(evidence.clone());
+    let stop = RunStop::new();
     let run = CaptureRun {
         folder: &folder,
         recorder: &recorder,
         sandbox: &sandbox,
         guard: &guard,
         env: &env,
+        stop: &stop,
     };
     let url = serve(PAGE.to_owned());
 
