@@ -388,6 +388,36 @@ fn lock() -> std::sync::MutexGuard<'static, ()> {
 }
 
 #[cfg(test)]
+impl HeldFile {
+    /// A held file of `bytes` as a test describes it (a job id that does not parse becomes a
+    /// new one).
+    pub(crate) fn sample(
+        job_id: &str,
+        id: &str,
+        name: &str,
+        kind: EvidenceKind,
+        bytes: &[u8],
+    ) -> HeldFile {
+        HeldFile {
+            job_id: JobId::parse(job_id).unwrap_or_else(|_| JobId::generate()),
+            evidence_id: id.to_owned(),
+            name: name.to_owned(),
+            kind,
+            size: bytes.len() as u64,
+            sha256: sha256_hex(bytes),
+            described_size: bytes.len() as u64,
+            described_sha256: sha256_hex(bytes),
+            caption: None,
+            variant_of: None,
+            variant: None,
+            details: None,
+            released: false,
+            held_at: Utc::now(),
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -400,22 +430,13 @@ mod tests {
     }
 
     fn held(job_id: &str, id: &str, bytes: &[u8]) -> HeldFile {
-        HeldFile {
-            job_id: job(job_id),
-            evidence_id: id.to_owned(),
-            name: format!("{id}.png"),
-            kind: EvidenceKind::Screenshot,
-            size: bytes.len() as u64,
-            sha256: sha256_hex(bytes),
-            described_size: bytes.len() as u64,
-            described_sha256: sha256_hex(bytes),
-            caption: None,
-            variant_of: None,
-            variant: None,
-            details: None,
-            released: false,
-            held_at: Utc::now(),
-        }
+        HeldFile::sample(
+            job_id,
+            id,
+            &format!("{id}.png"),
+            EvidenceKind::Screenshot,
+            bytes,
+        )
     }
 
     /// A store in a temporary root, and a run folder to hold files from.

@@ -233,7 +233,6 @@ mod tests {
     use std::fs;
     use std::path::Path;
 
-    use chrono::Utc;
     use tether_protocol::jobs::EvidenceKind;
 
     use super::*;
@@ -249,22 +248,7 @@ mod tests {
     fn hold(store: &HeldStore, dir: &Path, job_id: &str, id: &str, bytes: &[u8]) -> Result<()> {
         let source = dir.join(id);
         fs::write(&source, bytes)?;
-        let file = HeldFile {
-            job_id: job(job_id),
-            evidence_id: id.to_owned(),
-            name: format!("{id}.log"),
-            kind: EvidenceKind::Log,
-            size: bytes.len() as u64,
-            sha256: sha256_hex(bytes),
-            described_size: bytes.len() as u64,
-            described_sha256: sha256_hex(bytes),
-            caption: None,
-            variant_of: None,
-            variant: None,
-            details: None,
-            released: false,
-            held_at: Utc::now(),
-        };
+        let file = HeldFile::sample(job_id, id, &format!("{id}.log"), EvidenceKind::Log, bytes);
         store.hold(&source, file)?;
         Ok(())
     }
