@@ -5,7 +5,9 @@
 //!
 //! - Only a file the held index lists for the frame's job is acted on: an unknown id, or a
 //!   file of another job, is refused ("not held on this computer"), never looked for on
-//!   disk.
+//!   disk. A discard of a file the index no longer lists at all (swept after 30 days, or
+//!   deleted by hand) is answered as done: what the owner asked is already true, and the
+//!   job page may drop the row.
 //! - Preview and release read the file again by the rules of any upload (the same size and
 //!   digest as when it was held, not a credential by name, text with every saved value
 //!   hidden, a binary file holding one refused), and send it only when that is still the
@@ -154,6 +156,7 @@ pub fn prepare(
 ) -> Prepared {
     let file = match store.find(evidence_id) {
         Ok(Some(file)) if &file.job_id == job_id => file,
+        Ok(None) if action == EvidenceAction::Discard => return Prepared::Discarded,
         Ok(_) => return Prepared::Refused("not held on this computer".to_owned()),
         Err(err) => {
             return Prepared::Refused(format!("the index of held evidence cannot be read: {err}"))
@@ -274,6 +277,11 @@ mod tests {
             refused(ask("job-1", "zz", EvidenceAction::Preview)),
             "not held on this computer"
         );
+        // Gone already (swept, or deleted by hand): a discard is what is already true.
+        assert!(matches!(
+            ask("job-1", "zz", EvidenceAction::Discard),
+            Prepared::Discarded
+        ));
         // Another job's file is not found under this job.
         assert_eq!(
             refused(ask("job-2", "aa", EvidenceAction::Discard)),
