@@ -398,6 +398,7 @@ pub fn capabilities(device: &Device) -> Capabilities {
         accept_web_approvals: true,
         git: None,
         evidence: None,
+        console: None,
     }
 }
 

@@ -251,6 +251,10 @@ pub struct Capabilities {
     /// uploads on, nothing held).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evidence: Option<crate::evidence::EvidenceSettings>,
+    /// Whether the owner's console may reach this computer (`tether-agent console on|off`;
+    /// absent from older agents, which have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub console: Option<bool>,
 }
 
 /// What the computer's git delivery can do.

@@ -109,6 +109,14 @@ error_codes! {
     EvidenceKept = ("evidence_kept", 409);
     /// Nobody waits for this upload any more (answered already, or the asker gave up).
     UploadGone = ("upload_gone", 410);
+    /// The console of this browser session is locked (never unlocked, idle for 30 minutes,
+    /// 8 hours old, locked, or its passkey removed): unlock with a passkey again.
+    ConsoleLocked = ("console_locked", 401);
+    /// The computer's owner turned its console off (`tether-agent console off`).
+    ConsoleOff = ("console_off", 409);
+    /// A passkey ceremony failed: an unknown or used ceremony, another origin, another
+    /// challenge, a replayed or unverified assertion, or an unknown passkey.
+    PasskeyRefused = ("passkey_refused", 400);
     /// The device is not connected.
     DeviceOffline = ("device_offline", 409);
     /// The device does not publish this engine.

@@ -66,6 +66,14 @@ pub enum ServerFrame {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         timeout_ms: Option<u64>,
     },
+    /// The owner opened a console session with this computer: join it at
+    /// `GET /api/devices/self/console/{sessionId}` (or refuse there).
+    #[serde(rename = "console.open", rename_all = "camelCase")]
+    ConsoleOpen {
+        session_id: String,
+        /// HPKE `enc` of the session's channel, base64url.
+        enc: String,
+    },
     /// The device was revoked: forget the token.
     #[serde(rename = "device.revoked")]
     DeviceRevoked,

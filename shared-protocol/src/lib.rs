@@ -9,6 +9,7 @@ pub mod attachments;
 pub mod auth;
 pub mod capabilities;
 pub mod changes;
+pub mod console;
 pub mod credential_files;
 pub mod decisions;
 pub mod devices;

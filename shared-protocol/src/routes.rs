@@ -28,6 +28,11 @@ pub const DEVICE_SELF: &str = "/api/devices/self";
 pub const HEARTBEAT: &str = "/api/devices/self/heartbeat";
 pub const CLAIM: &str = "/api/devices/self/claim";
 pub const EVENTS: &str = "/api/devices/self/events";
+
+/// The device's end of console session `session_id` (a WebSocket).
+pub fn device_console(session_id: &str) -> String {
+    format!("/api/devices/self/console/{session_id}")
+}
 pub const ATTACHMENTS: &str = "/api/attachments";
 
 /// `/api/devices/self/jobs/{id}/{action}` for a lease-bound job route.

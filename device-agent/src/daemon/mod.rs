@@ -519,6 +519,7 @@ impl Shared {
                 upload: config.evidence_upload,
                 hold: config.evidence_hold,
             }),
+            console: None,
         }
     }
 

@@ -59,6 +59,11 @@ pub trait EventSink: Send + Sync + 'static {
     fn evidence_request(&self, request: EvidenceRequest) {
         tracing::debug!(id = %request.id, "ignoring an evidence.request frame");
     }
+    /// The owner opened a console session: join or refuse it (off this task).
+    fn console_open(&self, session_id: String, enc: String) {
+        let _ = enc;
+        tracing::debug!(session = %session_id, "ignoring a console.open frame");
+    }
     /// A decision of this computer was answered on the web: wake the run waiting on it,
     /// which reads the answer from the server itself.
     fn decision_answered(&self, decision_id: &DecisionId) {
@@ -373,6 +378,7 @@ fn handle_text(text: &str, sink: &dyn EventSink) -> Handled {
             upload_id,
             timeout: timeout_ms.map(Duration::from_millis),
         }),
+        ServerFrame::ConsoleOpen { session_id, enc } => sink.console_open(session_id, enc),
         // `ServerFrame` is non-exhaustive: frames added later are ignored.
         #[allow(unreachable_patterns)]
         _ => tracing::debug!("ignoring a frame this agent does not know"),

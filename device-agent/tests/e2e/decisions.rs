@@ -762,6 +762,7 @@ fn heartbeat_params(
             accept_web_approvals,
             git: None,
             evidence: None,
+            console: None,
         },
         running: runs
             .iter()

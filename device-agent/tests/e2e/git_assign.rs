@@ -82,6 +82,7 @@ async fn fake_git_computer(web: &Web) -> String {
             github_hosts: Vec::new(),
         }),
         evidence: None,
+        console: None,
     };
     let res = http
         .post(format!("{}/api/devices/self/heartbeat", web.base))

@@ -397,6 +397,7 @@ impl DeviceClient {
             accept_web_approvals: true,
             git: None,
             evidence: None,
+            console: Some(true),
         }
     }
 
