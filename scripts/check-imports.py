@@ -34,15 +34,15 @@ WING_ORDER = {
         # tables
         "store",
         # the domain
-        "accounts", "devices", "relay", "previews", "jobs",
+        "accounts", "devices", "relay", "consoles", "previews", "jobs",
         # this replica's outward parts, and who is told after a commit
         "metrics", "push", "notices", "sweeper",
         # the web
         "state", "auth", "routes", "pages",
     ],
     "device-agent": [
-        "test_job", "local", "policy", "sandbox", "changes", "remote", "run", "engines",
-        "daemon", "cli",
+        "test_job", "local", "policy", "sandbox", "changes", "remote", "run", "console",
+        "engines", "daemon", "cli",
     ],
 }
 

@@ -23,6 +23,7 @@ pub mod accounts;
 pub mod auth;
 pub mod clock;
 pub mod config;
+pub mod consoles;
 pub mod credentials;
 pub mod devices;
 pub mod error;

@@ -325,6 +325,7 @@ fn machine_rows(machine: &Machine<'_>, open: bool, card: Markup) -> Markup {
                     div.menu-items {
                         a href={ "/assign?device=" (device.id) } { "Assign a job" }
                         a href={ "/jobs?deviceId=" (device.id) } { "Jobs" }
+                        a href={ "/computers/" (device.id) "/console" } { "Console" }
                         button.danger type="button" data-revoke={ "/api/devices/" (device.id) } data-name=(device.name) {
                             "Revoke…"
                         }
@@ -452,6 +453,7 @@ fn device_card(
             div.row {
                 a href={ "/assign?device=" (device.id) } { "Assign a job" }
                 a href={ "/jobs?deviceId=" (device.id) } { "Jobs" }
+                a href={ "/computers/" (device.id) "/console" } { "Console" }
             }
             form.row data-api={ "/api/devices/" (device.id) } data-method="PATCH" {
                 input type="text" name="name" value=(device.name) aria-label="Name" maxlength="80" required;

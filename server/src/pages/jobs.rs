@@ -128,6 +128,10 @@ fn job_view(context: &JobContext, now: DateTime<Utc>) -> Markup {
                 div #job-failing data-refresh { (failing_view(failing.as_ref())) }
                 p data-field="outcome" { @if let Some(summary) = outcome_text(job) { (sentences(summary)) } }
                 (chain(&context.chain))
+                @if job.state == JobState::Running {
+                    p { a.button.secondary href={ "/computers/" (job.device_id) "/console?watch=" (job.id) } { "Watch" }
+                        " its commands as they run (read-only, sealed for your computer)" }
+                }
                 @if !job.state.is_final() {
                     form.cancel data-while-active data-api={ "/api/jobs/" (job.id) "/cancel" } data-confirm="Stop this job?" {
                         button.danger type="submit" { "Cancel" }

@@ -16,6 +16,7 @@ mod assign;
 mod attachments;
 mod changes;
 mod computers;
+mod console;
 mod delivery;
 mod follow_up;
 mod job_list;
@@ -41,12 +42,14 @@ pub fn routes(table: &mut Table) {
     table.asset("/assets/app.js", script, "text/javascript");
     table.asset("/assets/seal.js", seal_script, "text/javascript");
     table.asset("/assets/secrets.js", secrets_script, "text/javascript");
+    table.asset("/assets/passkeys.js", passkeys_script, "text/javascript");
     table.asset("/assets/needs_me.js", needs_me_script, "text/javascript");
     table.asset("/assets/job.js", job_script, "text/javascript");
     table.asset("/assets/results.js", results_script, "text/javascript");
     table.asset("/assets/log.js", log_script, "text/javascript");
     table.asset("/assets/assign.js", assign_script, "text/javascript");
     table.asset("/assets/lists.js", lists_script, "text/javascript");
+    table.asset("/assets/console.js", console_script, "text/javascript");
     table.asset("/assets/app.css", stylesheet, "text/css");
     table.asset("/assets/notifications.js", push_script, "text/javascript");
     app_shell::routes(table);
@@ -59,6 +62,11 @@ pub fn routes(table: &mut Table) {
         "Notifications on this and other devices",
     );
     table.page("/computers", computers::show, "Computers");
+    table.page(
+        "/computers/{id}/console",
+        console::show,
+        "The owner's console on one computer",
+    );
     table.page("/link", link::show, "Approve a pairing code");
     table.page("/assign", assign::show, "Assign a job");
     table.page("/needs-me", needs_me::show, "Pending decisions");
@@ -85,6 +93,14 @@ async fn home(caller: Option<Caller>) -> HttpResponse {
     }
 }
 
+/// The console's terminal and Code tab (`console.rs`).
+async fn console_script() -> HttpResponse {
+    asset(
+        "text/javascript; charset=utf-8",
+        include_str!("assets/console.js"),
+    )
+}
+
 async fn script() -> HttpResponse {
     asset(
         "text/javascript; charset=utf-8",
@@ -101,6 +117,15 @@ async fn seal_script() -> HttpResponse {
 }
 
 /// The Computers page's secret forms (an ES module importing the sealer).
+/// Passkeys and the console unlock (`window.tetherPasskeys`), and the Account page's
+/// sections of them.
+async fn passkeys_script() -> HttpResponse {
+    asset(
+        "text/javascript; charset=utf-8",
+        include_str!("assets/passkeys.js"),
+    )
+}
+
 async fn secrets_script() -> HttpResponse {
     asset(
         "text/javascript; charset=utf-8",

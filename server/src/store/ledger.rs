@@ -17,6 +17,10 @@ pub enum LedgerKind {
     DevicePaired,
     DeviceRevoked,
     DeviceRemoved,
+    PasskeyAdded,
+    PasskeyRemoved,
+    ConsoleUnlocked,
+    ConsoleLocked,
     JobCreated,
     JobEnded,
     JobReattached,
@@ -31,6 +35,8 @@ pub enum LedgerKind {
     GitPullRequest,
     GitMerged,
     NotificationSettingsChanged,
+    ConsoleOpened,
+    ConsoleCommand,
 }
 
 impl LedgerKind {
@@ -39,6 +45,10 @@ impl LedgerKind {
             LedgerKind::DevicePaired => "device.paired",
             LedgerKind::DeviceRevoked => "device.revoked",
             LedgerKind::DeviceRemoved => "device.removed",
+            LedgerKind::PasskeyAdded => "passkey.added",
+            LedgerKind::PasskeyRemoved => "passkey.removed",
+            LedgerKind::ConsoleUnlocked => "console.unlocked",
+            LedgerKind::ConsoleLocked => "console.locked",
             LedgerKind::JobCreated => "job.created",
             LedgerKind::JobEnded => "job.ended",
             LedgerKind::JobReattached => "job.reattached",
@@ -53,6 +63,8 @@ impl LedgerKind {
             LedgerKind::GitPullRequest => "git.pull_request",
             LedgerKind::GitMerged => "git.merged",
             LedgerKind::NotificationSettingsChanged => "account.notification_settings",
+            LedgerKind::ConsoleOpened => "console.opened",
+            LedgerKind::ConsoleCommand => "console.command",
         }
     }
 }

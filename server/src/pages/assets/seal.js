@@ -124,6 +124,22 @@ async function pinnedKey(sealKey) {
  * tests only ({privateKey, publicKey} ECDH P-256); normally a fresh key pair is made.
  */
 export async function sealBase(recipient, info, aad, plaintext, ephemeral) {
+  const { enc, key, baseNonce, exporterSecret } = await setupBaseS(recipient, info, ephemeral);
+  exporterSecret.fill(0);
+  // The first and only message: sequence number 0, so the nonce is base_nonce itself.
+  const aesKey = await crypto.subtle.importKey('raw', key, { name: 'AES-GCM' }, false, ['encrypt']);
+  key.fill(0);
+  const ct = new Uint8Array(
+    await crypto.subtle.encrypt({ name: 'AES-GCM', iv: baseNonce, additionalData: aad, tagLength: 128 }, aesKey, plaintext),
+  );
+  return { enc, ct };
+}
+
+/**
+ * RFC 9180 SetupBaseS (§5.1.1) for the suite above: resolves to {enc, key, baseNonce,
+ * exporterSecret} (Uint8Arrays).
+ */
+async function setupBaseS(recipient, info, ephemeral) {
   const keyPair = ephemeral ?? (await crypto.subtle.generateKey(P256, false, ['deriveBits']));
   const enc = new Uint8Array(await crypto.subtle.exportKey('raw', keyPair.publicKey));
   const pkRm = new Uint8Array(await crypto.subtle.exportKey('raw', recipient));
@@ -142,16 +158,82 @@ export async function sealBase(recipient, info, aad, plaintext, ephemeral) {
   const secret = await labeledExtract(HPKE_SUITE, sharedSecret, 'secret', new Uint8Array(0));
   const key = await labeledExpand(HPKE_SUITE, secret, 'key', context, KEY_BYTES);
   const baseNonce = await labeledExpand(HPKE_SUITE, secret, 'base_nonce', context, NONCE_BYTES);
+  const exporterSecret = await labeledExpand(HPKE_SUITE, secret, 'exp', context, HASH_BYTES);
   sharedSecret.fill(0);
   secret.fill(0);
+  return { enc, key, baseNonce, exporterSecret };
+}
 
-  // The first and only message: sequence number 0, so the nonce is base_nonce itself.
-  const aesKey = await crypto.subtle.importKey('raw', key, { name: 'AES-GCM' }, false, ['encrypt']);
+/** The largest message number of one direction of a channel (2^32). */
+export const MAX_CHANNEL_SEQ = 2 ** 32;
+
+/**
+ * Starts a numbered channel (`tether_seal::channel`) to the computer `deviceId` with its
+ * pinned `sealKey`, named `channelId` (text both ends know, never sent). Resolves to
+ * {enc, seal, open}: `enc` (base64url) goes to the computer once; `seal(bytes)` resolves to
+ * the next {seq, ct} to send; `open({seq, ct})` resolves to the plaintext bytes of the next
+ * message from the computer and throws for anything but the very next number (a replay, a
+ * step back or a gap) or a message that does not open. `ephemeral` is for known-answer
+ * tests only.
+ */
+export async function startChannel({ deviceId, sealKey, channelId, ephemeral }) {
+  const { kid, recipient } = await pinnedKey(sealKey);
+  const info = concat(utf8.encode('tether/channel/v1'), [0], utf8.encode(deviceId), [0], utf8.encode(kid));
+  const { enc, key, baseNonce, exporterSecret } = await setupBaseS(recipient, info, ephemeral);
   key.fill(0);
-  const ct = new Uint8Array(
-    await crypto.subtle.encrypt({ name: 'AES-GCM', iv: baseNonce, additionalData: aad, tagLength: 128 }, aesKey, plaintext),
-  );
-  return { enc, ct };
+  baseNonce.fill(0);
+  const exported = async (label) => {
+    const bytes = await labeledExpand(HPKE_SUITE, exporterSecret, 'sec', utf8.encode(label), KEY_BYTES);
+    const aesKey = await crypto.subtle.importKey('raw', bytes, { name: 'AES-GCM' }, false, ['encrypt', 'decrypt']);
+    bytes.fill(0);
+    return aesKey;
+  };
+  const toDevice = await exported('tether/channel/v1 b2d');
+  const toBrowser = await exported('tether/channel/v1 d2b');
+  exporterSecret.fill(0);
+  const id = utf8.encode(channelId);
+  if (id.length < 1 || id.length > 64) throw new TypeError('the channel id must be 1 to 64 bytes');
+  let sent = 0;
+  let opened = 0;
+  return {
+    enc: base64url(enc),
+    async seal(plaintext) {
+      if (sent >= MAX_CHANNEL_SEQ) throw new Error('the channel has used all its numbers');
+      sent += 1;
+      const seq = sent;
+      const ct = await crypto.subtle.encrypt(
+        { name: 'AES-GCM', iv: channelNonce(seq), additionalData: channelAad(id, 0x01, seq), tagLength: 128 },
+        toDevice,
+        plaintext,
+      );
+      return { seq, ct: base64url(new Uint8Array(ct)) };
+    },
+    async open({ seq, ct }) {
+      if (!Number.isSafeInteger(seq) || seq !== opened + 1) {
+        throw new Error(`message ${seq} is not the next one (${opened + 1}): replayed, reordered or lost`);
+      }
+      const plaintext = await crypto.subtle.decrypt(
+        { name: 'AES-GCM', iv: channelNonce(seq), additionalData: channelAad(id, 0x02, seq), tagLength: 128 },
+        toBrowser,
+        fromBase64url(ct),
+      );
+      opened = seq;
+      return new Uint8Array(plaintext);
+    },
+  };
+}
+
+function channelNonce(seq) {
+  return concat(new Uint8Array(4), i2osp64(seq));
+}
+
+function channelAad(id, direction, seq) {
+  return concat(id, [direction], i2osp64(seq));
+}
+
+// Eight bytes big-endian; numbers here stay below 2^53.
+function i2osp64(n) {
+  return concat(i2osp(Math.floor(n / 2 ** 32), 4), i2osp(n >>> 0, 4));
 }
 
 // LabeledExtract(salt, label, ikm) = HKDF-Extract(salt, "HPKE-v1" ‖ suite_id ‖ label ‖ ikm).

@@ -52,6 +52,9 @@ use crate::error::ApiError;
 use crate::store::job_rows;
 use crate::store::Store;
 
+mod pipes;
+pub use pipes::Pipe;
+
 /// Frames one stream may have queued before further ones are dropped (they are hints).
 pub const STREAM_BUFFER: usize = 16;
 /// Account events one follower may fall behind by before it is told it lagged.
@@ -92,6 +95,10 @@ struct Local {
     gone: HashMap<String, (String, Instant)>,
     /// Accounts whose pages follow their changes through this replica, by account id.
     accounts: HashMap<String, AccountFollowers>,
+    /// Pipes read on this replica, by name: (pipe number, its sender).
+    pipes: HashMap<String, (u64, mpsc::Sender<String>)>,
+    /// Tickets (in process only; with Redis they live there): value and expiry, by key.
+    tickets: HashMap<String, (String, Instant)>,
 }
 
 /// The open account streams of one account on this replica.
@@ -1042,6 +1049,7 @@ impl Hub {
             let local = self.local();
             channels.extend(local.streams.keys().map(|id| device_channel(id)));
             channels.extend(local.accounts.keys().map(|id| account_channel(id)));
+            channels.extend(local.pipes.keys().map(|name| pipes::channel(name)));
         }
         sink.subscribe(&channels).await?;
         self.inner.tokens.set_trusted(true);
@@ -1083,6 +1091,8 @@ impl Hub {
                 Ok(event) => self.deliver_to_account(account_id, event),
                 Err(error) => tracing::warn!(%error, "undecodable account event on Redis"),
             }
+        } else if let Some(pipe) = name.strip_prefix("pipe:") {
+            self.deliver_to_pipe(pipe, payload);
         } else if name == "tokens" {
             match std::str::from_utf8(payload) {
                 Ok(device_id) => self.inner.tokens.forget(device_id),
