@@ -17,6 +17,8 @@
 //!   the handlers of the frames that are answered outside a run);
 //! - [`run`]: one run's parts (its stop signal, what it is granted, its lease, output,
 //!   evidence, questions to the owner) and the dispatch to an engine;
+//! - [`console`]: the owner's console on this computer (a terminal judged and confined like
+//!   a run's commands, the Code tab, Watch), over a sealed channel;
 //! - [`engines`]: the recipe engine and the ACP engine, each a [`run::Engine`];
 //! - [`daemon`]: `tether-agent run`, the loop that ties the server to the runs;
 //! - [`cli`]: the command line.
@@ -25,7 +27,8 @@
 //! the path and the argv always come from this computer's own configuration.
 //!
 //! **Architecture Invariant:** only [`remote::client`] talks to the Tether server (it also
-//! builds the event stream's WebSocket request, which [`remote::events`] drives). The other
+//! builds the event stream's and the console's WebSocket requests, which [`remote::events`]
+//! and [`remote::console_socket`] drive). The other
 //! HTTP clients are [`run::secret_http`], which sends only the owner's own requests that use
 //! saved secrets by reference, to the sites those secrets admit, and
 //! [`run::delivery::github`], which calls only the GitHub API registered for `origin`'s host.
@@ -36,6 +39,7 @@
 
 pub mod changes;
 pub mod cli;
+pub mod console;
 pub mod daemon;
 pub mod engines;
 pub mod local;

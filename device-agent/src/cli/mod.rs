@@ -123,6 +123,12 @@ pub enum Command {
         #[command(subcommand)]
         command: Option<EvidenceCommand>,
     },
+    /// Whether the owner's console (a terminal, the Code tab and Watch, unlocked with a
+    /// passkey on the web) may reach this computer (shows the setting without `on` or `off`).
+    Console {
+        #[arg(value_enum)]
+        state: Option<Switch>,
+    },
     /// Questions runs on this computer wait on: list them, answer them here.
     Decisions {
         #[command(subcommand)]
@@ -446,6 +452,7 @@ async fn apply(cli: Cli, shutdown: impl Future) -> Result<i32> {
         Command::Trust { command } => apply_trust(&data_dir, command),
         Command::Approvals { state } => apply_approvals(&data_dir, state),
         Command::Evidence { command } => apply_evidence(&data_dir, command),
+        Command::Console { state } => apply_console(&data_dir, state),
         Command::Decisions { command } => apply_decisions(&data_dir, command),
         Command::Explain(args) => apply_explain(&data_dir, args),
         Command::Sandbox {
@@ -574,6 +581,23 @@ fn apply_evidence(data_dir: &DataDir, command: Option<EvidenceCommand>) -> Resul
     }
     if command.is_some() {
         println!("A running agent tells the server at its next heartbeat.");
+    }
+    Ok(0)
+}
+
+fn apply_console(data_dir: &DataDir, state: Option<Switch>) -> Result<i32> {
+    let mut config = data_dir.load_or_init_config()?;
+    if let Some(state) = state {
+        config.console = state == Switch::On;
+        data_dir.save_config(&config)?;
+    }
+    if config.console {
+        println!("Console on: after unlocking with a passkey, you can run commands in this computer's shared folders (judged by the same policy as a run's, confined by the same sandbox), edit their files and watch its running jobs from the web.");
+    } else {
+        println!("Console off: console sessions are refused; a session open now ends at its next request.");
+    }
+    if state.is_some() {
+        println!("A running agent applies it to the next console request and tells the server at its next heartbeat.");
     }
     Ok(0)
 }
@@ -1006,6 +1030,7 @@ mod tests {
             accept_web_approvals: true,
             evidence_upload: true,
             evidence_hold: Default::default(),
+            console: true,
         }
     }
 

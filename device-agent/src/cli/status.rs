@@ -40,6 +40,8 @@ pub struct StatusReport {
     pub evidence_upload: bool,
     /// `evidence hold screenshots|all|none` (with upload off, every file is held).
     pub evidence_hold: EvidenceHold,
+    /// `console on|off`.
+    pub console: bool,
     /// Questions runs on this computer wait on now (`decisions list`).
     pub decisions_waiting: usize,
     pub sandbox: SandboxReport,
@@ -87,6 +89,7 @@ pub fn gather(data_dir: &DataDir) -> Result<StatusReport> {
         accept_web_approvals: config.accept_web_approvals,
         evidence_upload: config.evidence_upload,
         evidence_hold: config.evidence_hold,
+        console: config.console,
         decisions_waiting: waiting(&pending, Utc::now()),
         folders: config.folders,
         recipes: config.recipes,
@@ -178,6 +181,15 @@ pub fn render(report: &StatusReport) -> String {
             (true, EvidenceHold::Screenshots) => "screenshots and their previews",
             (true, EvidenceHold::All) => "every file",
             (true, EvidenceHold::None) => "nothing",
+        }
+    );
+    let _ = writeln!(
+        out,
+        "Console: {}",
+        if report.console {
+            "on (the owner's console may run commands here, edit shared files and watch jobs)"
+        } else {
+            "off (console sessions are refused)"
         }
     );
     let _ = match report.decisions_waiting {
@@ -306,6 +318,7 @@ mod tests {
             accept_web_approvals: config.accept_web_approvals,
             evidence_upload: config.evidence_upload,
             evidence_hold: config.evidence_hold,
+            console: config.console,
             decisions_waiting,
             sandbox: SandboxReport {
                 backend: "landlock".into(),

@@ -10,8 +10,9 @@
 //!   `cancelRequested`, and wakes the claim loop;
 //! - the **event stream** ([`crate::remote::events`]) wakes the claim loop at once on `wake`
 //!   and on every (re)connect, cancels runs, and hands file requests, secrets and evidence
-//!   requests to their handlers ([`crate::remote::frames`]); it is only a hint, and the
-//!   heartbeat does not depend on it;
+//!   requests to their handlers ([`crate::remote::frames`]) and console sessions to
+//!   [`crate::console::session::serve`]; it is only a hint, and the heartbeat does not
+//!   depend on it;
 //! - the **claim loop** (this function's body) first settles what an earlier agent process
 //!   left in the journal ([`reconcile`]), then claims while below `max_runs`: after each
 //!   heartbeat, each wake-up and as soon as a run ends;
@@ -40,6 +41,7 @@ use tether_protocol::{DecisionId, JobId, PROTOCOL_VERSION};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinSet;
 
+use crate::console::{self, ConsoleContext};
 use crate::engines;
 use crate::local::held_evidence::HeldStore;
 use crate::local::journal::{Journal, RunRecord};
@@ -133,6 +135,8 @@ struct Shared {
     claim_wake: Arc<Notify>,
     /// Tells the claim loop the device was revoked.
     revoked: mpsc::Sender<()>,
+    /// The console sessions' turns.
+    console_sessions: Arc<tokio::sync::Semaphore>,
 }
 
 struct RunEntry {
@@ -183,6 +187,7 @@ pub async fn run(ctx: Ctx, shutdown: impl Future) -> Result<DaemonEnd> {
         lease_period: Arc::new(LeasePeriod::new()),
         claim_wake: claim_wake.clone(),
         revoked: revoked_sender,
+        console_sessions: ConsoleContext::turns(),
     });
     let heartbeat = tokio::spawn(heartbeat_loop(shared.clone()));
     let sweeper = tokio::spawn(sweep_held_evidence(
@@ -519,7 +524,7 @@ impl Shared {
                 upload: config.evidence_upload,
                 hold: config.evidence_hold,
             }),
-            console: None,
+            console: Some(config.console),
         }
     }
 
@@ -590,6 +595,20 @@ impl Shared {
         }
     }
 
+    /// What a console session works with: the configuration read from disk on every
+    /// request, the runs' guard and output taps, this process's sandbox.
+    fn console_context(self: &Arc<Self>) -> ConsoleContext {
+        let shared = self.clone();
+        ConsoleContext {
+            data_dir: self.data_dir.clone(),
+            guard: self.common.guard.clone(),
+            taps: self.common.taps.clone(),
+            config: Arc::new(move || shared.fresh_config()),
+            sandbox: sandbox::current(),
+            sessions: self.console_sessions.clone(),
+        }
+    }
+
     /// The owner asked to stop a run (a `job.cancel` frame).
     fn cancel(&self, job_id: &JobId) {
         if let Some(entry) = lock(&self.runs).get(job_id) {
@@ -629,6 +648,11 @@ impl EventSink for StreamSink {
 
     fn decision_answered(&self, decision_id: &DecisionId) {
         self.0.common.hub.answered(decision_id);
+    }
+
+    fn console_open(&self, session_id: String, enc: String) {
+        let (context, client) = (self.0.console_context(), self.0.client.clone());
+        tokio::spawn(console::session::serve(context, client, session_id, enc));
     }
 }
 

@@ -69,6 +69,7 @@ async fn execute(recipe: &Recipe, ctx: RunContext<'_>) -> Result<CompleteParams,
         named,
         guard,
         hub: _,
+        taps,
         attachments,
         tools,
     } = ctx;
@@ -107,6 +108,7 @@ async fn execute(recipe: &Recipe, ctx: RunContext<'_>) -> Result<CompleteParams,
         None,
         stop.clone(),
         secrets.hidden.clone(),
+        Some(taps.open(&job.id)),
     ));
     let spawned = |pid| lease.spawned(pid);
     let command = std::mem::replace(&mut prepared.command, Command::new("true"));

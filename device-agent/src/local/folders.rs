@@ -80,6 +80,7 @@ mod tests {
             accept_web_approvals: true,
             evidence_upload: true,
             evidence_hold: Default::default(),
+            console: true,
         }
     }
 

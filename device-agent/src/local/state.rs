@@ -70,6 +70,14 @@ pub struct Config {
     /// discard (`tether-agent evidence hold screenshots|all|none`; screenshots by default).
     #[serde(default)]
     pub evidence_hold: EvidenceHold,
+    /// Whether the owner's console may reach this computer (`tether-agent console on|off`;
+    /// on by default). Read again on every console request.
+    #[serde(default = "console_on_by_default")]
+    pub console: bool,
+}
+
+fn console_on_by_default() -> bool {
+    true
 }
 
 fn evidence_uploaded_by_default() -> bool {
@@ -204,6 +212,7 @@ impl Config {
             accept_web_approvals: true,
             evidence_upload: true,
             evidence_hold: EvidenceHold::default(),
+            console: true,
         }
     }
 

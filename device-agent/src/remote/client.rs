@@ -308,6 +308,28 @@ impl DeviceClient {
     /// # Errors
     /// When the server URL cannot be turned into a WebSocket URL.
     pub fn events_request(&self) -> anyhow::Result<WsRequest> {
+        self.ws_request(routes::EVENTS)
+    }
+
+    /// The WebSocket handshake request of this device's end of console session
+    /// `session_id` (`GET /api/devices/self/console/{sessionId}`), with the same headers as
+    /// the event stream's.
+    ///
+    /// # Errors
+    /// A server address that is not http(s), or a session id that cannot be a path segment.
+    pub fn console_request(&self, session_id: &str) -> anyhow::Result<WsRequest> {
+        let plain = !session_id.is_empty()
+            && session_id.len() <= 64
+            && session_id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !plain {
+            anyhow::bail!("the console session id is not a plain id");
+        }
+        self.ws_request(&routes::device_console(session_id))
+    }
+
+    fn ws_request(&self, path: &str) -> anyhow::Result<WsRequest> {
         let base = self.server.base();
         let ws_base = if let Some(rest) = base.strip_prefix("https://") {
             format!("wss://{rest}")
@@ -316,7 +338,7 @@ impl DeviceClient {
         } else {
             anyhow::bail!("{base:?} is not an http(s) address");
         };
-        let mut request = format!("{ws_base}{}", routes::EVENTS).into_client_request()?;
+        let mut request = format!("{ws_base}{path}").into_client_request()?;
         let headers = request.headers_mut();
         headers.insert(
             reqwest::header::AUTHORIZATION,

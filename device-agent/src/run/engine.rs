@@ -41,6 +41,8 @@ pub struct RunContext<'a> {
     pub guard: &'a Guard,
     /// Where answers to the run's questions are routed.
     pub hub: &'a Arc<DecisionHub>,
+    /// Where the run's output is tapped for the console's Watch.
+    pub taps: &'a Arc<crate::run::watch::Taps>,
     /// The files attached to the task, downloaded and checked; `None` when it has none.
     pub attachments: Option<&'a RunAttachments>,
     /// The run's tool channel (`tether-agent tool`, the coding agent's MCP server); `None`

@@ -25,7 +25,8 @@
 //! - [`model_network`]: an engine limited to its model endpoints, through relays and a
 //!   filtering proxy on sockets its sandbox forwards;
 //! - [`environment`]: the allow list of the child environment;
-//! - [`process_group`]: signalling a run's whole process tree.
+//! - [`process_group`]: signalling a run's whole process tree;
+//! - [`watch`]: taps on running jobs' output, which the owner's console watches read-only.
 //!
 //! **Architecture Invariant:** nothing the server sends becomes argv or a path. The job's
 //! `folder` and `engine` are looked up among the owner's shared folders, recipes and
@@ -55,6 +56,7 @@ pub mod stop;
 #[path = "../../tests/support/http_request.rs"]
 mod test_http;
 pub mod tool_channel;
+pub mod watch;
 pub mod worker_report;
 pub mod workplace;
 
@@ -88,6 +90,8 @@ pub struct Common {
     pub guard: Guard,
     pub hub: Arc<DecisionHub>,
     pub claims: Arc<FolderClaims>,
+    /// The running jobs' output taps, for the console's Watch.
+    pub taps: Arc<watch::Taps>,
 }
 
 impl Common {
@@ -98,6 +102,7 @@ impl Common {
             guard: Guard::for_user(data_dir.root()),
             hub: DecisionHub::new(Some(data_dir.clone())),
             claims: Arc::default(),
+            taps: Arc::default(),
         }
     }
 }
@@ -225,6 +230,7 @@ async fn execute<E: Engine>(
         named,
         guard,
         hub: &run.common.hub,
+        taps: &run.common.taps,
         attachments: attachments.as_ref(),
         tools: tools.as_ref(),
     };

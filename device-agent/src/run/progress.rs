@@ -26,6 +26,7 @@ use crate::remote::backoff::Backoff;
 use crate::remote::client::{DeviceClient, RemoteError};
 use crate::run::lease::{Recovery, RunLease};
 use crate::run::stop::{RunStop, StopReason};
+use crate::run::watch::Tap;
 
 /// Most bytes of line text one progress call carries.
 pub const MAX_BATCH_BYTES: usize = 64 * 1024;
@@ -238,13 +239,21 @@ pub async fn report_output(
     flushes: Option<FlushRequests>,
     stop: RunStop,
     hidden: Arc<Vec<String>>,
+    tap: Option<Tap>,
 ) {
     let mut batcher = ProgressBatcher::numbered_by(lease.progress_seq());
     let mut flushes = flushes.map(|FlushRequests(receiver)| receiver);
     let mut tick = tokio::time::interval(FLUSH_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Saved secret values never leave this computer.
-    let redacted = |line: String| redact(&line, &hidden);
+    // What is sent is also what a console watching the job sees.
+    let redacted = |line: String| {
+        let line = redact(&line, &hidden);
+        if let Some(tap) = &tap {
+            tap.line(&line);
+        }
+        line
+    };
     loop {
         let wake = tokio::select! {
             line = lines.recv() => Wake::Line(line),
@@ -542,6 +551,7 @@ mod tests {
             Some(flushes),
             RunStop::new(),
             hidden,
+            None,
         ));
         for round in 0..3 {
             lines.send(format!("printed {round} tok-secret-77")).await?;

@@ -130,6 +130,7 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         named,
         guard,
         hub,
+        taps,
         attachments,
         tools,
     } = ctx;
@@ -156,6 +157,7 @@ async fn execute(engine: &AcpEngine, ctx: RunContext<'_>) -> Result<CompletePara
         Some(flushes),
         stop.clone(),
         secrets.hidden.clone(),
+        Some(taps.open(&job.id)),
     ));
     // The agent and each of its terminals see the attempt's evidence folder, as a recipe
     // does; it is delivered once they all ended.

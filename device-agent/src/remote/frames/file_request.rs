@@ -393,11 +393,11 @@ pub fn error(code: &str, message: impl Into<String>) -> ErrorDetail {
     }
 }
 
-fn refused(message: impl Into<String>) -> ErrorDetail {
+pub(crate) fn refused(message: impl Into<String>) -> ErrorDetail {
     error("path_refused", message)
 }
 
-fn not_found() -> ErrorDetail {
+pub(crate) fn not_found() -> ErrorDetail {
     error(
         "not_found",
         "there is no such file or folder in the job's folder",
@@ -405,7 +405,7 @@ fn not_found() -> ErrorDetail {
 }
 
 /// A path the web sent, checked and split: relative, no `..`, nothing protected.
-fn parse_relative(raw: &str) -> Result<Vec<String>, ErrorDetail> {
+pub(crate) fn parse_relative(raw: &str) -> Result<Vec<String>, ErrorDetail> {
     if raw.len() > MAX_PATH_BYTES || raw.contains('\0') {
         return Err(error("invalid_field", "path is not a valid path"));
     }
@@ -435,7 +435,7 @@ fn parse_relative(raw: &str) -> Result<Vec<String>, ErrorDetail> {
 
 /// Resolves the parts under `root`: the real path, which must still be inside the folder
 /// and protected nowhere along the way.
-fn resolve(
+pub(crate) fn resolve(
     root: &Path,
     parts: &[String],
     guard: &dyn Fn(&Path) -> Option<String>,
@@ -459,7 +459,7 @@ fn resolve(
 }
 
 /// `real` must be `root` or below it, with no protected part between them.
-fn check_inside(root: &Path, real: &Path) -> Result<(), ErrorDetail> {
+pub(crate) fn check_inside(root: &Path, real: &Path) -> Result<(), ErrorDetail> {
     let Ok(relative) = real.strip_prefix(root) else {
         return Err(refused("this path leads outside the job's folder"));
     };
@@ -528,6 +528,62 @@ fn read(
     hidden: &[String],
     deadline: Deadline,
 ) -> Result<FileContent, ErrorDetail> {
+    let opened = read_checked(root, raw_path, guard, deadline)?;
+    let Opened {
+        path,
+        size,
+        bytes,
+        truncated,
+        ..
+    } = opened;
+    match text_of(&bytes, truncated) {
+        Some(text) => {
+            let (text, cut) = shown_text(text, truncated, hidden, deadline)?;
+            Ok(FileContent {
+                path,
+                size,
+                binary: false,
+                truncated: truncated || cut,
+                text: Some(text),
+            })
+        }
+        None => Ok(FileContent {
+            path,
+            size,
+            binary: true,
+            truncated: false,
+            text: None,
+        }),
+    }
+}
+
+/// A file of a shared folder as read under the file view's rules.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    /// The path asked for, `/`-separated.
+    pub path: String,
+    /// The real path read.
+    pub real: PathBuf,
+    /// The file's size when it was opened.
+    pub size: u64,
+    /// At most [`MAX_FILE_BYTES`] of it.
+    pub bytes: Vec<u8>,
+    /// The file holds more than `bytes`.
+    pub truncated: bool,
+}
+
+/// Reads the file `raw_path` of the folder `root` under the file view's path rules: relative,
+/// no `..`, nothing protected, inside the folder once links are resolved, a regular file
+/// with one name, opened without following a final link and the same file as checked.
+///
+/// # Errors
+/// The refusal to answer with.
+pub(crate) fn read_checked(
+    root: &Path,
+    raw_path: &str,
+    guard: &dyn Fn(&Path) -> Option<String>,
+    deadline: Deadline,
+) -> Result<Opened, ErrorDetail> {
     let parts = parse_relative(raw_path)?;
     if parts.is_empty() {
         return Err(error("invalid_field", "path names the folder, not a file"));
@@ -563,48 +619,51 @@ fn read(
             let mut probe = [0u8; 1];
             matches!(file.read(&mut probe), Ok(1))
         };
-    let path = parts.join("/");
-    match text_of(&bytes, truncated) {
-        Some(mut text) => {
-            // The last line of a cut read is incomplete: a secret in it might be shown in
-            // part (a token too short to know, half a saved value), so it is left out. A
-            // single line that long is hidden whole by the redaction anyway.
-            if truncated {
-                if let Some(newline) = text.rfind('\n') {
-                    text.truncate(newline + 1);
-                }
-            }
-            deadline.check()?;
-            // Saved values first: the patterns below could otherwise break one apart.
-            let text = vault::redact(&text, hidden);
-            deadline.check()?;
-            // Redaction can lengthen short values; the text still stays within the limit.
-            let mut text = redaction::redact_until(&text, deadline)?;
-            let limit = usize::try_from(MAX_FILE_BYTES).unwrap_or(usize::MAX);
-            let cut = text.len() > limit;
-            if cut {
-                let mut end = limit;
-                while !text.is_char_boundary(end) {
-                    end -= 1;
-                }
-                text.truncate(end);
-            }
-            Ok(FileContent {
-                path,
-                size,
-                binary: false,
-                truncated: truncated || cut,
-                text: Some(text),
-            })
+    Ok(Opened {
+        path: parts.join("/"),
+        real,
+        size,
+        bytes,
+        truncated,
+    })
+}
+
+/// A file's text as the file view shows it: the last line of a cut read left out, every
+/// saved value in `hidden` replaced, then what [`redaction`] hides, at most
+/// [`MAX_FILE_BYTES`]; and whether that limit cut it.
+///
+/// # Errors
+/// Out of time.
+pub(crate) fn shown_text(
+    mut text: String,
+    truncated: bool,
+    hidden: &[String],
+    deadline: Deadline,
+) -> Result<(String, bool), ErrorDetail> {
+    // The last line of a cut read is incomplete: a secret in it might be shown in part (a
+    // token too short to know, half a saved value), so it is left out. A single line that
+    // long is hidden whole by the redaction anyway.
+    if truncated {
+        if let Some(newline) = text.rfind('\n') {
+            text.truncate(newline + 1);
         }
-        None => Ok(FileContent {
-            path,
-            size,
-            binary: true,
-            truncated: false,
-            text: None,
-        }),
     }
+    deadline.check()?;
+    // Saved values first: the patterns below could otherwise break one apart.
+    let text = vault::redact(&text, hidden);
+    deadline.check()?;
+    // Redaction can lengthen short values; the text still stays within the limit.
+    let mut text = redaction::redact_until(&text, deadline)?;
+    let limit = usize::try_from(MAX_FILE_BYTES).unwrap_or(usize::MAX);
+    let cut = text.len() > limit;
+    if cut {
+        let mut end = limit;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    Ok((text, cut))
 }
 
 /// The message of a diff asked for a job whose start this computer did not record.
@@ -898,7 +957,7 @@ fn read_until(file: &mut fs::File, deadline: Deadline) -> Result<Vec<u8>, ErrorD
 }
 
 /// Opens `path` without following a final link (and without blocking on a FIFO).
-fn open_file(path: &Path) -> Result<fs::File, ErrorDetail> {
+pub(crate) fn open_file(path: &Path) -> Result<fs::File, ErrorDetail> {
     open_no_follow(path).map_err(|err| match err.kind() {
         io::ErrorKind::NotFound => not_found(),
         _ => refused("this file cannot be opened"),
@@ -907,7 +966,7 @@ fn open_file(path: &Path) -> Result<fs::File, ErrorDetail> {
 
 /// The bytes as text, or `None` when they look binary: a NUL byte early on, or invalid
 /// UTF-8 (except a character cut at the end of a truncated read).
-fn text_of(bytes: &[u8], truncated: bool) -> Option<String> {
+pub(crate) fn text_of(bytes: &[u8], truncated: bool) -> Option<String> {
     if bytes[..bytes.len().min(SNIFF_BYTES)].contains(&0) {
         return None;
     }
