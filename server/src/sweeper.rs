@@ -1,5 +1,6 @@
 //! The sweeper: ends runs whose lease expired, expires overdue decisions, and keeps house
-//! (stale pairing codes, sessions, idempotency keys, and uploads no job took).
+//! (stale pairing codes, sessions, passkey ceremonies and ended console unlocks,
+//! idempotency keys, and uploads no job took).
 //!
 //! [`try_expire_leases`] is one step, callable from tests (as is
 //! [`crate::jobs::decisions::expire_overdue`]); [`run`] repeats both every `sweep_secs`, at the
@@ -15,7 +16,7 @@ use chrono::{DateTime, Utc};
 use tether_protocol::jobs::Outcome;
 use tether_protocol::{AccountId, JobId};
 
-use crate::accounts::login_failures;
+use crate::accounts::{console_unlocks, login_failures, passkeys};
 use crate::clock::{secs, to_time, Millis};
 use crate::config::Config;
 use crate::devices::pairing;
@@ -171,6 +172,8 @@ async fn sweep_once(
     pairing::delete_stale(&mut tx, now_ms).await?;
     login_failures::delete_stale(&mut tx, now_ms).await?;
     delete_expired_sessions(&mut tx, now_ms).await?;
+    passkeys::delete_stale_ceremonies(&mut tx, now_ms).await?;
+    console_unlocks::delete_ended(&mut tx, now_ms).await?;
     idempotency::delete_stale(&mut tx, now_ms).await?;
     tx.commit().await?;
     attachments::sweep(store, &config.data_dir, now_ms).await?;

@@ -1,6 +1,7 @@
 //! The accounts wing: accounts, users and sessions (here), API tokens (`api_tokens`),
 //! password hashing (`passwords`), sign-in backoff (`login_failures`), the sessions a person
-//! sees and ends (`sessions`) and changing a password (`password_change`).
+//! sees and ends (`sessions`), changing a password (`password_change`), passkeys
+//! (`passkeys`) and the console unlock they open (`console_unlocks`).
 //!
 //! Accounts, users and sessions (API tokens are `api_tokens`).
 //!
@@ -10,7 +11,9 @@
 //! `login_failures`.
 
 pub mod api_tokens;
+pub mod console_unlocks;
 pub mod login_failures;
+pub mod passkeys;
 pub mod password_change;
 pub mod passwords;
 pub mod sessions;

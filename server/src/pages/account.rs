@@ -1,15 +1,16 @@
-//! Sign-in and sign-up pages, and the Account page: the password, the browser sessions and
-//! the API tokens.
+//! Sign-in and sign-up pages, and the Account page: the password, the browser sessions, the
+//! passkeys and this browser's console unlock, and the API tokens.
 
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
 use maud::{html, Markup};
 use serde::Deserialize;
 use tether_protocol::auth::{ApiToken, Session};
+use tether_protocol::console::{Passkey, MAX_PASSKEYS, MAX_PASSKEY_NAME_CHARS};
 
 use super::layout::{error_page, page, when};
 use super::redirects::{escape_query_value, safe_next, signin_redirect};
-use crate::accounts::{api_tokens, sessions};
+use crate::accounts::{api_tokens, passkeys, sessions};
 use crate::auth::Caller;
 use crate::state::AppState;
 
@@ -78,6 +79,10 @@ pub async fn show(state: web::Data<AppState>, caller: Option<Caller>) -> HttpRes
         Ok(sessions) => sessions,
         Err(error) => return error_page(&caller, &error),
     };
+    let passkeys = match passkeys::list(&state.store, &caller.account.id, &caller.user.id).await {
+        Ok(passkeys) => passkeys,
+        Err(error) => return error_page(&caller, &error),
+    };
     let now = state.store.clock().now();
     page(
         "Account",
@@ -124,6 +129,7 @@ pub async fn show(state: web::Data<AppState>, caller: Option<Caller>) -> HttpRes
                     span.error role="alert" {}
                 }
             }
+            (passkeys_section(&passkeys, caller.session_id.is_some(), now))
             section.card #tokens {
                 h2 { "API tokens" }
                 p.muted {
@@ -158,6 +164,78 @@ pub async fn show(state: web::Data<AppState>, caller: Option<Caller>) -> HttpRes
             }
         },
     )
+}
+
+/// The person's passkeys (added with `navigator.credentials.create()`, removed after a
+/// confirmation) and this browser's console: locked or unlocked, with Unlock and Lock now.
+/// `assets/passkeys.js` does the work.
+fn passkeys_section(passkeys: &[Passkey], at_browser: bool, now: DateTime<Utc>) -> Markup {
+    html! {
+        section.card #passkeys {
+            h2 { "Passkeys" }
+            p.muted {
+                "A passkey (your phone, your computer's screen lock, a security key) unlocks the \
+                 console of a computer in this browser. The console locks after 30 minutes \
+                 without use, 8 hours after unlocking, when you sign out and when its passkey \
+                 is removed."
+            }
+            @if passkeys.is_empty() {
+                p.muted { "No passkey yet." }
+            } @else {
+                table {
+                    thead { tr { th { "Name" } th { "Added" } th { "Last used" } th {} } }
+                    tbody { @for passkey in passkeys { (passkey_row(passkey, now)) } }
+                }
+            }
+            @if passkeys.len() < MAX_PASSKEYS {
+                form.stack data-passkey-add {
+                    label { "Name of the new passkey"
+                        input type="text" name="name" maxlength=(MAX_PASSKEY_NAME_CHARS)
+                            placeholder="My phone" required; }
+                    p.error role="alert" {}
+                    button type="submit" { "Add a passkey" }
+                }
+            } @else {
+                p.muted { "You have " (MAX_PASSKEYS) " passkeys, the most one person keeps." }
+            }
+            @if at_browser {
+                div.row data-console-status {
+                    p { strong { "Console: " } span data-console-state role="status" { "…" } }
+                    button type="button" data-console-unlock hidden { "Unlock" }
+                    button.secondary type="button" data-console-lock hidden { "Lock now" }
+                    span.error role="alert" {}
+                }
+            }
+            script src="/assets/passkeys.js" defer {}
+        }
+    }
+}
+
+fn passkey_row(passkey: &Passkey, now: DateTime<Utc>) -> Markup {
+    let time = |text: &str| {
+        DateTime::parse_from_rfc3339(text)
+            .map(|at| at.with_timezone(&Utc))
+            .ok()
+    };
+    html! {
+        tr data-passkey=(passkey.id) {
+            td { (passkey.name) }
+            td { @if let Some(at) = time(&passkey.created_at) { (when(at, now)) } }
+            td {
+                @match passkey.last_used_at.as_deref().and_then(time) {
+                    Some(at) => (when(at, now)),
+                    None => span.muted { "never" },
+                }
+            }
+            td {
+                form data-passkey-remove=(passkey.id)
+                    data-confirm={ "Remove the passkey " (passkey.name) "? A console it unlocked locks now." } {
+                    button.danger type="submit" aria-label={ "Remove the passkey " (passkey.name) } { "Remove" }
+                    span.error {}
+                }
+            }
+        }
+    }
 }
 
 fn session_row(session: &Session, now: DateTime<Utc>) -> Markup {
