@@ -1,6 +1,6 @@
 //! What the server logs for a request head it cannot parse: the client's fault, so a warning,
 //! never an error. The test binary's one global subscriber is `telemetry::install`'s, writing
-//! JSON lines (warnings and errors only) into a buffer.
+//! JSON lines into a buffer (the console's tests read it too, for what must never be logged).
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -30,14 +30,15 @@ impl Write for Capture {
     }
 }
 
-/// The log lines written so far in this process, as JSON.
-fn logs() -> Vec<Value> {
+/// Everything the server logged so far in this process (the server's own lines from debug
+/// up, everything else from info up), as JSON lines; the first call starts the capture.
+pub fn written() -> String {
     static WRITTEN: OnceLock<Written> = OnceLock::new();
     let written = WRITTEN.get_or_init(|| {
         let written = Written::default();
         let sink = written.clone();
         let installed = telemetry::install(
-            EnvFilter::new("warn"),
+            EnvFilter::new("info,tether_server=debug"),
             true,
             move || Capture(sink.clone()),
             None,
@@ -46,7 +47,13 @@ fn logs() -> Vec<Value> {
         written
     });
     let text = String::from_utf8_lossy(&written.lock().unwrap()).into_owned();
-    text.lines()
+    text
+}
+
+/// The log lines written so far in this process, as JSON.
+fn logs() -> Vec<Value> {
+    written()
+        .lines()
         .filter_map(|line| serde_json::from_str(line).ok())
         .collect()
 }
