@@ -7,6 +7,11 @@
 //! exit code: a write that "succeeded" into a private tmpfs left the host untouched, and a
 //! refused one that left a file behind did not.
 //!
+//! The attempts that hold whatever the network (files, processes, the terminal) run a third
+//! time per backend through the owner's console's terminal (`console::terminal::run`: the
+//! console's own sandbox policy, network on, on a pseudo-terminal), with the same outcomes
+//! asserted (`console_bwrap`, `console_landlock`).
+//!
 //! A backend that does not work on this machine skips its tests with a message, unless
 //! `TETHER_REQUIRE_EXTERNAL=1`, which makes it fail.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -21,6 +26,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use tether_agent::console::terminal;
 use tether_agent::engines::recipe::{supervise, Ended};
 use tether_agent::local::origins::Origin;
 use tether_agent::policy::guard::Guard;
@@ -30,6 +38,7 @@ use tether_agent::run::model_network::ModelNetwork;
 use tether_agent::run::{RunStop, StopReason};
 use tether_agent::sandbox;
 use tether_agent::sandbox::{Forward, Input, Policy, Sandbox, Settings, Start};
+use tether_protocol::console::ConsoleReply;
 use tokio::sync::mpsc;
 
 const AGENT: &str = env!("CARGO_BIN_EXE_tether-agent");
@@ -229,6 +238,9 @@ async fn run_forwarded(
     timeout: Duration,
     stop: RunStop,
 ) -> Run {
+    if THROUGH_CONSOLE.try_with(|on| *on).unwrap_or(false) && forwards.is_empty() {
+        return run_in_console(sandbox, fx, policy, script, timeout).await;
+    }
     let argv = vec!["/bin/bash".to_owned(), "-c".to_owned(), script.to_owned()];
     let mut prepared = sandbox
         .prepare_forwarded(&fx.guard, policy, &Start::new(&argv), forwards)
@@ -253,6 +265,96 @@ async fn run_forwarded(
     let mut lines = collector.await.unwrap();
     lines.extend(prepared.finish());
     Run { ended, lines }
+}
+
+tokio::task_local! {
+    /// Whether the attempt runs through the console's terminal.
+    static THROUGH_CONSOLE: bool;
+}
+
+/// Runs `script` as the console runs a line a person confirmed: `terminal::run` in the work
+/// folder on a pseudo-terminal, with the console's own sandbox policy; the attempt's
+/// variables (`HOME`, `PATH`, `W`, `OUT`, `ID`) exported first, as a person could type them.
+async fn run_in_console(
+    sandbox: &Sandbox,
+    fx: &Fixture,
+    policy: &Policy,
+    script: &str,
+    timeout: Duration,
+) -> Run {
+    let exports: String = policy
+        .env
+        .iter()
+        .filter(|(name, _)| ["HOME", "PATH", "W", "OUT", "ID"].contains(&name.as_str()))
+        .map(|(name, value)| format!("export {name}={}; ", shell_quote(value)))
+        .collect();
+    let approved = terminal::Approved {
+        argv: vec![
+            "/bin/bash".to_owned(),
+            "-c".to_owned(),
+            format!("{exports}\n{script}"),
+        ],
+        folder: fx.work.clone(),
+        label: "work".to_owned(),
+        program: "bash".to_owned(),
+    };
+    let (output, mut printed) = mpsc::channel(1024);
+    let collector = tokio::spawn(async move {
+        let mut bytes = Vec::new();
+        while let Some(reply) = printed.recv().await {
+            if let ConsoleReply::Output { data, .. } = reply {
+                bytes.extend(STANDARD.decode(data).unwrap());
+            }
+        }
+        bytes
+    });
+    let limits = terminal::Limits {
+        time: timeout,
+        output: terminal::Limits::DEFAULT.output,
+    };
+    let kill = Arc::new(tokio::sync::Notify::new());
+    let exit = tokio::time::timeout(
+        timeout + Duration::from_secs(60),
+        terminal::run(
+            sandbox,
+            &fx.guard,
+            &approved,
+            1,
+            (120, 40),
+            limits,
+            kill,
+            output,
+        ),
+    )
+    .await
+    .expect("the console's command outlived its limit by a minute");
+    let bytes = collector.await.unwrap();
+    let lines = String::from_utf8_lossy(&bytes)
+        .split('\n')
+        .map(|line| line.trim_end_matches('\r').to_owned())
+        .filter(|line| !line.is_empty())
+        .collect();
+    let ended = match exit {
+        ConsoleReply::Exit {
+            timed_out: true, ..
+        } => Ended::TimedOut,
+        ConsoleReply::Exit {
+            interrupted: true, ..
+        } => Ended::Stopped(StopReason::Cancel),
+        ConsoleReply::Exit {
+            code: Some(code), ..
+        } => Ended::Exited(std::os::unix::process::ExitStatusExt::from_raw(code << 8)),
+        ConsoleReply::Exit { code: None, .. } => Ended::Exited(
+            std::os::unix::process::ExitStatusExt::from_raw(libc_sigkill()),
+        ),
+        other => Ended::SpawnFailed(format!("{other:?}")),
+    };
+    Run { ended, lines }
+}
+
+/// A status killed by SIGKILL, as `from_raw` takes it.
+fn libc_sigkill() -> i32 {
+    9
 }
 
 async fn run(sandbox: &Sandbox, fx: &Fixture, script: &str) -> Run {
@@ -1341,6 +1443,79 @@ async fn t30_model_network(sandbox: Sandbox) {
         run.said()
     );
 }
+
+/// Attempt 31 (the console's own): the command's terminal is a real one, and what would
+/// push input into it (`TIOCSTI`) or read the screen (`TIOCLINUX`) is refused on it.
+async fn t31_console_terminal_injection(sandbox: Sandbox) {
+    let fx = Fixture::new();
+    let perl = "for my $req (0x5412, 0x541C) { my $c = \"x\"; my $r = ioctl(STDIN, $req, $c); \
+                printf(\"ioctl %x: %s\\n\", $req, $r ? \"ALLOWED\" : \"refused ($!)\"); }";
+    let script = format!(
+        "test -t 0 && test -t 1 && echo tty; perl -e {}; echo done",
+        shell_quote(perl)
+    );
+    let run = THROUGH_CONSOLE
+        .scope(true, async { run(&sandbox, &fx, &script).await })
+        .await;
+    assert!(run.lines.contains(&"tty".to_owned()), "{}", run.said());
+    assert!(run.lines.contains(&"done".to_owned()), "{}", run.said());
+    let results: Vec<&String> = run
+        .lines
+        .iter()
+        .filter(|line| line.contains("ioctl "))
+        .collect();
+    assert_eq!(results.len(), 2, "the probe did not run\n{}", run.said());
+    assert!(
+        results.iter().all(|line| line.contains("refused")),
+        "{}",
+        run.said()
+    );
+}
+
+/// Runs the attempts named through the console's terminal under both backends.
+macro_rules! through_the_console {
+    ($($name:ident),* $(,)?) => {
+        mod console_bwrap {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    if let Some(sandbox) = super::sandbox_for("bwrap") {
+                        super::THROUGH_CONSOLE.scope(true, super::$name(sandbox)).await;
+                    }
+                }
+            )*
+        }
+        mod console_landlock {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    if let Some(sandbox) = super::sandbox_for("landlock") {
+                        super::THROUGH_CONSOLE.scope(true, super::$name(sandbox)).await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
+through_the_console!(
+    t01_write_system_and_home,
+    t02_write_work_folder,
+    t03_read_keys,
+    t04_symlinks,
+    t05_hardlink,
+    t06_rename,
+    t07_git_hooks,
+    t08_create_missing_protected,
+    t14_host_processes,
+    t15_terminal_injection,
+    t17_setuid,
+    t18_namespaces_and_mounts,
+    t19_mknod,
+    t21_leftovers_die,
+    t22_io_uring,
+    t31_console_terminal_injection,
+);
 
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
