@@ -331,8 +331,8 @@ pub async fn has_passkey(
     account_id: &AccountId,
     user_id: &UserId,
 ) -> Result<bool, ApiError> {
-    let found = on_read!(store, |pool| sqlx::query_scalar::<_, i64>(
-        "SELECT 1 FROM passkeys WHERE account_id = $1 AND user_id = $2 LIMIT 1"
+    let found = on_read!(store, |pool| sqlx::query_scalar::<_, String>(
+        "SELECT id FROM passkeys WHERE account_id = $1 AND user_id = $2 LIMIT 1"
     )
     .bind(account_id.as_str())
     .bind(user_id.as_str())
@@ -523,9 +523,8 @@ pub async fn remove(
     .bind(account_id.as_str())
     .fetch_one(conn)
     .await)?;
-    let name =
-        on_tx!(&mut tx, |conn| {
-            sqlx::query_scalar::<_, String>(
+    let name = on_tx!(&mut tx, |conn| {
+        sqlx::query_scalar::<_, String>(
         "DELETE FROM passkeys WHERE id = $1 AND account_id = $2 AND user_id = $3 RETURNING name"
     )
     .bind(raw_id)
@@ -533,7 +532,7 @@ pub async fn remove(
     .bind(user_id.as_str())
     .fetch_optional(conn)
     .await
-        })?;
+    })?;
     let Some(name) = name else {
         return Err(ApiError::not_found("passkey"));
     };
