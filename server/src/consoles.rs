@@ -6,7 +6,7 @@
 //! The browser then sends the channel's `enc`; [`invite`] keeps a single-use ticket for the
 //! computer (30 seconds) and sends it `console.open`. The computer joins at its own route
 //! ([`join`], which takes the ticket: another device, a second join or a late one is a 404).
-//! From then on the two ends exchange messages through two [pipes](crate::relay::Pipe) named
+//! From then on the two ends exchange messages through two [pipes](crate::relay::pipes::Pipe) named
 //! after the session, so the two WebSockets may be held by different replicas.
 //!
 //! The ledger records that a session was joined and each terminal command's program and

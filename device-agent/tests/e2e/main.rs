@@ -16,6 +16,7 @@ mod changes;
 mod chromium;
 mod coding_agents;
 mod confined;
+mod console;
 mod continue_git;
 mod decisions;
 mod delivery;
@@ -453,6 +454,22 @@ async fn spawn_server_with(
     database_url: Option<String>,
     tweak: impl FnOnce(&mut Config),
 ) -> Server {
+    spawn_server_on(database_url, tweak, tether_server::Clock::system()).await
+}
+
+/// Like [`spawn_server`], reading every "now" from `clock`, which the test advances.
+async fn spawn_server_with_clock(
+    database_url: Option<String>,
+    clock: tether_server::clock::ManualClock,
+) -> Server {
+    spawn_server_on(database_url, |_| {}, clock.into()).await
+}
+
+async fn spawn_server_on(
+    database_url: Option<String>,
+    tweak: impl FnOnce(&mut Config),
+    clock: tether_server::Clock,
+) -> Server {
     let data_dir = tempfile::tempdir().unwrap();
     let mut config = Config::new(data_dir.path().to_path_buf());
     config.listen = "127.0.0.1:0".to_owned();
@@ -466,7 +483,7 @@ async fn spawn_server_with(
     // The agent polls `register` at least once a second; no slow_down in tests.
     config.pairing_interval_secs = 0;
     tweak(&mut config);
-    let app = Application::build(config).await.unwrap();
+    let app = Application::build_with_clock(config, clock).await.unwrap();
     let base = app.base_url();
     tokio::spawn(app.run_until_stopped());
     Server {

@@ -52,8 +52,7 @@ use crate::error::ApiError;
 use crate::store::job_rows;
 use crate::store::Store;
 
-mod pipes;
-pub use pipes::Pipe;
+pub mod pipes;
 
 /// Frames one stream may have queued before further ones are dropped (they are hints).
 pub const STREAM_BUFFER: usize = 16;
@@ -1049,7 +1048,7 @@ impl Hub {
             let local = self.local();
             channels.extend(local.streams.keys().map(|id| device_channel(id)));
             channels.extend(local.accounts.keys().map(|id| account_channel(id)));
-            channels.extend(local.pipes.keys().map(|name| pipes::channel(name)));
+            channels.extend(local.pipes.keys().map(|name| pipe_channel(name)));
         }
         sink.subscribe(&channels).await?;
         self.inner.tokens.set_trusted(true);
@@ -1194,6 +1193,11 @@ fn device_channel(device_id: &str) -> String {
 
 fn account_channel(account_id: &str) -> String {
     format!("{KEY_PREFIX}acct:{account_id}")
+}
+
+/// The Redis channel of pipe `name` ([`Hub::open_pipe`]).
+fn pipe_channel(name: &str) -> String {
+    format!("{KEY_PREFIX}pipe:{name}")
 }
 
 fn tokens_channel() -> String {

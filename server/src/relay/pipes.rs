@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Bus, Command, Hub, KEY_PREFIX, SUBSCRIBE_TIMEOUT};
+use super::{pipe_channel as channel, Bus, Command, Hub, KEY_PREFIX, SUBSCRIBE_TIMEOUT};
 use crate::error::ApiError;
 
 /// Messages a pipe's reader may fall behind by.
@@ -53,11 +53,6 @@ impl Drop for Pipe {
             }
         }
     }
-}
-
-/// The Redis channel of pipe `name`.
-pub(super) fn channel(name: &str) -> String {
-    format!("{KEY_PREFIX}pipe:{name}")
 }
 
 fn ticket_key(key: &str) -> String {

@@ -27,7 +27,7 @@ use crate::auth::Caller;
 use crate::consoles::{self, Joined, Started};
 use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
-use crate::relay::Pipe;
+use crate::relay::pipes::Pipe;
 use crate::state::AppState;
 
 /// The largest text frame either end may send: a sealed message at its largest, framed.

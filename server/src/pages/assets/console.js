@@ -87,10 +87,14 @@
     if (socket) return;
     const { startChannel } = await import('/assets/seal.js');
     const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:';
-    socket = new WebSocket(`${scheme}//${location.host}/api/devices/${encodeURIComponent(deviceId)}/console`);
+    const mine = new WebSocket(`${scheme}//${location.host}/api/devices/${encodeURIComponent(deviceId)}/console`);
+    socket = mine;
     root.dataset.session = 'connecting';
+    delete root.dataset.closed;
     say('Connecting to the computer…');
-    socket.addEventListener('message', async (event) => {
+    // A socket hung up on earlier may still report; only this one's events count.
+    mine.addEventListener('message', async (event) => {
+      if (socket !== mine) return;
       let frame;
       try {
         frame = JSON.parse(event.data);
@@ -108,6 +112,7 @@
         sessionOpen = true;
         root.dataset.session = 'open';
         connectButton.hidden = true;
+        setRunning(false);
         say(watchJob ? 'Watching the job (read-only).' : 'Connected. Commands run on the computer, confined, and are judged by its rules.');
         if (watchJob) send({ type: 'watch', jobId: watchJob });
         else send({ type: 'folders' });
@@ -131,8 +136,8 @@
         refreshStatus();
       }
     });
-    socket.addEventListener('close', () => {
-      if (socket) hangUp(sessionOpen ? 'The connection closed.' : null);
+    mine.addEventListener('close', () => {
+      if (socket === mine) hangUp(sessionOpen ? 'The connection closed.' : null);
     });
   }
 
@@ -301,6 +306,7 @@
     const id = nextId;
     nextId += 1;
     running = { id, line, folder };
+    root.dataset.last = 'running';
     confirmBox.hidden = true;
     terminal.echo(`${folder} $ ${line}`);
     setRunning(true);
@@ -311,6 +317,7 @@
     if (!running || reply.id !== running.id) return;
     const asked = running;
     running = null;
+    root.dataset.last = 'confirm';
     setRunning(false);
     $('terminal-confirm-reason').textContent = reply.reason;
     confirmBox.hidden = false;
