@@ -118,6 +118,7 @@ async fn every_page_passes_axe() {
         "/needs-me",
         "/account",
         "/account/notifications",
+        &format!("/computers/{device_id}/console"),
         "/link",
         "/link?code=ABCD-EFGH",
         // The owner is the platform admin (the first to sign up).

@@ -255,40 +255,38 @@ impl Session {
     }
 
     async fn browser_sends(&mut self, request: &ConsoleRequest) {
-        let sealed = self
-            .to_device
-            .seal(&serde_json::to_vec(request).unwrap())
-            .unwrap();
-        let mut frame = serde_json::to_value(&sealed).unwrap();
-        frame["type"] = json!("message");
+        let frame = sealed_frame(&mut self.to_device, request);
         send_json(&mut self.browser, &frame).await;
     }
 
     async fn device_receives(&mut self) -> ConsoleRequest {
-        let frame = next_json(&mut self.device).await;
-        assert_eq!(frame["type"], "message", "{frame}");
-        let sealed: Sealed =
-            serde_json::from_value(json!({"seq": frame["seq"], "ct": frame["ct"]})).unwrap();
-        serde_json::from_slice(&self.from_browser.open(&sealed).unwrap()).unwrap()
+        opened(&mut self.from_browser, next_json(&mut self.device).await)
     }
 
     async fn device_sends(&mut self, reply: &ConsoleReply) {
-        let sealed = self
-            .to_browser
-            .seal(&serde_json::to_vec(reply).unwrap())
-            .unwrap();
-        let mut frame = serde_json::to_value(&sealed).unwrap();
-        frame["type"] = json!("message");
+        let frame = sealed_frame(&mut self.to_browser, reply);
         send_json(&mut self.device, &frame).await;
     }
 
     async fn browser_receives(&mut self) -> ConsoleReply {
-        let frame = next_json(&mut self.browser).await;
-        assert_eq!(frame["type"], "message", "{frame}");
-        let sealed: Sealed =
-            serde_json::from_value(json!({"seq": frame["seq"], "ct": frame["ct"]})).unwrap();
-        serde_json::from_slice(&self.from_device.open(&sealed).unwrap()).unwrap()
+        opened(&mut self.from_device, next_json(&mut self.browser).await)
     }
+}
+
+/// `value` sealed as the next `message` frame of `sender`'s direction.
+fn sealed_frame(sender: &mut Sender, value: &impl serde::Serialize) -> Value {
+    let sealed = sender.seal(&serde_json::to_vec(value).unwrap()).unwrap();
+    let mut frame = serde_json::to_value(&sealed).unwrap();
+    frame["type"] = json!("message");
+    frame
+}
+
+/// The value a `message` frame carries, opened by `receiver`.
+fn opened<T: serde::de::DeserializeOwned>(receiver: &mut Receiver, frame: Value) -> T {
+    assert_eq!(frame["type"], "message", "{frame}");
+    let sealed: Sealed =
+        serde_json::from_value(json!({"seq": frame["seq"], "ct": frame["ct"]})).unwrap();
+    serde_json::from_slice(&receiver.open(&sealed).unwrap()).unwrap()
 }
 
 async fn device_events(device: &DeviceClient, base: &str) -> Socket {
