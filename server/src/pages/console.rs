@@ -75,7 +75,7 @@ pub async fn show(
                     }
                 }
                 section #panel-terminal role="tabpanel" aria-labelledby="tab-terminal" {
-                    pre #terminal-screen.terminal tabindex="0" aria-label="Terminal output" {}
+                    pre #terminal-screen.terminal role="log" tabindex="0" aria-label="Terminal output" {}
                     @if watch.is_none() {
                         div #terminal-confirm.card role="alertdialog" aria-labelledby="terminal-confirm-title" hidden {
                             p #terminal-confirm-title { strong { "This command changes or removes things." } }
