@@ -20,8 +20,10 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tether_protocol::capabilities::SealKey;
+use tether_protocol::console::MAX_PROGRAM_CHARS;
 use tether_protocol::frames::ServerFrame;
 use tether_protocol::{AccountId, Code, DeviceId, SessionId};
+use tether_seal::channel::ENC_BYTES;
 
 use crate::accounts::console_unlocks;
 use crate::config::Config;
@@ -34,10 +36,6 @@ use crate::store::Store;
 
 /// How long the computer has to join after `console.open` was sent.
 pub const JOIN_WITHIN: Duration = Duration::from_secs(30);
-/// The length of HPKE's `enc`: an uncompressed P-256 point.
-const ENC_BYTES: usize = 65;
-/// The longest program name the ledger keeps, in characters.
-const MAX_PROGRAM_CHARS: usize = 200;
 /// The longest folder label the ledger keeps, in characters.
 const MAX_FOLDER_CHARS: usize = 100;
 

@@ -35,6 +35,8 @@ pub const MAX_PASSKEY_NAME_CHARS: usize = 60;
 pub const MAX_PASSKEYS: usize = 10;
 /// The longest line the terminal takes, in bytes.
 pub const MAX_LINE_BYTES: usize = 4096;
+/// The longest program name a terminal command's ledger entry carries, in characters.
+pub const MAX_PROGRAM_CHARS: usize = 200;
 /// The largest file text the Code tab saves, in bytes.
 pub const MAX_SAVE_BYTES: usize = 1024 * 1024;
 /// The largest [`Sealed`] `ct` the relay passes, in base64url characters (a file of
@@ -152,8 +154,8 @@ pub enum ServerToBrowser {
 pub enum DeviceToServer {
     /// A sealed [`ConsoleReply`].
     Message { seq: u64, ct: String },
-    /// For the account's ledger: a terminal command's program (its first word, at most 200
-    /// characters) and the folder label it ran in. Never its arguments or its output.
+    /// For the account's ledger: a terminal command's program (its first word, at most
+    /// [`MAX_PROGRAM_CHARS`] characters) and the folder label it ran in. Never its arguments or its output.
     Command { program: String, folder: String },
     /// The device will not serve this session (`console_off`, a bad `enc`, …).
     Refuse { code: String, message: String },

@@ -32,7 +32,7 @@ use std::time::Duration;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use tether_protocol::capabilities::SandboxStrength;
-use tether_protocol::console::{ConsoleReply, MAX_LINE_BYTES};
+use tether_protocol::console::{ConsoleReply, MAX_LINE_BYTES, MAX_PROGRAM_CHARS};
 use tether_protocol::jobs::Mode;
 use tokio::process::Command;
 use tokio::sync::{mpsc, Notify};
@@ -51,8 +51,6 @@ pub const FLUSH_BYTES: usize = 32 * 1024;
 pub const FLUSH_DELAY: Duration = Duration::from_millis(30);
 /// How long output may still come after the command's launcher exited.
 const DRAIN: Duration = Duration::from_secs(2);
-/// The longest program name the server's ledger is told.
-pub const MAX_PROGRAM_CHARS: usize = 200;
 
 /// How long a command may run and how much it may print.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -121,12 +121,21 @@ pub async fn check(
     session_id: &SessionId,
     account_id: &AccountId,
 ) -> Result<(), ApiError> {
+    live(store, session_id, account_id).await.map(drop)
+}
+
+/// This session's unlock while it is live.
+async fn live(
+    store: &Store,
+    session_id: &SessionId,
+    account_id: &AccountId,
+) -> Result<UnlockTimes, ApiError> {
     let unlock = unlock_of(store, session_id, account_id)
         .await?
         .ok_or_else(|| locked(NOT_UNLOCKED))?;
     match unlock.ended(store.now()) {
         Some(why) => Err(locked(why)),
-        None => Ok(()),
+        None => Ok(unlock),
     }
 }
 
@@ -140,13 +149,8 @@ pub async fn touch(
     session_id: &SessionId,
     account_id: &AccountId,
 ) -> Result<(), ApiError> {
-    let unlock = unlock_of(store, session_id, account_id)
-        .await?
-        .ok_or_else(|| locked(NOT_UNLOCKED))?;
+    let unlock = live(store, session_id, account_id).await?;
     let now = store.now();
-    if let Some(why) = unlock.ended(now) {
-        return Err(locked(why));
-    }
     if now - unlock.last_active_at < secs(TOUCH_EVERY_SECS) {
         return Ok(());
     }

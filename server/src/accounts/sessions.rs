@@ -173,8 +173,9 @@ fn known(word: String) -> String {
 /// # Errors
 /// A database error.
 pub async fn is_open(store: &Store, id: &SessionId) -> Result<bool, ApiError> {
-    let found = on_read!(store, |pool| sqlx::query_scalar::<_, i64>(
-        "SELECT 1 FROM sessions WHERE id = $1 AND expires_at > $2"
+    // The id, not a constant: PostgreSQL's `1` is an INT4, which does not decode as i64.
+    let found = on_read!(store, |pool| sqlx::query_scalar::<_, String>(
+        "SELECT id FROM sessions WHERE id = $1 AND expires_at > $2"
     )
     .bind(id.as_str())
     .bind(store.now())

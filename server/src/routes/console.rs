@@ -4,9 +4,10 @@
 //! The browser's end is for the computer's owner at a browser only: a signed-in session
 //! (an API token is 403), a live console unlock (401 `console_locked`, before the upgrade),
 //! and an `Origin` that is this server's (403), so no other site can open it with the
-//! owner's cookie. Every message from the browser counts as console activity (the unlock's
-//! idle time starts again); every few seconds the unlock is checked again, and a locked one
-//! ends the session at both ends with `closed` `console_locked`.
+//! owner's cookie. Every few seconds the unlock is checked again — and, when the browser sent
+//! anything since the last look, touched as console activity (its idle time starts again) —
+//! so no message waits on the database; a locked one ends the session at both ends with
+//! `closed` `console_locked`.
 //!
 //! Messages are passed on as they are: the server checks their shape and size, never their
 //! content, which is sealed for the other end.
@@ -34,10 +35,8 @@ use crate::state::AppState;
 const MAX_FRAME_BYTES: usize = MAX_SEALED_CHARS + 1024;
 /// How long the browser has to send `open` after `ready`.
 const OPEN_WITHIN: Duration = Duration::from_secs(30);
-/// How often an open session checks its unlock again.
+/// How often an open session checks (or touches) its unlock again.
 const UNLOCK_RECHECK: Duration = Duration::from_secs(5);
-/// Console activity is written to the unlock at most this often.
-const TOUCH_EVERY: Duration = Duration::from_secs(15);
 /// How often both ends are pinged, so proxies keep the connections open.
 const PING_EVERY: Duration = Duration::from_secs(20);
 
@@ -236,7 +235,7 @@ async fn serve_browser(
                 state: &state,
                 started: &started,
                 session: &mut session,
-                last_touch: tokio::time::Instant::now(),
+                active: false,
             }
             .run(&mut messages, &mut pipe)
             .await
@@ -271,7 +270,8 @@ struct BrowserEnd<'a> {
     state: &'a AppState,
     started: &'a Started,
     session: &'a mut Session,
-    last_touch: tokio::time::Instant,
+    /// The browser sent something since the unlock was last looked at.
+    active: bool,
 }
 
 impl BrowserEnd<'_> {
@@ -341,16 +341,7 @@ impl BrowserEnd<'_> {
                 "After `open`, the browser sends only sealed `message`s.",
             ));
         };
-        if self.last_touch.elapsed() >= TOUCH_EVERY {
-            self.last_touch = tokio::time::Instant::now();
-            console_unlocks::touch(
-                &self.state.store,
-                &self.started.browser_session,
-                &self.started.account_id,
-            )
-            .await
-            .map_err(|error| End::from_error(&error))?;
-        }
+        self.active = true;
         let to_device = serde_json::to_string(&ServerToDevice::Message { seq, ct })
             .map_err(|_| End::new("internal", "A message could not be passed on."))?;
         let taken = self
@@ -391,13 +382,17 @@ impl BrowserEnd<'_> {
     }
 
     async fn tick(&mut self, since_ping: &mut tokio::time::Instant) -> Result<(), End> {
-        console_unlocks::check(
+        let (store, session, account) = (
             &self.state.store,
             &self.started.browser_session,
             &self.started.account_id,
-        )
-        .await
-        .map_err(|error| End::from_error(&error))?;
+        );
+        let live = if std::mem::take(&mut self.active) {
+            console_unlocks::touch(store, session, account).await
+        } else {
+            console_unlocks::check(store, session, account).await
+        };
+        live.map_err(|error| End::from_error(&error))?;
         if since_ping.elapsed() >= PING_EVERY {
             *since_ping = tokio::time::Instant::now();
             self.session

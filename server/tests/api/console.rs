@@ -469,13 +469,13 @@ async fn a_session_is_joined_once_by_its_own_computer(backend) {
         Some(ServerFrame::ConsoleOpen { .. })
     ));
     // Another computer of the same account cannot take it; an unknown id is not found.
-    let (status, _) = refused_device(device_socket(&other, &app.base, &session_id).await);
+    let status = refused_device(device_socket(&other, &app.base, &session_id).await);
     assert_eq!(status, 404);
-    let (status, _) = refused_device(device_socket(&device, &app.base, "con_nope").await);
+    let status = refused_device(device_socket(&device, &app.base, "con_nope").await);
     assert_eq!(status, 404);
     let _joined = device_socket(&device, &app.base, &session_id).await.unwrap();
     assert_eq!(next_json(&mut browser).await["type"], "attached");
-    let (status, _) = refused_device(device_socket(&device, &app.base, &session_id).await);
+    let status = refused_device(device_socket(&device, &app.base, &session_id).await);
     assert_eq!(status, 404);
     // The computer refusing (its console turned off meanwhile) ends the session with that.
     let mut joined = _joined;
@@ -486,9 +486,10 @@ async fn a_session_is_joined_once_by_its_own_computer(backend) {
 }
 }
 
-fn refused_device(attempt: Result<Socket, WsError>) -> (u16, ()) {
+/// The status a refused device socket got.
+fn refused_device(attempt: Result<Socket, WsError>) -> u16 {
     match attempt {
-        Err(WsError::Http(response)) => (response.status().as_u16(), ()),
+        Err(WsError::Http(response)) => response.status().as_u16(),
         Err(other) => panic!("not an HTTP refusal: {other}"),
         Ok(_) => panic!("the session was joined"),
     }

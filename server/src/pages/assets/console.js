@@ -163,7 +163,7 @@
       case 'listing': return code.showListing(reply);
       case 'file': return code.showFile(reply);
       case 'saved': return code.saved(reply);
-      case 'conflict': return code.conflict(reply);
+      case 'conflict': return code.conflict();
       case 'error': return say(reply.reason, true);
       default: return undefined;
     }
@@ -417,11 +417,10 @@
       note.textContent = 'Saved.';
       root.dataset.file = 'saved';
     }
-    function conflict(reply) {
+    function conflict() {
       note.textContent = 'This file changed on the computer since you opened it; nothing was saved. Copy your text, then open the file again.';
       note.classList.add('error');
       root.dataset.file = 'conflict';
-      if (open && reply.path === open.path) open.conflictHash = reply.hash;
     }
     return { list, showListing, showFile, saved, conflict };
   })();
