@@ -176,7 +176,8 @@ pub enum ServerToDevice {
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ConsoleRequest {
     /// The folder labels this computer shares.
-    Folders,
+    // A struct variant, so an unknown field is refused as in every other request.
+    Folders {},
     /// Run one line in a shared folder. `confirmed` repeats a line the computer asked to
     /// confirm (it is judged again).
     #[serde(rename_all = "camelCase")]

@@ -267,7 +267,7 @@ impl Session<'_> {
             return Some(SessionEnd::Off);
         }
         let code_request = match request {
-            ConsoleRequest::Folders => {
+            ConsoleRequest::Folders {} => {
                 let folders = config.folders.iter().map(|f| f.label.clone()).collect();
                 self.send(ConsoleReply::Folders { folders }).await;
                 return None;

@@ -675,7 +675,7 @@ fn none_sandbox() -> Sandbox {
 #[tokio::test]
 async fn messages_must_come_one_after_the_other() {
     let fx = Fixture::new();
-    let folders = ConsoleRequest::Folders;
+    let folders = ConsoleRequest::Folders {};
     // A replayed message.
     let mut browser = Browser::open(fx.context(none_sandbox()));
     let first = browser.seal(&folders);
@@ -741,7 +741,7 @@ async fn the_switch_is_read_on_every_request() {
     if let Ok(mut config) = fx.config.lock() {
         config.console = false;
     }
-    let frame = browser.seal(&ConsoleRequest::Folders);
+    let frame = browser.seal(&ConsoleRequest::Folders {});
     browser.send(frame).await;
     assert!(matches!(
         browser.reply().await,

@@ -426,7 +426,7 @@ async fn a_session_carries_sealed_messages_and_ends_when_the_console_locks(backe
     // A replayed message is passed on, and the far end refuses it.
     let sealed = session
         .to_device
-        .seal(&serde_json::to_vec(&ConsoleRequest::Folders).unwrap())
+        .seal(&serde_json::to_vec(&ConsoleRequest::Folders {}).unwrap())
         .unwrap();
     let mut frame = serde_json::to_value(&sealed).unwrap();
     frame["type"] = json!("message");
