@@ -34,7 +34,7 @@ WING_ORDER = {
         # tables
         "store",
         # the domain
-        "accounts", "devices", "relay", "consoles", "previews", "jobs",
+        "accounts", "spaces", "devices", "relay", "consoles", "previews", "jobs",
         # this replica's outward parts, and who is told after a commit
         "metrics", "push", "notices", "sweeper",
         # the web

@@ -37,6 +37,7 @@ pub mod push;
 pub mod rate_limits;
 pub mod relay;
 pub mod routes;
+pub mod spaces;
 pub mod state;
 pub mod store;
 pub mod sweeper;

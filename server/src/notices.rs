@@ -15,7 +15,7 @@
 use tether_protocol::decisions::DecisionChange;
 use tether_protocol::frames::ServerFrame;
 use tether_protocol::jobs::{Job, JobState};
-use tether_protocol::{AccountId, DecisionId, DeviceId, JobId};
+use tether_protocol::{AccountId, DecisionId, DeviceId, JobId, SpaceId};
 
 use crate::clock::Millis;
 use crate::devices::presence::Presence;
@@ -152,6 +152,15 @@ impl Notices {
         self.hub
             .publish_account(account_id, AccountEvent::SessionsEnded)
             .await;
+    }
+
+    /// `account_id` left a space, was removed from it or given another role: its open
+    /// streams of that space, on any replica, check and end when it may no longer follow.
+    pub async fn space_membership_changed(&self, account_id: &AccountId, space_id: &SpaceId) {
+        let event = AccountEvent::SpaceChanged {
+            space_id: space_id.to_string(),
+        };
+        self.hub.publish_account(account_id, event).await;
     }
 
     /// A sealed secret waits for `device_id`; a lost frame is sent again when the device's

@@ -109,6 +109,12 @@ error_codes! {
     EvidenceKept = ("evidence_kept", 409);
     /// Nobody waits for this upload any more (answered already, or the asker gave up).
     UploadGone = ("upload_gone", 410);
+    /// The job is queued, running or waiting: what it keeps on its computer is in use.
+    JobActive = ("job_active", 409);
+    /// The job's engine keeps no session (a recipe): there is nothing to delete.
+    NoSession = ("no_session", 409);
+    /// The computer answered that it could not do what was asked; the message says why.
+    DeviceRefused = ("device_refused", 409);
     /// The console of this browser session is locked (never unlocked, idle for 30 minutes,
     /// 8 hours old, locked, or its passkey removed): unlock with a passkey again.
     ConsoleLocked = ("console_locked", 401);
@@ -117,6 +123,12 @@ error_codes! {
     /// A passkey ceremony failed: an unknown or used ceremony, another origin, another
     /// challenge, a replayed or unverified assertion, or an unknown passkey.
     PasskeyRefused = ("passkey_refused", 400);
+    /// The invitation was used already or expired: ask for a new link.
+    InvitationGone = ("invitation_gone", 410);
+    /// The account is in this space already.
+    AlreadyMember = ("already_member", 409);
+    /// A space keeps at least one owner: make someone else owner first.
+    LastOwner = ("last_owner", 409);
     /// The device is not connected.
     DeviceOffline = ("device_offline", 409);
     /// The device does not publish this engine.

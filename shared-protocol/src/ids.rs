@@ -130,6 +130,14 @@ id_type!(
     /// A file attached to a job's task (`attachments`): an upload first, then the job's.
     AttachmentId
 );
+id_type!(
+    /// A shared space: accounts that see each other's space jobs.
+    SpaceId
+);
+id_type!(
+    /// An invitation to a space (its id, never its link's secret).
+    InvitationId
+);
 
 #[cfg(test)]
 mod tests {

@@ -9,7 +9,7 @@ use crate::changes::Changes;
 use crate::decisions::Decision;
 use crate::evidence::{EvidenceDetails, EvidenceVariant};
 use crate::git::{DeliveryReport, GitOptions};
-use crate::ids::{AttachmentId, DeviceId, JobId};
+use crate::ids::{AttachmentId, DeviceId, JobId, SpaceId};
 use crate::lease::LeaseToken;
 use crate::report::{ObservedAttempt, ObservedRun, WorkerReport};
 
@@ -159,6 +159,10 @@ pub struct NewJobParams {
     /// [`crate::task_context::MAX_LINKS`].
     #[serde(default)]
     pub links: Vec<String>,
+    /// A space the caller may assign in: the job runs on the caller's own computer as any
+    /// other, and the space's members see what it did (docs/SPACES.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub space_id: Option<SpaceId>,
 }
 
 /// `POST /api/jobs/{id}/rerun`: a new job with the earlier job's spec, on the same
@@ -356,6 +360,13 @@ pub struct Job {
     /// said; an attempt that said nothing is absent.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub observed: Vec<ObservedAttempt>,
+    /// The space the job belongs to; absent for a personal job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub space_id: Option<SpaceId>,
+    /// This is a space member's view: what only the job's owner sees (file text, diffs,
+    /// command output, decisions, held evidence, secrets) is left out.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared_view: bool,
 }
 
 /// A file a run attached to its result.

@@ -13,6 +13,7 @@ pub mod console;
 pub mod credential_files;
 pub mod decisions;
 pub mod devices;
+pub mod engine_sessions;
 pub mod error;
 pub mod evidence;
 pub mod files;
@@ -27,13 +28,14 @@ pub mod report;
 pub mod routes;
 pub mod secrets;
 pub mod sites;
+pub mod spaces;
 pub mod task_context;
 pub mod text;
 
 pub use error::{Code, ErrorBody, ErrorDetail};
 pub use ids::{
-    AccountId, AttachmentId, DecisionId, DeliveryId, DeviceId, IdError, JobId, SessionId,
-    SubscriptionId, TokenId, UserId,
+    AccountId, AttachmentId, DecisionId, DeliveryId, DeviceId, IdError, InvitationId, JobId,
+    SessionId, SpaceId, SubscriptionId, TokenId, UserId,
 };
 pub use lease::LeaseToken;
 

@@ -1,5 +1,6 @@
 //! The context route's answers (`POST /api/devices/self/jobs/{id}/context`): what a run may
-//! ask while it holds its lease, answered from its job's account only.
+//! ask while it holds its lease, answered from its job's account only, or, for a space job,
+//! from its space only (its members' space jobs, never anyone's personal ones).
 //!
 //! - `job.chain`: the earlier runs of the job's chain, oldest first.
 //! - `job.get {id}`: another job of the account: prompt, outcome, report and the list of
@@ -125,14 +126,41 @@ pub async fn answer(
     if !job_rows::holds_lease(&job, lease, now) {
         return Err(job_rows::stale_lease());
     }
+    let scope = match &job.space_id {
+        Some(space_id) => Scope::Space(space_id.clone()),
+        None => Scope::Account(device.account_id.to_string()),
+    };
     let sheet = match question {
         Question::Chain => chain(&mut reads, &job).await?,
-        Question::Get(other) => get(&mut reads, &device.account_id, &other).await?,
-        Question::Search(words) => search(&mut reads, &device.account_id, &words).await?,
+        Question::Get(other) => get(&mut reads, &scope, &other).await?,
+        Question::Search(words) => search(&mut reads, &scope, &words).await?,
     };
     Ok(ContextAnswer {
         text: bounded(&sheet),
     })
+}
+
+/// Whose jobs `job.get` and `jobs.search` read: the job's account's, or its space's.
+enum Scope {
+    Account(String),
+    Space(String),
+}
+
+impl Scope {
+    /// The `jobs` column that names the scope, and its value.
+    fn column(&self) -> (&'static str, &str) {
+        match self {
+            Scope::Account(id) => ("account_id", id),
+            Scope::Space(id) => ("space_id", id),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Scope::Account(_) => "account",
+            Scope::Space(_) => "space",
+        }
+    }
 }
 
 /// The sheet at most [`MAX_CONTEXT_ANSWER_CHARS`] characters, with a last line saying so
@@ -176,14 +204,15 @@ async fn chain(reads: impl ReadSource, job: &JobRow) -> Result<Sheet, ApiError> 
     Ok(sheet)
 }
 
-async fn get(
-    reads: impl ReadSource,
-    account_id: &AccountId,
-    job_id: &JobId,
-) -> Result<Sheet, ApiError> {
-    let job = job_rows::read_for_account(reads, account_id, job_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("job"))?;
+async fn get(reads: impl ReadSource, scope: &Scope, job_id: &JobId) -> Result<Sheet, ApiError> {
+    let job = match scope {
+        Scope::Account(account_id) => {
+            let account_id: AccountId = crate::store::stored_id(account_id.clone())?;
+            job_rows::read_for_account(reads, &account_id, job_id).await?
+        }
+        Scope::Space(space_id) => job_rows::read_in_space(reads, space_id, job_id).await?,
+    }
+    .ok_or_else(|| ApiError::not_found("job"))?;
     let spec = job.spec()?;
     let mut sheet = Sheet::default();
     sheet.line(format!("## Job {}", job.id));
@@ -260,9 +289,10 @@ struct Found {
 
 async fn search(
     mut reads: impl ReadSource,
-    account_id: &AccountId,
+    scope: &Scope,
     words: &[String],
 ) -> Result<Sheet, ApiError> {
+    let (column, value) = scope.column();
     let postgres = matches!(
         ReadSource::reads(&mut reads),
         Reads::Postgres(_) | Reads::PostgresConn(_)
@@ -272,7 +302,7 @@ async fn search(
     } else {
         "json_extract(spec_json, '$.prompt')"
     };
-    let mut sql = "SELECT id, title, state, created_at FROM jobs WHERE account_id = $1".to_owned();
+    let mut sql = format!("SELECT id, title, state, created_at FROM jobs WHERE {column} = $1");
     for n in 2..words.len() + 2 {
         let _ = write!(
             sql,
@@ -286,7 +316,7 @@ async fn search(
     );
     let patterns: Vec<String> = words.iter().map(|word| like_pattern(word)).collect();
     let found = on_reads!(reads, |exec| {
-        let mut query = sqlx::query_as::<_, Found>(&sql).bind(account_id.as_str());
+        let mut query = sqlx::query_as::<_, Found>(&sql).bind(value);
         for pattern in &patterns {
             query = query.bind(pattern.as_str());
         }
@@ -294,7 +324,10 @@ async fn search(
     })?;
     let mut sheet = Sheet::default();
     if found.is_empty() {
-        sheet.line("No job of this account has every word in its title or prompt.");
+        sheet.line(format!(
+            "No job of this {} has every word in its title or prompt.",
+            scope.name()
+        ));
         return Ok(sheet);
     }
     sheet.line("## Jobs with every word in the title or prompt, newest first");

@@ -288,6 +288,7 @@ impl Feed {
                             }
                             continue;
                         }
+                        Ok(AccountEvent::SpaceChanged { .. }) => continue,
                         Err(RecvError::Lagged(_)) => (DecisionChange::Sync, None),
                         Err(RecvError::Closed) => return None,
                     };

@@ -17,6 +17,7 @@ use super::table::{Access, Table};
 use crate::auth::Caller;
 use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
+use crate::jobs;
 use crate::jobs::evidence::{self, ContentType, Sniffer, Upload};
 use crate::state::AppState;
 use crate::store::blobs::{BlobWriter, Blobs};
@@ -214,14 +215,27 @@ async fn drain(body: &mut web::Payload, max_bytes: u64) -> Result<(), ApiError> 
     Ok(())
 }
 
-/// The stored bytes, for the job's owner only, never rendered as an active document.
+/// The stored bytes, for the job's owner and the members of its space (uploaded or
+/// released files only), never rendered as an active document.
 async fn download(
     state: web::Data<AppState>,
     caller: Caller,
     path: web::Path<(JobId, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let (job_id, evidence_id) = path.into_inner();
-    let item = evidence::find(&state.store, &caller.account.id, &job_id, &evidence_id).await?;
+    let store = &state.store;
+    let item = match evidence::find(store, &caller.account.id, &job_id, &evidence_id).await {
+        Err(error) if error.code() == Code::NotFound => {
+            let owner = jobs::space_owner_of(store, &caller.account.id, &job_id).await?;
+            let item = evidence::find(store, &owner, &job_id, &evidence_id).await?;
+            // Held and local files are their owner's alone: a member never learns of one.
+            if item.local || item.held {
+                return Err(ApiError::not_found("evidence"));
+            }
+            item
+        }
+        found => found?,
+    };
     if item.local {
         return Err(evidence::kept_local(&item));
     }

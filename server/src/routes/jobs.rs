@@ -28,7 +28,11 @@ pub(super) fn routes(table: &mut Table) {
         .errors(&[400, 422]);
     table
         .get("/api/jobs/{id}", get, Access::User, "One job")
-        .answer::<Job>(200, "The job with its events, decisions and evidence.")
+        .answer::<Job>(
+            200,
+            "The job with its events, decisions and evidence; for a member of its space, \
+             the space view (`sharedView`).",
+        )
         .errors(&[400, 404]);
     table
         .post(
@@ -109,9 +113,9 @@ async fn get(
     caller: Caller,
     job_id: web::Path<JobId>,
 ) -> Result<HttpResponse, ApiError> {
-    let mut job = jobs::get(&state.store, &caller.account.id, &job_id).await?;
-    job.queued_because =
-        jobs::queue_reason(&state.store, &state.config, &caller.account.id, &job).await?;
+    // A member of the job's space gets the space view (docs/SPACES.md).
+    let (mut job, owner) = jobs::get_visible(&state.store, &caller.account.id, &job_id).await?;
+    job.queued_because = jobs::queue_reason(&state.store, &state.config, &owner, &job).await?;
     Ok(HttpResponse::Ok().json(job))
 }
 

@@ -38,7 +38,7 @@ use in_one::{update_with_lines, update_with_timed_lines, Clause};
 const JOB_COLUMNS: &str = "id, account_id, device_id, title, spec_json, state, attempt, \
     cancel_requested, outcome_json, lease_token_hash, lease_expires_at, progress_seq, \
     created_at, started_at, ended_at, last_lease_hash, end_cause, resumes, continues, changes_json, delivery_json, \
-    rerun_of, chain_root, chain_run, observed_json";
+    rerun_of, chain_root, chain_run, observed_json, space_id";
 
 /// Most attempts whose [`ObservedRun`] a job keeps (the latest ones).
 const MAX_OBSERVED_ATTEMPTS: usize = 8;
@@ -79,6 +79,8 @@ pub(crate) struct JobRow {
     pub(crate) chain_run: Option<i64>,
     /// What each attempt used ([`ObservedAttempt`]s), bounded before it was stored.
     pub(crate) observed_json: Option<String>,
+    /// The space the job belongs to; `None` for a personal job.
+    pub(crate) space_id: Option<String>,
 }
 
 impl JobRow {
@@ -137,7 +139,10 @@ impl JobRow {
         let rerun_of = self.rerun_of.clone().map(stored_id).transpose()?;
         let run_number = self.chain_run.and_then(|run| u32::try_from(run).ok());
         let observed = self.observed();
+        let space_id = self.space_id.clone().map(stored_id).transpose()?;
         Ok(Job {
+            space_id,
+            shared_view: false,
             changes,
             continues,
             rerun_of,
@@ -263,6 +268,117 @@ pub(crate) async fn read_for_account(
         .fetch_optional(pool)
         .await)?;
     Ok(row)
+}
+
+/// A space job that `account_id` may see as a member of its space (not its own), or `None`.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn read_in_member_spaces(
+    mut source: impl ReadSource,
+    account_id: &AccountId,
+    job_id: &JobId,
+) -> Result<Option<JobRow>, ApiError> {
+    let columns = JOB_COLUMNS
+        .split(", ")
+        .map(|column| format!("j.{}", column.trim()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = format!(
+        "SELECT {columns} FROM jobs j JOIN space_members m \
+         ON m.space_id = j.space_id AND m.account_id = $2 WHERE j.id = $1"
+    );
+    let row = on_reads!(source, |pool| sqlx::query_as::<_, JobRow>(&sql)
+        .bind(job_id.as_str())
+        .bind(account_id.as_str())
+        .fetch_optional(pool)
+        .await)?;
+    Ok(row)
+}
+
+/// A job of the space `space_id`, or `None`.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn read_in_space(
+    mut source: impl ReadSource,
+    space_id: &str,
+    job_id: &JobId,
+) -> Result<Option<JobRow>, ApiError> {
+    let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND space_id = $2");
+    let row = on_reads!(source, |pool| sqlx::query_as::<_, JobRow>(&sql)
+        .bind(job_id.as_str())
+        .bind(space_id)
+        .fetch_optional(pool)
+        .await)?;
+    Ok(row)
+}
+
+/// A space job in a list, with who assigned it and where it runs.
+#[derive(sqlx::FromRow)]
+pub(crate) struct SpaceJobRow {
+    pub(crate) id: String,
+    pub(crate) title: String,
+    pub(crate) state: String,
+    pub(crate) owner_name: String,
+    pub(crate) computer_name: String,
+    pub(crate) created_at: i64,
+    pub(crate) ended_at: Option<i64>,
+}
+
+/// The space's jobs, newest first, at most `limit`.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn list_in_space(
+    mut source: impl ReadSource,
+    space_id: &str,
+    limit: i64,
+) -> Result<Vec<SpaceJobRow>, ApiError> {
+    let rows = on_reads!(source, |pool| sqlx::query_as::<_, SpaceJobRow>(
+        "SELECT j.id, j.title, j.state, a.name AS owner_name, d.name AS computer_name, \
+         j.created_at, j.ended_at FROM jobs j JOIN accounts a ON a.id = j.account_id \
+         JOIN devices d ON d.id = j.device_id WHERE j.space_id = $1 \
+         ORDER BY j.created_at DESC, j.id DESC LIMIT $2"
+    )
+    .bind(space_id)
+    .bind(limit)
+    .fetch_all(pool)
+    .await)?;
+    Ok(rows)
+}
+
+/// The queued jobs `account_id` assigned in a space, for cancelling when it leaves.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn queued_in_space(
+    store: &Store,
+    account_id: &AccountId,
+    space_id: &str,
+) -> Result<Vec<String>, ApiError> {
+    let ids = on_read!(store, |pool| sqlx::query_scalar::<_, String>(
+        "SELECT id FROM jobs WHERE space_id = $1 AND account_id = $2 AND state = 'queued'"
+    )
+    .bind(space_id)
+    .bind(account_id.as_str())
+    .fetch_all(pool)
+    .await)?;
+    Ok(ids)
+}
+
+/// Puts a job just queued in the caller's transaction into a space.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn set_space(tx: &mut Tx, job_id: &JobId, space_id: &str) -> Result<(), ApiError> {
+    on_tx!(tx, |conn| sqlx::query("UPDATE jobs SET space_id = $2 WHERE id = $1")
+        .bind(job_id.as_str())
+        .bind(space_id)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    Ok(())
 }
 
 /// The account's jobs, newest first, at most `limit`; `device` and `state` filter.
