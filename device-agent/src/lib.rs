@@ -64,4 +64,7 @@ pub mod exit_code {
     pub const REFUSED: i32 = 2;
     /// The server revoked this computer; its token is forgotten.
     pub const REVOKED: i32 = 3;
+    /// `run` found the agent uninstalled (`TETHER_INSTALL_PATH` missing for the whole grace):
+    /// the computer removed itself from its server when it could and forgot its pairing.
+    pub const UNINSTALLED: i32 = 4;
 }

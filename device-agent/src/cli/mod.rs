@@ -25,6 +25,10 @@ use crate::{exit_code, sandbox};
 pub const REVOKED_MESSAGE: &str =
     "This computer was revoked from the server; pair it again with `tether-agent pair URL`";
 
+/// What `run` prints when the agent's program stayed missing (`TETHER_INSTALL_PATH`).
+pub const UNINSTALLED_MESSAGE: &str =
+    "The agent was uninstalled (its program stayed missing), so this computer left its server and forgot its pairing";
+
 /// Tether's agent: pairs this computer with a Tether server and runs the work assigned to
 /// it, in folders you share, with recipes you configure.
 #[derive(Debug, Parser)]
@@ -715,6 +719,13 @@ async fn run(data_dir: DataDir, max_runs: usize, shutdown: impl Future) -> Resul
         DaemonEnd::Revoked => {
             eprintln!("{REVOKED_MESSAGE}");
             Ok(exit_code::REVOKED)
+        }
+        DaemonEnd::Uninstalled { server_told } => {
+            eprintln!("{UNINSTALLED_MESSAGE}");
+            if !server_told {
+                eprintln!("The server could not be reached: remove this computer on the web too.");
+            }
+            Ok(exit_code::UNINSTALLED)
         }
     }
 }

@@ -23,12 +23,15 @@
 //!   ([`crate::local::journal`]).
 //!
 //! A 401 `revoked` (or a `device.revoked` frame) from any of them ends everything: runs are
-//! killed, the token and the journal forgotten.
+//! killed, the token and the journal forgotten. So does an agent found uninstalled by the
+//! heartbeat ([`uninstall`]), which also removes the computer from its server first.
 
 pub mod reconcile;
+pub mod uninstall;
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -56,6 +59,7 @@ use crate::run::stop::{RunEnd, RunStop, StopReason};
 use crate::run::{run_job, Common};
 use crate::{sandbox, AGENT_VERSION};
 use reconcile::Settled;
+use uninstall::{InstallWatch, Seen};
 
 /// Heartbeat period until the server says otherwise.
 const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(30);
@@ -83,6 +87,8 @@ pub struct Ctx {
     pub seal_key: SealKey,
     /// How many jobs may run at once.
     pub max_runs: usize,
+    /// The installed executable to watch (`TETHER_INSTALL_PATH`), if the package said.
+    pub install_watch: Option<InstallWatch>,
 }
 
 /// Why the daemon stopped.
@@ -92,6 +98,17 @@ pub enum DaemonEnd {
     Shutdown,
     /// The server revoked this computer; the token and seal key are forgotten.
     Revoked,
+    /// The agent's program stayed missing ([`uninstall`]): the computer removed itself from
+    /// its server (`server_told`, unless it could not be reached) and forgot its pairing.
+    Uninstalled { server_told: bool },
+}
+
+/// Why the claim loop stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    Shutdown,
+    Revoked,
+    Uninstalled,
 }
 
 /// Loads what `run` needs from the data dir: `None` when the computer is not paired.
@@ -113,6 +130,7 @@ pub fn load_ctx(data_dir: DataDir, max_runs: usize) -> Result<Option<Ctx>> {
         seal_key: seal_key.public().clone(),
         data_dir,
         max_runs: max_runs.max(1),
+        install_watch: InstallWatch::from_env(),
     }))
 }
 
@@ -135,6 +153,9 @@ struct Shared {
     claim_wake: Arc<Notify>,
     /// Tells the claim loop the device was revoked.
     revoked: mpsc::Sender<()>,
+    /// Set by the heartbeat once the agent is found uninstalled: nothing more is claimed, and
+    /// the claim loop, woken, ends.
+    uninstalled: AtomicBool,
     /// The console sessions' turns.
     console_sessions: Arc<tokio::sync::Semaphore>,
 }
@@ -187,9 +208,10 @@ pub async fn run(ctx: Ctx, shutdown: impl Future) -> Result<DaemonEnd> {
         lease_period: Arc::new(LeasePeriod::new()),
         claim_wake: claim_wake.clone(),
         revoked: revoked_sender,
+        uninstalled: AtomicBool::new(false),
         console_sessions: ConsoleContext::turns(),
     });
-    let heartbeat = tokio::spawn(heartbeat_loop(shared.clone()));
+    let heartbeat = tokio::spawn(heartbeat_loop(shared.clone(), ctx.install_watch));
     let sweeper = tokio::spawn(sweep_held_evidence(
         shared.common.guard.data_dir().to_path_buf(),
     ));
@@ -206,15 +228,18 @@ pub async fn run(ctx: Ctx, shutdown: impl Future) -> Result<DaemonEnd> {
     tokio::pin!(shutdown);
     let end = loop {
         tokio::select! {
-            _ = &mut shutdown => break DaemonEnd::Shutdown,
-            _ = revoked.recv() => break DaemonEnd::Revoked,
+            _ = &mut shutdown => break Ending::Shutdown,
+            _ = revoked.recv() => break Ending::Revoked,
             () = claim_wake.notified() => {}
             () = tokio::time::sleep_until(settle_at), if !leftovers.is_empty() => {}
             Some(joined) = runs.join_next(), if !runs.is_empty() => {
                 if matches!(joined, Ok(RunEnd::Abandoned(StopReason::Revoked))) {
-                    break DaemonEnd::Revoked;
+                    break Ending::Revoked;
                 }
             }
+        }
+        if shared.uninstalled.load(Ordering::SeqCst) {
+            break Ending::Uninstalled;
         }
         // What the previous agent process left is settled before any new work is claimed,
         // so carried-on runs come first.
@@ -223,11 +248,11 @@ pub async fn run(ctx: Ctx, shutdown: impl Future) -> Result<DaemonEnd> {
                 continue;
             }
             let settled = tokio::select! {
-                _ = &mut shutdown => break DaemonEnd::Shutdown,
+                _ = &mut shutdown => break Ending::Shutdown,
                 settled = settle_leftovers(&shared, &mut runs, &mut leftovers) => settled,
             };
             match settled {
-                Err(()) => break DaemonEnd::Revoked,
+                Err(()) => break Ending::Revoked,
                 Ok(None) => settle_backoff.reset(),
                 Ok(Some(at_least)) => {
                     settle_at =
@@ -237,24 +262,25 @@ pub async fn run(ctx: Ctx, shutdown: impl Future) -> Result<DaemonEnd> {
             }
         }
         let claimed = tokio::select! {
-            _ = &mut shutdown => break DaemonEnd::Shutdown,
+            _ = &mut shutdown => break Ending::Shutdown,
             claimed = claim_while_free(&shared, &mut runs, max_runs) => claimed,
         };
         if claimed.is_err() {
-            break DaemonEnd::Revoked;
+            break Ending::Revoked;
         }
     };
 
     heartbeat.abort();
     sweeper.abort();
     let reason = match end {
-        DaemonEnd::Shutdown => StopReason::Shutdown,
-        DaemonEnd::Revoked => StopReason::Revoked,
+        Ending::Shutdown => StopReason::Shutdown,
+        // An uninstalled agent's runs end as a revoked one's: its pairing goes next.
+        Ending::Revoked | Ending::Uninstalled => StopReason::Revoked,
     };
     stop_all_runs(&shared, &mut runs, reason).await;
     // Last, once no run reports any more: the stream closes with "going away", and the
     // server shows this computer offline at once.
-    if end == DaemonEnd::Shutdown {
+    if end == Ending::Shutdown {
         let _ = stop_stream.send(true);
         if tokio::time::timeout(STREAM_CLOSE_WAIT, &mut stream)
             .await
@@ -264,10 +290,35 @@ pub async fn run(ctx: Ctx, shutdown: impl Future) -> Result<DaemonEnd> {
         }
     }
     stream.abort();
-    if end == DaemonEnd::Revoked {
-        forget_pairing(&shared.data_dir, &shared.journal)?;
+    match end {
+        Ending::Shutdown => Ok(DaemonEnd::Shutdown),
+        Ending::Revoked => {
+            forget_pairing(&shared.data_dir, &shared.journal)?;
+            Ok(DaemonEnd::Revoked)
+        }
+        Ending::Uninstalled => {
+            let server_told = remove_from_server(&shared.client).await;
+            forget_pairing(&shared.data_dir, &shared.journal)?;
+            tracing::warn!("this computer's pairing is forgotten");
+            Ok(DaemonEnd::Uninstalled { server_told })
+        }
     }
-    Ok(end)
+}
+
+/// An uninstalled agent removes its computer from the server (`DELETE /api/devices/self`,
+/// which ends its runs there `interrupted`); whether the server heard it.
+async fn remove_from_server(client: &DeviceClient) -> bool {
+    match client.delete_self().await {
+        Ok(()) => {
+            tracing::warn!("this computer removed itself from its server");
+            true
+        }
+        Err(RemoteError::Revoked) => true,
+        Err(err) => {
+            tracing::warn!("cannot tell the server this computer is gone ({err}); forgetting the pairing anyway");
+            false
+        }
+    }
 }
 
 /// Settles leftover records in order until one must wait.
@@ -301,7 +352,7 @@ async fn claim_while_free(
     runs: &mut JoinSet<RunEnd>,
     max_runs: usize,
 ) -> Result<(), ()> {
-    while runs.len() < max_runs {
+    while runs.len() < max_runs && !shared.uninstalled.load(Ordering::SeqCst) {
         match shared.client.claim().await {
             Ok(Some(job)) => start_run(shared, runs, job),
             Ok(None) => return Ok(()),
@@ -388,10 +439,25 @@ fn forget_pairing(data_dir: &DataDir, journal: &Journal) -> Result<()> {
 /// Heartbeats forever: at the server's pace when it answers, with backoff when it cannot be
 /// reached (an outage is never taken for revocation). Each answer also wakes the claim loop,
 /// so a lost wake-up frame costs at most one heartbeat. Independent of the event stream.
-async fn heartbeat_loop(shared: Arc<Shared>) {
+///
+/// Before each one it looks for the installed executable (`install_watch`); found missing
+/// for the whole grace, it ends the daemon instead ([`uninstall`]).
+async fn heartbeat_loop(shared: Arc<Shared>, mut install_watch: Option<InstallWatch>) {
     let mut period = DEFAULT_HEARTBEAT;
     let mut backoff = Backoff::new();
     loop {
+        if let Some(watch) = &mut install_watch {
+            if watch.check() == Seen::Uninstalled {
+                tracing::warn!(
+                    "{} has been missing for {} s: the agent was uninstalled; ending its runs, removing this computer from its server and forgetting its pairing",
+                    watch.path().display(),
+                    watch.grace().as_secs()
+                );
+                shared.uninstalled.store(true, Ordering::SeqCst);
+                shared.claim_wake.notify_one();
+                return;
+            }
+        }
         // Taken before the files are read, so a change made while they are is not missed.
         let stamp = shared.capability_stamp();
         let params = HeartbeatParams {
