@@ -2,7 +2,7 @@
 //! treats the runs it takes (trust, approvals, evidence, questions waiting here).
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
@@ -13,7 +13,8 @@ use tether_protocol::evidence::EvidenceHold;
 use crate::local::decisions::{LocalDecisions, PendingDecision};
 use crate::local::recipes::command_line;
 use crate::local::seal_key::SealKeyPair;
-use crate::local::state::{Config, DataDir, Recipe, SharedFolder};
+use crate::local::state::{Config, DataDir, Recipe, SharedFolder, TOKEN_FILE};
+use crate::local::token_store::{TokenPlace, TokenStore, SERVICE};
 use crate::sandbox;
 
 /// The status as `--json` prints it; a stable shape for scripts.
@@ -28,6 +29,8 @@ pub struct StatusReport {
     pub install_id: String,
     pub data_dir: String,
     pub seal_key_fingerprint: Option<String>,
+    /// Where the device token rests (`keyring` or `file`); absent without one.
+    pub token_store: Option<TokenPlace>,
     pub folders: Vec<SharedFolder>,
     pub recipes: Vec<Recipe>,
     /// Every engine: the recipes, then the ACP engines.
@@ -68,7 +71,7 @@ pub struct EngineStatus {
 /// When local files are unreadable.
 pub fn gather(data_dir: &DataDir) -> Result<StatusReport> {
     let config = data_dir.load_or_init_config()?;
-    let has_token = data_dir.load_token()?.is_some();
+    let token_store = TokenStore::open(data_dir).load()?.map(|(_, place)| place);
     let pairing = config.pairing.as_ref();
     let seal_key_fingerprint = match SealKeyPair::load(data_dir) {
         Ok(pair) => pair.map(|pair| pair.public().fingerprint.clone()),
@@ -76,7 +79,7 @@ pub fn gather(data_dir: &DataDir) -> Result<StatusReport> {
     };
     let pending = LocalDecisions::new(data_dir.clone()).list()?;
     Ok(StatusReport {
-        paired: pairing.is_some() && has_token,
+        paired: pairing.is_some() && token_store.is_some(),
         server: pairing.map(|p| p.server.clone()),
         device_id: pairing.map(|p| p.device_id.to_string()),
         name: pairing.map(|p| p.name.clone()),
@@ -84,6 +87,7 @@ pub fn gather(data_dir: &DataDir) -> Result<StatusReport> {
         install_id: config.install_id.clone(),
         data_dir: data_dir.root().display().to_string(),
         seal_key_fingerprint,
+        token_store,
         engines: engines_of(&config),
         trusted: config.trusted.clone(),
         accept_web_approvals: config.accept_web_approvals,
@@ -146,6 +150,19 @@ pub fn render(report: &StatusReport) -> String {
     }
     if let Some(fingerprint) = &report.seal_key_fingerprint {
         let _ = writeln!(out, "Seal key: {fingerprint}");
+    }
+    match report.token_store {
+        Some(TokenPlace::Keyring) => {
+            let _ = writeln!(out, "Device token: in the keyring (service {SERVICE})");
+        }
+        Some(TokenPlace::File) => {
+            let _ = writeln!(
+                out,
+                "Device token: in {} (mode 0600)",
+                Path::new(&report.data_dir).join(TOKEN_FILE).display()
+            );
+        }
+        None => {}
     }
     let _ = writeln!(out, "Data directory: {}", report.data_dir);
     let _ = writeln!(out, "{}", render_folders(&report.folders).trim_end());
@@ -311,6 +328,7 @@ mod tests {
             install_id: config.install_id.clone(),
             data_dir: "/data".into(),
             seal_key_fingerprint: None,
+            token_store: Some(TokenPlace::Keyring),
             folders: config.folders.clone(),
             recipes: config.recipes.clone(),
             engines: engines_of(config),
@@ -371,6 +389,7 @@ mod tests {
             "Evidence upload: off",
             "Evidence held on this computer: every file (evidence upload is off)",
             "Questions waiting on this computer: 2 (see `tether-agent decisions list`)",
+            "Device token: in the keyring (service tether-agent)",
             "Sandbox: landlock (reduced)",
         ] {
             assert!(text.contains(expected), "{expected:?} not in\n{text}");
@@ -380,6 +399,7 @@ mod tests {
         assert_eq!(json["evidenceUpload"], false);
         assert_eq!(json["evidenceHold"], "screenshots");
         assert_eq!(json["decisionsWaiting"], 0);
+        assert_eq!(json["tokenStore"], "keyring");
         assert_eq!(json["trusted"], serde_json::json!(["/home/me/code/app"]));
         assert_eq!(
             json["engines"][1],
@@ -391,7 +411,21 @@ mod tests {
 
         let fresh: Config = serde_json::from_value(serde_json::json!({"installId": "i"}))
             .unwrap_or_else(|err| panic!("{err}"));
-        let text = render(&report(&fresh, 0));
+        let mut unpaired = report(&fresh, 0);
+        unpaired.token_store = None;
+        assert_eq!(
+            serde_json::to_value(&unpaired).unwrap_or_default()["tokenStore"],
+            serde_json::Value::Null
+        );
+        let text = render(&unpaired);
+        assert!(!text.contains("Device token"), "{text}");
+        let mut in_file = report(&fresh, 0);
+        in_file.token_store = Some(TokenPlace::File);
+        assert!(
+            render(&in_file).contains("Device token: in /data/device-token (mode 0600)"),
+            "{}",
+            render(&in_file)
+        );
         for expected in [
             "Engines: none",
             "No trusted folders.",

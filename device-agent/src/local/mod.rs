@@ -3,6 +3,8 @@
 //!
 //! - [`state`]: the data dir itself, `config.json` (server, device, folders, recipes,
 //!   engines, trusted folders, the approvals and evidence switches) and the device token;
+//! - [`token_store`]: where the device token rests, the OS keyring or its 0600 file
+//!   (`TETHER_TOKEN_STORE`);
 //! - [`folders`], [`recipes`], [`acp_engines`]: what the owner shares, by label and by name;
 //! - [`seal_key`]: the device's P-256 key pair, the private half encrypted under the local
 //!   key;
@@ -42,4 +44,5 @@ pub mod recipes;
 pub mod seal_key;
 pub mod sessions;
 pub mod state;
+pub mod token_store;
 pub mod vault;

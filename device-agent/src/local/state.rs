@@ -5,7 +5,7 @@
 //! | file | mode | holds |
 //! |---|---|---|
 //! | `config.json` | 0600 | install id, pairing (server, device id, name), folders, recipes |
-//! | `device-token` | 0600 | the device token (`tdt_…`) while paired |
+//! | `device-token` | 0600 | the device token (`tdt_…`) while paired, unless the OS keyring holds it ([`token_store`](crate::local::token_store)) |
 //! | `local.key` | 0600 | the 32-byte key that encrypts the seal key at rest |
 //! | `seal-key.json` | 0600 | the seal key pair's private half, AES-256-GCM encrypted |
 //!
@@ -22,12 +22,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::local::presets::PresetName;
 use crate::local::private_files::{create_private_dir, set_mode, DIR_MODE, FILE_MODE};
+use crate::local::token_store::{TokenPlace, TokenStore};
 use tether_protocol::evidence::EvidenceHold;
 use tether_protocol::{AccountId, DeviceId};
 
 /// The configuration's file in the data dir.
 pub const CONFIG_FILE: &str = "config.json";
-const TOKEN_FILE: &str = "device-token";
+/// The device token's file, when the keyring does not hold it.
+pub(crate) const TOKEN_FILE: &str = "device-token";
 
 /// The agent's data directory. Only this type writes inside it.
 #[derive(Debug, Clone)]
@@ -300,32 +302,31 @@ impl DataDir {
         self.write_file(CONFIG_FILE, &bytes)
     }
 
-    /// The device token, if the computer is paired.
+    /// The device token, if the computer is paired: from the keyring, else the file.
     ///
     /// # Errors
     /// When the file exists but cannot be read.
     pub fn load_token(&self) -> Result<Option<String>> {
-        let bytes = read_if_exists(&self.path(TOKEN_FILE))?;
-        Ok(bytes.map(|bytes| String::from_utf8_lossy(&bytes).trim().to_owned()))
+        Ok(TokenStore::open(self).load()?.map(|(token, _)| token))
     }
 
-    /// Stores the device token, mode 0600.
+    /// Stores the device token in the keyring, else in the file (mode 0600); says which.
     ///
     /// # Errors
-    /// When the file cannot be written.
-    pub fn save_token(&self, token: &str) -> Result<()> {
-        self.write_file(TOKEN_FILE, token.as_bytes())
+    /// When the keyring did not take it and the file cannot be written.
+    pub fn save_token(&self, token: &str) -> Result<TokenPlace> {
+        TokenStore::open(self).save(token)
     }
 
-    /// Deletes the device token; absent is fine.
+    /// Deletes the device token from the keyring and the file; absent is fine.
     ///
     /// # Errors
     /// When the file exists but cannot be removed.
     pub fn forget_token(&self) -> Result<()> {
-        self.remove_file(TOKEN_FILE)
+        TokenStore::open(self).forget()
     }
 
-    /// Where the device token is kept.
+    /// The device token's file (when the keyring does not hold it).
     pub fn token_path(&self) -> PathBuf {
         self.path(TOKEN_FILE)
     }
@@ -497,7 +498,8 @@ mod tests {
         assert_eq!(data_dir.load_config()?, Some(config.clone()));
         assert_eq!(data_dir.load_or_init_config()?, config);
 
-        data_dir.save_token("tdt_secret")?;
+        // Unit tests keep the token in its file (`token_store::Choice::from_env`).
+        assert_eq!(data_dir.save_token("tdt_secret")?, TokenPlace::File);
         assert_eq!(data_dir.load_token()?.as_deref(), Some("tdt_secret"));
 
         #[cfg(unix)]
