@@ -28,6 +28,7 @@ mod folders;
 mod git_assign;
 mod handback;
 mod installable;
+mod lifetime;
 mod lighthouse;
 mod log_viewer;
 mod machines;
@@ -505,7 +506,12 @@ struct PendingPairing {
 
 /// Starts `tether-agent pair BASE --name NAME` and reads until it has printed the code.
 async fn start_pairing(base: &str, home: &Path, name: &str) -> PendingPairing {
-    let mut child = agent_command(home)
+    start_pairing_with(agent_command(home), base, name).await
+}
+
+/// Like [`start_pairing`], with `command` (an [`agent_command`] the test changed).
+async fn start_pairing_with(mut command: Command, base: &str, name: &str) -> PendingPairing {
+    let mut child = command
         .args(["pair", base, "--name", name])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -607,6 +613,10 @@ fn agent_command(home: &Path) -> Command {
         .env("TETHER_SANDBOX", "landlock")
         .env_remove("TETHER_BWRAP")
         .env_remove("RUST_LOG")
+        // The device token in its file, whatever keyring the test's computer has: the tests
+        // look at the file, and leave nothing in a person's keyring. `lifetime.rs` tests the
+        // keyring on a private session bus.
+        .env("TETHER_TOKEN_STORE", "file")
         .stdin(Stdio::null())
         .kill_on_drop(true);
     command
