@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::local::presets::PresetName;
 use crate::local::private_files::{create_private_dir, set_mode, DIR_MODE, FILE_MODE};
-use crate::local::token_store::{TokenPlace, TokenStore};
+use crate::local::token_store::{TokenFile, TokenPlace, TokenStore};
 use tether_protocol::evidence::EvidenceHold;
 use tether_protocol::{AccountId, DeviceId};
 
@@ -411,6 +411,28 @@ impl DataDir {
             Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(err) => Err(err).with_context(|| format!("cannot remove {}", path.display())),
         }
+    }
+}
+
+impl TokenFile for DataDir {
+    fn dir(&self) -> &Path {
+        &self.root
+    }
+
+    fn file_path(&self) -> PathBuf {
+        self.token_path()
+    }
+
+    fn read(&self) -> Result<Option<Vec<u8>>> {
+        self.read_file(TOKEN_FILE)
+    }
+
+    fn write(&self, bytes: &[u8]) -> Result<()> {
+        self.write_file(TOKEN_FILE, bytes)
+    }
+
+    fn remove(&self) -> Result<()> {
+        self.remove_file(TOKEN_FILE)
     }
 }
 

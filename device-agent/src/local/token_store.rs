@@ -16,13 +16,11 @@
 //! the log (stderr) says why. In `auto`, a computer with no keyring at all (no session bus,
 //! no Secret Service: a server) is normal and goes unmentioned.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Result;
 use serde::Serialize;
-
-use crate::local::state::{DataDir, TOKEN_FILE};
 
 /// The variable that chooses the store.
 pub const STORE_ENV: &str = "TETHER_TOKEN_STORE";
@@ -100,27 +98,42 @@ pub trait Keyring {
     fn delete(&self) -> Result<(), KeyringError>;
 }
 
+/// The token's file, as the data dir keeps it: `state::DataDir`, which owns every write
+/// there, implements it.
+pub trait TokenFile {
+    /// The data dir, whose path names the keyring entry.
+    fn dir(&self) -> &Path;
+    /// Where the file is (for messages).
+    fn file_path(&self) -> PathBuf;
+    /// Its bytes, `None` when absent.
+    fn read(&self) -> Result<Option<Vec<u8>>>;
+    /// Writes it atomically, mode 0600.
+    fn write(&self, bytes: &[u8]) -> Result<()>;
+    /// Removes it; absent is fine.
+    fn remove(&self) -> Result<()>;
+}
+
 /// The token's store for one data dir.
 pub struct TokenStore<'a> {
-    data_dir: &'a DataDir,
+    file: &'a dyn TokenFile,
     choice: Choice,
     /// `None` with `file`, and where the OS has no keyring this agent can use.
     keyring: Option<Box<dyn Keyring>>,
 }
 
 impl<'a> TokenStore<'a> {
-    /// The store `TETHER_TOKEN_STORE` chooses for `data_dir`.
-    pub fn open(data_dir: &'a DataDir) -> TokenStore<'a> {
+    /// The store `TETHER_TOKEN_STORE` chooses for the data dir's `file`.
+    pub fn open(file: &'a dyn TokenFile) -> TokenStore<'a> {
         let choice = Choice::from_env();
         let keyring = match choice {
             Choice::File => None,
-            Choice::Auto | Choice::Keyring => os_keyring(data_dir.root()),
+            Choice::Auto | Choice::Keyring => os_keyring(file.dir()),
         };
-        TokenStore::with(data_dir, choice, keyring)
+        TokenStore::with(file, choice, keyring)
     }
 
     pub fn with(
-        data_dir: &'a DataDir,
+        file: &'a dyn TokenFile,
         choice: Choice,
         keyring: Option<Box<dyn Keyring>>,
     ) -> TokenStore<'a> {
@@ -130,7 +143,7 @@ impl<'a> TokenStore<'a> {
             keyring
         };
         TokenStore {
-            data_dir,
+            file,
             choice,
             keyring,
         }
@@ -148,7 +161,7 @@ impl<'a> TokenStore<'a> {
                 Err(err) => self.fell_back("cannot read the device token from the keyring", &err),
             }
         }
-        let bytes = self.data_dir.read_file(TOKEN_FILE)?;
+        let bytes = self.file.read()?;
         Ok(bytes
             .map(|bytes| String::from_utf8_lossy(&bytes).trim().to_owned())
             .filter(|token| !token.is_empty())
@@ -165,7 +178,7 @@ impl<'a> TokenStore<'a> {
             let stored = keyring.set(token).and_then(|()| keyring.get());
             match stored {
                 Ok(Some(back)) if back == token => {
-                    if let Err(err) = self.data_dir.remove_file(TOKEN_FILE) {
+                    if let Err(err) = self.file.remove() {
                         tracing::warn!(
                             "the device token is in the keyring, but an older copy stays: {err:#}"
                         );
@@ -181,7 +194,7 @@ impl<'a> TokenStore<'a> {
             // An older token left there would be found before the file's.
             let _ = keyring.delete();
         }
-        self.data_dir.write_file(TOKEN_FILE, token.as_bytes())?;
+        self.file.write(token.as_bytes())?;
         Ok(TokenPlace::File)
     }
 
@@ -196,17 +209,14 @@ impl<'a> TokenStore<'a> {
                 self.fell_back("cannot remove the device token from the keyring", &err);
             }
         }
-        self.data_dir.remove_file(TOKEN_FILE)
+        self.file.remove()
     }
 
     /// Says why the keyring was passed over, unless `auto` found none to speak to.
     fn fell_back(&self, what: &str, err: &KeyringError) {
         match (self.choice, err) {
             (Choice::Auto, KeyringError::Unavailable(_)) => {}
-            _ => tracing::warn!(
-                "{what} ({err}); using {}",
-                self.data_dir.token_path().display()
-            ),
+            _ => tracing::warn!("{what} ({err}); using {}", self.file.file_path().display()),
         }
     }
 }
@@ -338,6 +348,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
+    use crate::local::state::{DataDir, TOKEN_FILE};
 
     /// A keyring in memory that can be told to fail, and counts what it was asked.
     #[derive(Default, Clone)]
