@@ -84,11 +84,12 @@ pub async fn start(
     browser_session: &SessionId,
     device_id: &DeviceId,
 ) -> Result<Started, ApiError> {
-    console_unlocks::check(store, browser_session, account_id).await?;
+    // Another account's computer (a space member's too) is a 404 before anything else.
     let device = devices::get(store, account_id, device_id, config).await?;
     if device.revoked_at.is_some() {
         return Err(ApiError::not_found("device"));
     }
+    console_unlocks::check(store, browser_session, account_id).await?;
     let console_on = device
         .capabilities
         .as_ref()

@@ -382,7 +382,7 @@ pub async fn invite(
     Ok(CreatedInvitation {
         id,
         role,
-        link: format!("{}/invitations/{token}", base.trim_end_matches('/')),
+        link: format!("{}/invitations#{token}", base.trim_end_matches('/')),
         token,
         expires_at: to_time(expires_at),
     })

@@ -120,7 +120,8 @@ pub struct NewInvitationParams {
 pub struct CreatedInvitation {
     pub id: InvitationId,
     pub role: SpaceRole,
-    /// `/invitations/{token}` on this server.
+    /// `/invitations#{token}` on this server: the secret stays in the fragment, which no
+    /// request carries.
     pub link: String,
     /// The secret part of the link.
     pub token: String,

@@ -43,3 +43,44 @@ both_backends! {
         assert_eq!(ann.devices().await[0].name, "laptop");
     }
 }
+
+both_backends! {
+    async fn another_spaces_objects_are_not_found(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let bob = app.user("bob@example.com").await;
+        let made: Value = ann.post("/api/spaces", &json!({ "name": "Ann's team" })).await.json().await.unwrap();
+        let anns_space = made["id"].as_str().unwrap().to_owned();
+        let made: Value = bob.post("/api/spaces", &json!({ "name": "Bob's team" })).await.json().await.unwrap();
+        let bobs_space = made["id"].as_str().unwrap().to_owned();
+        let bobs = app.device(&bob, "install-1").await;
+        let mut body = job_body(&bobs.device_id);
+        body["spaceId"] = json!(bobs_space);
+        let job: Value = bob.post("/api/jobs", &body).await.json().await.unwrap();
+        let job_id = job["id"].as_str().unwrap();
+        let ann_id = ann.me().await.account.id.to_string();
+        let bob_id = bob.me().await.account.id.to_string();
+
+        // Ann owns a space, not Bob's: every route of his answers as if it did not exist.
+        for path in ["", "/ledger", "/jobs", "/events"] {
+            assert_error(ann.get(&format!("/api/spaces/{bobs_space}{path}")).await, 404, "not_found").await;
+        }
+        let invite = ann.post(&format!("/api/spaces/{bobs_space}/invitations"), &json!({ "role": "owner" })).await;
+        assert_error(invite, 404, "not_found").await;
+        let promote = ann.patch(&format!("/api/spaces/{bobs_space}/members/{ann_id}"), &json!({ "role": "owner" })).await;
+        assert_error(promote, 404, "not_found").await;
+        assert_error(ann.delete(&format!("/api/spaces/{bobs_space}/members/{bob_id}")).await, 404, "not_found").await;
+        assert_error(ann.get(&format!("/api/jobs/{job_id}")).await, 404, "not_found").await;
+        // Her own computer, his space: not found either.
+        let anns = app.device(&ann, "install-1").await;
+        let mut body = job_body(&anns.device_id);
+        body["spaceId"] = json!(bobs_space);
+        assert_error(ann.post("/api/jobs", &body).await, 404, "not_found").await;
+        // Bob's space job is not in hers, whatever her role there.
+        let listed: Vec<Value> = ann.get(&format!("/api/spaces/{anns_space}/jobs")).await.json().await.unwrap();
+        assert!(listed.is_empty());
+        let spaces: Vec<Value> = ann.get("/api/spaces").await.json().await.unwrap();
+        assert_eq!(spaces.len(), 1);
+        assert_eq!(spaces[0]["id"], anns_space.as_str());
+    }
+}
