@@ -86,6 +86,8 @@ fn cli(data: &Path, owner_home: &Path, backend: &str) -> Command {
         .env("TETHER_AGENT_HOME", data)
         .env("HOME", owner_home)
         .env("TETHER_SANDBOX", backend)
+        // The token in its file, never in the keyring of the machine running the tests.
+        .env("TETHER_TOKEN_STORE", "file")
         .env_remove("TETHER_BWRAP")
         .env_remove("RUST_LOG")
         .stdin(std::process::Stdio::null())

@@ -136,6 +136,13 @@ both_backends! {
         let jobs: Vec<Value> = ann.get(&format!("/api/jobs?deviceId={}", second.device_id)).await.json().await.unwrap();
         assert_eq!(jobs.len(), 1);
         assert_eq!(jobs[0]["id"], json!(job.id));
+        // Run again targets the same computer, which takes it with its new token.
+        assert_ne!(jobs[0]["state"], "queued");
+        let res = ann.post_empty(&format!("/api/jobs/{}/rerun", job.id)).await;
+        assert_eq!(res.status(), StatusCode::CREATED);
+        let again: Value = res.json().await.unwrap();
+        assert_eq!(again["deviceId"], json!(second.device_id));
+        assert_eq!(second.claim_job().await.id.as_str(), again["id"].as_str().unwrap());
 
         // Another installation is another device.
         let other = app.device(&ann, "install-2").await;
