@@ -1,5 +1,6 @@
 //! Assign: give one of your computers a job, with choices from what it publishes, starting
-//! from the computer, folder and engine of the latest job.
+//! from the computer, folder and engine of the latest job; personal, or in a space where the
+//! caller's role assigns.
 
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
@@ -8,6 +9,7 @@ use serde::Deserialize;
 use tether_protocol::devices::Device;
 use tether_protocol::jobs::{Job, JobSpec, Mode};
 use tether_protocol::secrets::SavedName;
+use tether_protocol::spaces::Space;
 
 use super::attachments::attach_fields;
 use super::delivery::{git_fieldset, FIELD_WORDS};
@@ -20,6 +22,8 @@ use crate::state::AppState;
 #[derive(Deserialize)]
 pub struct AssignQuery {
     device: Option<String>,
+    /// The space to start from (a space page's "Assign a job in this space").
+    space: Option<String>,
 }
 
 pub async fn show(
@@ -54,6 +58,18 @@ pub async fn show(
             devices.iter().find(|d| d.id == last.device_id)
         })
         .or_else(|| devices.first());
+    // Only where the caller may assign: a viewer's spaces are not offered.
+    let spaces: Vec<Space> = match crate::spaces::list(&state.store, &caller.account.id).await {
+        Ok(spaces) => spaces
+            .into_iter()
+            .filter(|space| space.role.assigns())
+            .collect(),
+        Err(error) => return error_page(&caller, &error),
+    };
+    let in_space = query
+        .space
+        .as_deref()
+        .and_then(|id| spaces.iter().find(|space| space.id.as_str() == id));
     let held = match chosen {
         Some(device) => {
             match crate::devices::secrets::list(&state.store, &caller.account.id, &device.id).await
@@ -71,7 +87,7 @@ pub async fn show(
             h1 { "Assign a job" }
             @match chosen {
                 None => p { "Pair a computer first: " a href="/computers" { "Computers" } "." },
-                Some(device) => (assign_form(&devices, device, &held, last_used(&recent, device), state.store.clock().now())),
+                Some(device) => (assign_form(&devices, device, &held, last_used(&recent, device), (&spaces, in_space), state.store.clock().now())),
             }
         },
     )
@@ -91,8 +107,14 @@ fn assign_form(
     device: &Device,
     held: &[SavedName],
     last: Option<&JobSpec>,
+    (spaces, in_space): (&[Space], Option<&Space>),
     now: DateTime<Utc>,
 ) -> Markup {
+    // Changing the computer keeps the space asked for.
+    let navigate = match in_space {
+        Some(space) => format!("/assign?space={}&device=", space.id),
+        None => "/assign?device=".to_owned(),
+    };
     let (folders, engines) = match &device.capabilities {
         Some(capabilities) => (capabilities.folders.clone(), capabilities.engines.clone()),
         None => (Vec::new(), Vec::new()),
@@ -102,7 +124,7 @@ fn assign_form(
     let last_engine = last.map(|spec| spec.engine.as_str());
     html! {
         label { "Computer"
-            select name="device" data-navigate="/assign?device=" {
+            select name="device" data-navigate=(navigate) {
                 @for each in devices {
                     option value=(each.id) selected[each.id == device.id]
                         data-offline=[offline_warning(each, now)] {
@@ -139,6 +161,7 @@ fn assign_form(
                         }
                     }
                 }
+                (space_field(spaces, in_space))
                 label { "Title" input type="text" name="title" maxlength="200" required; }
                 label { "Prompt" textarea name="prompt" maxlength="20000" {} }
                 (attach_fields("assign", &[], None, &[]))
@@ -153,6 +176,29 @@ fn assign_form(
             }
         }
         script src="/assets/assign.js" defer {}
+    }
+}
+
+/// Personal, or one of the spaces the caller assigns in; absent without such a space. The
+/// values are JSON (`data-json`): `null` for personal, else the space's id.
+fn space_field(spaces: &[Space], chosen: Option<&Space>) -> Markup {
+    let json = |space: &Space| serde_json::Value::from(space.id.as_str()).to_string();
+    html! {
+        @if !spaces.is_empty() {
+            label { "Space"
+                select name="spaceId" data-json aria-describedby="assign-space-hint" {
+                    option value="null" selected[chosen.is_none()] { "Personal (only you)" }
+                    @for space in spaces {
+                        option value=(json(space)) selected[chosen.is_some_and(|c| c.id == space.id)] { (space.name) }
+                    }
+                }
+            }
+            p.muted.small #assign-space-hint {
+                "In a space, its members see the job's title, prompt, state, timeline, report and \
+                 which files changed; never its command output, file contents or secrets. It \
+                 runs on your computer as any job does."
+            }
+        }
     }
 }
 

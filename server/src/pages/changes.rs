@@ -15,6 +15,17 @@ use tether_protocol::JobId;
 
 /// The Changes section: a warning first when any file runs later, the totals, the files.
 pub(super) fn changes_section(job_id: &JobId, changes: &Changes) -> Markup {
+    section(Some(job_id), changes)
+}
+
+/// The Changes section as a space's members see it: which files changed, no diffs (a
+/// file's text is its computer owner's).
+pub(super) fn changes_listed(changes: &Changes) -> Markup {
+    section(None, changes)
+}
+
+/// `diffs_of`: the job whose diffs a tap reads, or `None` for a list without them.
+fn section(diffs_of: Option<&JobId>, changes: &Changes) -> Markup {
     let flagged = changes
         .files
         .iter()
@@ -22,13 +33,13 @@ pub(super) fn changes_section(job_id: &JobId, changes: &Changes) -> Markup {
         .count();
     let listed = u64::try_from(changes.files.len()).unwrap_or(u64::MAX);
     html! {
-        section.changes data-changes={ "/api/jobs/" (job_id) "/diff" } aria-labelledby="changes-heading" {
+        section.changes data-changes=[diffs_of.map(|job_id| format!("/api/jobs/{job_id}/diff"))] aria-labelledby="changes-heading" {
             h2 #changes-heading { "Changes" }
             @if flagged > 0 { (runs_later_warning(flagged)) }
             p.totals { (totals_text(changes)) }
             @if !changes.files.is_empty() {
                 ul.change-list {
-                    @for (n, file) in changes.files.iter().enumerate() { (file_item(n, file)) }
+                    @for (n, file) in changes.files.iter().enumerate() { (file_item(n, file, diffs_of.is_some())) }
                 }
             }
             @if changes.truncated {
@@ -64,10 +75,10 @@ fn runs_later_warning(flagged: usize) -> Markup {
     }
 }
 
-fn file_item(n: usize, file: &ChangedFile) -> Markup {
+fn file_item(n: usize, file: &ChangedFile, diffs: bool) -> Markup {
     let credential = has_flag(file, FLAG_CREDENTIAL);
     // A credential's diff is never asked for; a binary file has no lines to show.
-    let diffable = !credential && !file.binary;
+    let diffable = diffs && !credential && !file.binary;
     let panel = format!("diff-{n}");
     html! {
         li.change data-change-path=(file.path) {

@@ -1,5 +1,6 @@
 //! The job page, which follows a running job until it ends and then shows
-//! what it changed, its folder, and how to run it again or carry on from it.
+//! what it changed, its folder, and how to run it again or carry on from it. A member of a
+//! space job's space who is not its owner gets a page of what the space may see of it.
 
 use std::collections::HashMap;
 
@@ -13,12 +14,13 @@ use tether_protocol::jobs::{Job, JobState, TimelineKind};
 use tether_protocol::{Code, JobId};
 
 use super::attachments::task_attachments;
-use super::changes::changes_section;
+use super::changes::{changes_listed, changes_section};
 use super::delivery::{asked_text, delivery_section};
 use super::follow_up::{chain, load_chain, next_steps, Chain};
 use super::layout::{duration_text, error_page, human_size, moment, page};
 use super::redirects::signin_redirect;
 use super::results::{gallery, held_items, listed_file, report_section, used_section};
+use super::space_job::{self, space_line, MemberJob, SpaceLink};
 use super::timeline::timeline;
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -42,11 +44,12 @@ pub async fn job_page(
     let Ok(job_id) = JobId::parse(&raw_id) else {
         return error_page(&caller, &ApiError::not_found("job"));
     };
+    let now = state.store.clock().now();
     match load(&state, &caller, &job_id).await {
-        Ok(context) => {
-            let now = state.store.clock().now();
+        Ok(Loaded::Owner(context)) => {
             page(&context.job.title, Some(&caller), job_view(&context, now))
         }
+        Ok(Loaded::Member(view)) => page(&view.job.title, Some(&caller), member_view(&view, now)),
         Err(error) => error_page(&caller, &error),
     }
 }
@@ -57,17 +60,35 @@ struct JobContext {
     /// `None` when the computer's record is gone.
     device: Option<Device>,
     chain: Chain,
+    /// The space it is in, when the owner is still in it.
+    space: Option<SpaceLink>,
 }
 
-async fn load(state: &AppState, caller: &Caller, job_id: &JobId) -> Result<JobContext, ApiError> {
+/// The owner's whole page, or a space member's view of someone else's job.
+enum Loaded {
+    Owner(Box<JobContext>),
+    Member(Box<MemberJob>),
+}
+
+async fn load(state: &AppState, caller: &Caller, job_id: &JobId) -> Result<Loaded, ApiError> {
     let account_id = &caller.account.id;
-    let mut job = crate::jobs::get(&state.store, account_id, job_id).await?;
+    let (mut job, owner) = crate::jobs::get_visible(&state.store, account_id, job_id).await?;
     job.queued_because =
-        crate::jobs::queue_reason(&state.store, &state.config, account_id, &job).await?;
+        crate::jobs::queue_reason(&state.store, &state.config, &owner, &job).await?;
+    if job.shared_view {
+        let view = space_job::load(state, caller, job, &owner).await?;
+        return Ok(Loaded::Member(Box::new(view)));
+    }
     let device = crate::devices::get(&state.store, account_id, &job.device_id, &state.config).await;
     let device = unless_not_found(device)?;
     let chain = load_chain(state, caller, &job).await?;
-    Ok(JobContext { job, device, chain })
+    let space = space_job::space_of(state, account_id, &job).await?;
+    Ok(Loaded::Owner(Box::new(JobContext {
+        job,
+        device,
+        chain,
+        space,
+    })))
 }
 
 fn unless_not_found<T>(result: Result<T, ApiError>) -> Result<Option<T>, ApiError> {
@@ -124,6 +145,7 @@ fn job_view(context: &JobContext, now: DateTime<Utc>) -> Markup {
                         @if let Some(duration) = run_duration(job, now) { "for " (duration) }
                     }
                     span { "on " (computer_link(context.device.as_ref())) }
+                    (space_line(context.space.as_ref()))
                 }
                 div #job-failing data-refresh { (failing_view(failing.as_ref())) }
                 p data-field="outcome" { @if let Some(summary) = outcome_text(job) { (sentences(summary)) } }
@@ -180,6 +202,87 @@ fn job_view(context: &JobContext, now: DateTime<Utc>) -> Markup {
         script src="/assets/log.js" defer {}
         script src="/assets/job.js" defer {}
         script src="/assets/results.js" defer {}
+    }
+}
+
+/// The page a member of the job's space sees: what `jobs::shared_view` lets through, and
+/// nothing whose route is the owner's — no log (its lines and raw text), diffs or folder
+/// browser, questions, Cancel, Run again, Continue, Watch or console, held files. The same
+/// `data-job-live` root and `data-refresh` regions, so `app.js` follows it alike.
+fn member_view(view: &MemberJob, now: DateTime<Utc>) -> Markup {
+    let job = &view.job;
+    let last_seq = job.events.last().map_or(0, |event| event.seq);
+    let owner = view
+        .owner_name
+        .as_deref()
+        .unwrap_or("someone no longer in the space");
+    let computer = view.computer.as_deref();
+    html! {
+        section.job.shared-job data-job-live={ "/api/jobs/" (job.id) } data-state=(job.state.as_str()) data-last-seq=(last_seq) {
+            div.job-head {
+                h1 { (job.title) }
+                p.job-status {
+                    span data-field="state" class={ "badge state-" (job.state.as_str()) } { (job.state.as_str()) }
+                    span.muted data-field="attempt" hidden[job.attempt < 2] { "attempt " (job.attempt) }
+                    span #job-took data-refresh {
+                        @if let Some(duration) = run_duration(job, now) { "for " (duration) }
+                    }
+                    span data-field="computer" { "on " (computer_name(computer)) }
+                    (space_line(view.space.as_ref()))
+                }
+                p.shared-note data-field="owner" {
+                    "Assigned by " strong { (owner) } ". You see what the run did; its command \
+                     output, file contents, questions and secrets stay with its computer's owner."
+                }
+                p data-field="outcome" { @if let Some(summary) = outcome_text(job) { (sentences(summary)) } }
+            }
+            div #job-report data-refresh { (report_section(job)) }
+            nav.section-links #job-sections data-refresh aria-label="This job" {
+                @if job.outcome.as_ref().is_some_and(|o| o.report.is_some()) { a href="#report" { "Report" } }
+                a href="#run" { "Timeline" }
+                @if job.changes.is_some() { a href="#job-changes" { "Changes" } }
+                @if job.delivery.is_some() { a href="#job-delivery" { "Delivery" } }
+                a href="#details" { "Details" }
+            }
+            section.run #run aria-labelledby="run-heading" {
+                h2 #run-heading { "The run" }
+                div #job-run data-refresh data-last-seq=(last_seq) { (timeline(job, now)) }
+            }
+            div #job-changes data-refresh {
+                @if let Some(changes) = &job.changes { (changes_listed(changes)) }
+            }
+            div #job-delivery data-refresh {
+                @if let Some(report) = &job.delivery { (delivery_section(report, job.spec.git.as_ref())) }
+            }
+            div #job-end data-refresh {
+                (gallery(job))
+                (evidence_list(job))
+                (used_section(job))
+            }
+            section.details #details aria-labelledby="details-heading" {
+                h2 #details-heading { "Details" }
+                @if !job.spec.prompt.is_empty() { p.prompt { (job.spec.prompt) } }
+                dl.facts {
+                    dt { "Computer" } dd { (computer_name(computer)) }
+                    dt { "Folder" } dd { code { (job.spec.folder) } }
+                    dt { "Engine" } dd { (job.spec.engine) }
+                    dt { "Mode" } dd { (job.spec.mode.as_str()) }
+                    @if let Some(git) = &job.spec.git { dt { "Git" } dd data-field="git" { (asked_text(git)) } }
+                }
+                (when_it_ran(job, now))
+                p.muted { @if job.spec.network { "Network on" } @else { "Network off" } }
+            }
+        }
+    }
+}
+
+/// The computer's name as a member sees it: no link, its card is the owner's.
+fn computer_name(name: Option<&str>) -> Markup {
+    html! {
+        @match name {
+            Some(name) => (name),
+            None => span.muted { "a removed computer" },
+        }
     }
 }
 

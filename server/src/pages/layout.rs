@@ -164,6 +164,7 @@ fn navigation(caller: Option<&Caller>, pending: Option<usize>) -> Markup {
                 a href="/computers" { "Computers" }
                 a href="/assign" { "Assign" }
                 a href="/jobs" { "Jobs" }
+                a href="/spaces" { "Spaces" }
                 a href="/account" { "Account" }
                 @if caller.user.is_admin { a href="/admin" { "Admin" } }
                 form.sign-out data-api="/api/auth/logout" data-redirect="/signin" {

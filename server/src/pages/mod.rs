@@ -27,6 +27,8 @@ mod needs_me;
 mod notifications;
 mod redirects;
 mod results;
+mod space_job;
+mod spaces;
 mod timeline;
 
 use actix_web::http::header;
@@ -50,6 +52,7 @@ pub fn routes(table: &mut Table) {
     table.asset("/assets/assign.js", assign_script, "text/javascript");
     table.asset("/assets/lists.js", lists_script, "text/javascript");
     table.asset("/assets/console.js", console_script, "text/javascript");
+    table.asset("/assets/spaces.js", spaces_script, "text/javascript");
     table.asset("/assets/app.css", stylesheet, "text/css");
     table.asset("/assets/notifications.js", push_script, "text/javascript");
     app_shell::routes(table);
@@ -72,6 +75,17 @@ pub fn routes(table: &mut Table) {
     table.page("/needs-me", needs_me::show, "Pending decisions");
     table.page("/jobs", job_list::list_page, "Jobs");
     table.page("/jobs/{id}", jobs::job_page, "One job");
+    table.page("/spaces", spaces::list, "Spaces, and a new one");
+    table.page(
+        "/spaces/{id}",
+        spaces::show,
+        "One space: its jobs, members, invitations and ledger",
+    );
+    table.page(
+        "/invitations",
+        spaces::invitation,
+        "An invitation link (its secret in the fragment)",
+    );
     table.page(
         "/admin",
         admin::show,
@@ -178,6 +192,14 @@ async fn assign_script() -> HttpResponse {
     asset(
         "text/javascript; charset=utf-8",
         include_str!("assets/assign.js"),
+    )
+}
+
+/// Spaces: a space's live jobs, a new invitation shown once, and an invitation opened.
+async fn spaces_script() -> HttpResponse {
+    asset(
+        "text/javascript; charset=utf-8",
+        include_str!("assets/spaces.js"),
     )
 }
 

@@ -46,6 +46,7 @@ mod races;
 mod recovery;
 mod replicas;
 mod secrets;
+mod spaces_pages;
 mod sessions;
 mod task_context;
 mod tenancy;
