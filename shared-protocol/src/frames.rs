@@ -66,6 +66,19 @@ pub enum ServerFrame {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         timeout_ms: Option<u64>,
     },
+    /// The owner asked to delete the engine session a stopped job of this computer worked
+    /// in: delete what this computer keeps of it and answer at
+    /// `POST /api/devices/self/session-deletions/{id}` with a
+    /// [`crate::engine_sessions::SessionDeletion`].
+    #[serde(rename = "session.delete", rename_all = "camelCase")]
+    SessionDelete {
+        /// This request's id: single use, bound to this device and the job.
+        id: String,
+        job_id: JobId,
+        /// How long the server waits for the answer, in milliseconds.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_ms: Option<u64>,
+    },
     /// The owner opened a console session with this computer: join it at
     /// `GET /api/devices/self/console/{sessionId}` (or refuse there).
     #[serde(rename = "console.open", rename_all = "camelCase")]
@@ -95,6 +108,22 @@ mod tests {
         assert!(json["jobId"].is_string());
         let wake: Result<ServerFrame, _> = serde_json::from_str(r#"{"type":"wake"}"#);
         assert_eq!(wake.ok(), Some(ServerFrame::Wake));
+    }
+
+    #[test]
+    fn a_session_delete_names_its_job() {
+        let job_id = JobId::generate();
+        let frame = ServerFrame::SessionDelete {
+            id: "sdl_1".into(),
+            job_id: job_id.clone(),
+            timeout_ms: Some(60_000),
+        };
+        let json = serde_json::to_value(&frame).unwrap_or_default();
+        assert_eq!(json["type"], "session.delete");
+        assert_eq!(json["jobId"], job_id.as_str());
+        assert_eq!(json["timeoutMs"], 60_000);
+        let back: Result<ServerFrame, _> = serde_json::from_value(json);
+        assert_eq!(back.ok(), Some(frame));
     }
 
     #[test]

@@ -50,3 +50,8 @@ pub fn device_job_attachment(job_id: &str, attachment_id: &str) -> String {
 pub fn evidence_upload(upload_id: &str) -> String {
     format!("/api/devices/self/evidence-uploads/{upload_id}")
 }
+
+/// `/api/devices/self/session-deletions/{id}`: a computer's answer to a `session.delete`.
+pub fn session_deletion(request_id: &str) -> String {
+    format!("/api/devices/self/session-deletions/{request_id}")
+}
