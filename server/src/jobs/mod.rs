@@ -15,6 +15,7 @@ pub mod claim_gates;
 pub mod context_answers;
 pub mod decisions;
 pub mod delivery;
+pub mod engine_sessions;
 pub mod evidence;
 pub mod files;
 pub mod held_evidence;

@@ -16,6 +16,7 @@ use tether_protocol::{Code, JobId};
 use super::attachments::task_attachments;
 use super::changes::{changes_listed, changes_section};
 use super::delivery::{asked_text, delivery_section};
+use super::engine_session::session_section;
 use super::follow_up::{chain, load_chain, next_steps, Chain};
 use super::layout::{duration_text, error_page, human_size, moment, page};
 use super::redirects::signin_redirect;
@@ -177,6 +178,7 @@ fn job_view(context: &JobContext, now: DateTime<Utc>) -> Markup {
             div #job-end data-refresh {
                 (gallery(job))
                 (held_items(job))
+                (session_section(job, context.device.as_ref(), engine_kind))
                 (evidence_list(job))
                 (used_section(job))
                 (next_steps(job, context.device.as_ref(), &context.chain))

@@ -18,6 +18,7 @@ mod changes;
 mod computers;
 mod console;
 mod delivery;
+mod engine_session;
 mod follow_up;
 mod job_list;
 mod jobs;

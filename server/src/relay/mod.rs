@@ -24,6 +24,11 @@
 //! abandoned id is remembered for [`GONE_TTL`] (`tether:relay-gone:{id}`), so its second
 //! use is told 410 `upload_gone`, not 404.
 //!
+//! An owner's request to delete a stopped job's engine session (`session.delete`) is
+//! relayed alike under its single-use request id, bound to the account and job
+//! ([`DeletionBinding`]): the device's answer, at any replica, takes it
+//! ([`Hub::take_deletion`]) and hands it back ([`Hub::deliver_deletion`]).
+//!
 //! **Invariant:** frames and relays are hints with short lives. Nothing here is the truth
 //! about a job: a lost frame costs the device latency (it claims on every (re)connect and
 //! heartbeat), a lost relay answer a 504.
@@ -39,6 +44,7 @@ use redis::AsyncConnectionConfig;
 use serde::{Deserialize, Serialize};
 use tether_protocol::changes::DiffAgainst;
 use tether_protocol::decisions::DecisionChange;
+use tether_protocol::engine_sessions::SessionDeletion;
 use tether_protocol::evidence::{EvidenceAction, PreviewReady};
 use tether_protocol::files::{FileAnswer, FileOp};
 use tether_protocol::frames::ServerFrame;
@@ -129,6 +135,24 @@ struct Waiter {
     answer: oneshot::Sender<Answer>,
     /// Set for an evidence request: what its upload id is bound to.
     upload: Option<UploadBinding>,
+    /// Set for a session deletion: what its request id is bound to.
+    deletion: Option<DeletionBinding>,
+}
+
+impl Waiter {
+    /// Whether `answer` is the kind of answer this request waits for.
+    fn takes(&self, answer: &Answer) -> bool {
+        match answer {
+            Answer::File(_) => self.upload.is_none() && self.deletion.is_none(),
+            Answer::Evidence(_) => self.upload.is_some(),
+            Answer::Deletion(_) => self.deletion.is_some(),
+        }
+    }
+
+    /// Whether its id is single use and remembered once gone (410, not 404).
+    fn single_use(&self) -> bool {
+        self.upload.is_some() || self.deletion.is_some()
+    }
 }
 
 /// A device's answer to a relayed request.
@@ -136,6 +160,23 @@ struct Waiter {
 enum Answer {
     File(FileAnswer),
     Evidence(EvidenceAnswer),
+    Deletion(SessionDeletion),
+}
+
+/// What a session deletion's request id is bound to: one job of one account (and, in its
+/// ticket, one device).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeletionBinding {
+    pub account_id: AccountId,
+    pub job_id: JobId,
+}
+
+/// What a relayed request is bound to besides its device.
+enum Bound {
+    /// A file request: answered once, forgotten after.
+    Nothing,
+    Upload(UploadBinding),
+    Deletion(DeletionBinding),
 }
 
 /// What an evidence upload id is bound to: one job of one account, one file, one action
@@ -200,6 +241,8 @@ struct RelayTicket {
     replica: String,
     #[serde(default)]
     upload: Option<UploadBinding>,
+    #[serde(default)]
+    deletion: Option<DeletionBinding>,
 }
 
 /// An answer on its way to the replica that waits for it.
@@ -302,13 +345,8 @@ impl Drop for WaitGuard<'_> {
     fn drop(&mut self) {
         let mut local = self.hub.local();
         let abandoned = local.waiting.remove(&self.id);
-        if let Some(Waiter {
-            device_id,
-            upload: Some(_),
-            ..
-        }) = abandoned
-        {
-            remember_gone(&mut local, &self.id, device_id);
+        if let Some(waiter) = abandoned.filter(Waiter::single_use) {
+            remember_gone(&mut local, &self.id, waiter.device_id);
         }
     }
 }
@@ -670,9 +708,12 @@ impl Hub {
             timeout_ms: Some(timeout_ms(timeout)),
             against,
         };
-        match self.relay(device_id, &id, None, &frame, timeout).await? {
+        match self
+            .relay(device_id, &id, Bound::Nothing, &frame, timeout)
+            .await?
+        {
             Answer::File(answer) => Ok(answer),
-            Answer::Evidence(_) => Err(ApiError::internal(&"an evidence answer to a file request")),
+            _ => Err(ApiError::internal(&"another answer to a file request")),
         }
     }
 
@@ -697,11 +738,43 @@ impl Hub {
             timeout_ms: Some(timeout_ms(timeout)),
         };
         let answer = self
-            .relay(device_id, &upload_id, Some(binding), &frame, timeout)
+            .relay(
+                device_id,
+                &upload_id,
+                Bound::Upload(binding),
+                &frame,
+                timeout,
+            )
             .await?;
         match answer {
             Answer::Evidence(answer) => Ok(answer),
-            Answer::File(_) => Err(ApiError::internal(&"a file answer to an evidence request")),
+            _ => Err(ApiError::internal(&"another answer to an evidence request")),
+        }
+    }
+
+    /// Relays a `session.delete` under a fresh single-use request id bound to `binding`,
+    /// and waits up to `timeout` for the device's answer.
+    ///
+    /// # Errors
+    /// As [`Hub::request_file`].
+    pub async fn request_deletion(
+        &self,
+        device_id: &DeviceId,
+        binding: DeletionBinding,
+        timeout: Duration,
+    ) -> Result<SessionDeletion, ApiError> {
+        let id = credentials::random_token("sdl_");
+        let frame = ServerFrame::SessionDelete {
+            id: id.clone(),
+            job_id: binding.job_id.clone(),
+            timeout_ms: Some(timeout_ms(timeout)),
+        };
+        let answer = self
+            .relay(device_id, &id, Bound::Deletion(binding), &frame, timeout)
+            .await?;
+        match answer {
+            Answer::Deletion(answer) => Ok(answer),
+            _ => Err(ApiError::internal(&"another answer to a session deletion")),
         }
     }
 
@@ -711,18 +784,24 @@ impl Hub {
         &self,
         device_id: &DeviceId,
         id: &str,
-        upload: Option<UploadBinding>,
+        bound: Bound,
         frame: &ServerFrame,
         timeout: Duration,
     ) -> Result<Answer, ApiError> {
         let (answer, answered) = oneshot::channel();
-        let gone_for = upload.is_some().then_some(device_id);
+        let (upload, deletion) = match bound {
+            Bound::Nothing => (None, None),
+            Bound::Upload(binding) => (Some(binding), None),
+            Bound::Deletion(binding) => (None, Some(binding)),
+        };
+        let gone_for = (upload.is_some() || deletion.is_some()).then_some(device_id);
         self.local().waiting.insert(
             id.to_owned(),
             Waiter {
                 device_id: device_id.to_string(),
                 answer,
                 upload: upload.clone(),
+                deletion: deletion.clone(),
             },
         );
         let _guard = WaitGuard {
@@ -734,6 +813,7 @@ impl Hub {
                 device: device_id.to_string(),
                 replica: self.inner.replica.clone(),
                 upload,
+                deletion,
             })?;
             let ttl = timeout.as_secs().saturating_add(5);
             let set: Option<String> = bus
@@ -811,7 +891,9 @@ impl Hub {
         let ticket: RelayTicket = ticket
             .and_then(|json| serde_json::from_str(&json).ok())
             .filter(|ticket: &RelayTicket| {
-                ticket.device == device_id.as_str() && ticket.upload.is_none()
+                ticket.device == device_id.as_str()
+                    && ticket.upload.is_none()
+                    && ticket.deletion.is_none()
             })
             .ok_or_else(unknown)?;
         let taken: Option<String> = bus
@@ -851,10 +933,7 @@ impl Hub {
         let waiter = {
             let mut local = self.local();
             let mine = local.waiting.get(request_id).is_some_and(|waiter| {
-                device_id.is_none_or(|device| {
-                    waiter.device_id == device
-                        && waiter.upload.is_some() == matches!(answer, Answer::Evidence(_))
-                })
+                device_id.is_none_or(|device| waiter.device_id == device && waiter.takes(&answer))
             });
             if mine {
                 local.waiting.remove(request_id)
@@ -916,7 +995,7 @@ impl Hub {
         upload_id: &str,
     ) -> Result<TakenUpload, ApiError> {
         let Bus::Redis(bus) = &self.inner.bus else {
-            return self.take_here(Some(device_id), upload_id);
+            return self.take_here(Some(device_id), upload_id, |waiter| waiter.upload.is_some());
         };
         // Checked before it is taken: another device's upload must not consume it.
         self.upload_ticket(device_id, upload_id).await?;
@@ -929,7 +1008,7 @@ impl Hub {
         };
         bus.remember_gone(upload_id, device_id.as_str()).await;
         if ticket.replica == self.inner.replica {
-            return self.take_here(None, upload_id);
+            return self.take_here(None, upload_id, |waiter| waiter.upload.is_some());
         }
         Ok(TakenUpload {
             id: upload_id.to_owned(),
@@ -937,17 +1016,17 @@ impl Hub {
         })
     }
 
-    /// Takes the waiting request of `upload_id` on this replica (`device_id` checked when
-    /// given).
+    /// Takes the waiting request of `upload_id` on this replica, when it is `of_kind`
+    /// (`device_id` checked when given).
     fn take_here(
         &self,
         device_id: Option<&DeviceId>,
         upload_id: &str,
+        of_kind: fn(&Waiter) -> bool,
     ) -> Result<TakenUpload, ApiError> {
         let mut local = self.local();
         let mine = local.waiting.get(upload_id).is_some_and(|waiter| {
-            waiter.upload.is_some()
-                && device_id.is_none_or(|device| waiter.device_id == device.as_str())
+            of_kind(waiter) && device_id.is_none_or(|device| waiter.device_id == device.as_str())
         });
         let Some(waiter) = mine.then(|| local.waiting.remove(upload_id)).flatten() else {
             return Err(match device_id {
@@ -972,7 +1051,84 @@ impl Hub {
         taken: TakenUpload,
         answer: EvidenceAnswer,
     ) -> Result<(), ApiError> {
-        let answer = Answer::Evidence(answer);
+        self.deliver_taken(taken, Answer::Evidence(answer)).await
+    }
+
+    /// What session deletion `request_id` is bound to, taken for `device_id`: from now on it
+    /// is gone for every other use. The answer then goes through [`Hub::deliver_deletion`].
+    ///
+    /// # Errors
+    /// 404 `not_found` for an unknown id or another device's, 410 `upload_gone` for one
+    /// answered already or whose request gave up; 503 `unavailable` when Redis cannot be
+    /// reached.
+    pub async fn take_deletion(
+        &self,
+        device_id: &DeviceId,
+        request_id: &str,
+    ) -> Result<(DeletionBinding, TakenUpload), ApiError> {
+        let deletion = |waiter: &Waiter| waiter.deletion.is_some();
+        let Bus::Redis(bus) = &self.inner.bus else {
+            let binding = self
+                .local()
+                .waiting
+                .get(request_id)
+                .filter(|waiter| waiter.device_id == device_id.as_str())
+                .and_then(|waiter| waiter.deletion.clone());
+            let taken = self
+                .take_here(Some(device_id), request_id, deletion)
+                .map_err(as_deletion)?;
+            let binding = binding.ok_or_else(|| as_deletion(upload_gone()))?;
+            return Ok((binding, taken));
+        };
+        if request_id.len() > 100 {
+            return Err(as_deletion(ApiError::not_found("upload")));
+        }
+        // Read first: another device's answer must not consume it.
+        let ticket: Option<String> = bus
+            .query(redis::cmd("GET").arg(relay_key(request_id)))
+            .await?;
+        let binding = ticket
+            .and_then(|json| serde_json::from_str::<RelayTicket>(&json).ok())
+            .filter(|ticket| ticket.device == device_id.as_str())
+            .and_then(|ticket| ticket.deletion);
+        let Some(binding) = binding else {
+            return Err(as_deletion(bus.unusable(device_id, request_id).await?));
+        };
+        let taken: Option<String> = bus
+            .query(redis::cmd("GETDEL").arg(relay_key(request_id)))
+            .await?;
+        let Some(ticket) = taken.and_then(|json| serde_json::from_str::<RelayTicket>(&json).ok())
+        else {
+            return Err(as_deletion(bus.unusable(device_id, request_id).await?));
+        };
+        bus.remember_gone(request_id, device_id.as_str()).await;
+        if ticket.replica == self.inner.replica {
+            let taken = self
+                .take_here(None, request_id, deletion)
+                .map_err(as_deletion)?;
+            return Ok((binding, taken));
+        }
+        let to = Destination::Replica(ticket.replica);
+        let id = request_id.to_owned();
+        Ok((binding, TakenUpload { id, to }))
+    }
+
+    /// Hands the device's answer to a taken session deletion to the request waiting for
+    /// it, on any replica.
+    ///
+    /// # Errors
+    /// As [`Hub::deliver_upload`].
+    pub async fn deliver_deletion(
+        &self,
+        taken: TakenUpload,
+        answer: SessionDeletion,
+    ) -> Result<(), ApiError> {
+        self.deliver_taken(taken, Answer::Deletion(answer))
+            .await
+            .map_err(as_deletion)
+    }
+
+    async fn deliver_taken(&self, taken: TakenUpload, answer: Answer) -> Result<(), ApiError> {
         match (taken.to, &self.inner.bus) {
             (Destination::Here(sender), _) => sender.send(answer).map_err(|_| upload_gone()),
             (Destination::Replica(replica), Bus::Redis(bus)) => {
@@ -1227,6 +1383,18 @@ fn unusable_here(local: &Local, device_id: &DeviceId, upload_id: &str) -> ApiErr
 
 fn gone_key(upload_id: &str) -> String {
     format!("{KEY_PREFIX}relay-gone:{upload_id}")
+}
+
+/// An upload id's error, said of a session deletion's request id.
+fn as_deletion(error: ApiError) -> ApiError {
+    match error.code() {
+        Code::NotFound => ApiError::not_found("session deletion"),
+        Code::UploadGone => ApiError::new(
+            Code::UploadGone,
+            "This session deletion was answered already, or the request that asked for it gave up.",
+        ),
+        _ => error,
+    }
 }
 
 fn upload_gone() -> ApiError {

@@ -20,6 +20,7 @@ mod decisions;
 mod device_api;
 mod devices;
 pub mod edge;
+mod engine_sessions;
 mod events;
 mod evidence;
 mod files;
@@ -73,6 +74,7 @@ fn routes(table: &mut Table) {
     events::routes(table);
     evidence::routes(table);
     held_evidence::routes(table);
+    engine_sessions::routes(table);
     attachments::routes(table);
     files::routes(table);
     job_log::routes(table);

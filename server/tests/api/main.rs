@@ -21,6 +21,7 @@ mod delivery;
 mod delivery_page;
 mod devices;
 mod edge;
+mod engine_sessions;
 mod events;
 mod evidence;
 mod files;

@@ -67,3 +67,32 @@ document.addEventListener("click", async (event) => {
     for (const other of item.querySelectorAll("button")) other.disabled = false;
   }
 });
+
+// "Delete agent session" (pages/engine_session.rs): asks the job's computer to delete what
+// it keeps of the agent's conversation, and says what came back: done, or the computer's
+// (or the server's) sentence.
+document.addEventListener("click", async (event) => {
+  const button = event.target.closest("[data-session-delete]");
+  const place = button?.closest("[data-session-url]");
+  if (!place) return;
+  if (button.dataset.confirm && !window.confirm(button.dataset.confirm)) return;
+  const status = place.querySelector(".session-status");
+  button.disabled = true;
+  status.textContent = "Asking the computer…";
+  try {
+    const response = await fetch(place.dataset.sessionUrl, {
+      method: "DELETE", credentials: "same-origin",
+      headers: { "x-tether-csrf": document.querySelector('meta[name="csrf-token"]')?.content || "" },
+    });
+    if (response.ok) {
+      status.textContent = "Deleted on the computer: a follow-up starts a new session.";
+    } else {
+      const data = await response.json().catch(() => null);
+      status.textContent = data?.error?.message || `The server answered ${response.status}.`;
+    }
+  } catch (unreachable) {
+    status.textContent = "The server could not be reached; try again.";
+  } finally {
+    button.disabled = false;
+  }
+});
