@@ -34,6 +34,10 @@
 //! made by an earlier process is taken on its word), replaying one agent message
 //! ([`REPLAYED`]) before it answers; another id is refused.
 //!
+//! With `--delete-sessions` it advertises `sessionCapabilities.delete` and answers
+//! `session/delete` of a session id it could have made; another id is refused with an
+//! internal error (`cannot delete ID`), so a test can see a refusal said.
+//!
 //! With `--auth VAR` it lists two sign-in methods, `scripted-key` (`type: env_var`, reading
 //! `VAR`) and `scripted-login` (no type: a sign-in the agent handles), and refuses
 //! `session/new` with `auth_required` until `authenticate` of `scripted-key` succeeded, which
@@ -54,13 +58,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, AuthenticateRequest, AuthenticateResponse, CancelNotification, ContentBlock,
-    ContentChunk, CreateTerminalRequest, EnvVariable, Implementation, InitializeRequest,
-    InitializeResponse, KillTerminalRequest, LoadSessionRequest, LoadSessionResponse,
-    NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, Plan,
-    PromptCapabilities, PromptRequest, PromptResponse, ReadTextFileRequest, ReleaseTerminalRequest,
-    RequestPermissionOutcome, RequestPermissionRequest, SessionId, SessionNotification,
-    SessionUpdate, StopReason, TerminalOutputRequest, TextContent, ToolCall, ToolCallUpdate,
-    WaitForTerminalExitRequest, WriteTextFileRequest,
+    ContentChunk, CreateTerminalRequest, DeleteSessionRequest, DeleteSessionResponse, EnvVariable,
+    Implementation, InitializeRequest, InitializeResponse, KillTerminalRequest, LoadSessionRequest,
+    LoadSessionResponse, NewSessionRequest, NewSessionResponse, PermissionOption,
+    PermissionOptionKind, Plan, PromptCapabilities, PromptRequest, PromptResponse,
+    ReadTextFileRequest, ReleaseTerminalRequest, RequestPermissionOutcome,
+    RequestPermissionRequest, SessionCapabilities, SessionDeleteCapabilities, SessionId,
+    SessionNotification, SessionUpdate, StopReason, TerminalOutputRequest, TextContent, ToolCall,
+    ToolCallUpdate, WaitForTerminalExitRequest, WriteTextFileRequest,
 };
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::{Agent, Client, JsonRpcMessage, JsonRpcRequest, UntypedMessage};
@@ -124,6 +129,8 @@ struct State {
     script: Option<String>,
     /// Whether `loadSession` is advertised.
     load_session: bool,
+    /// Whether `sessionCapabilities.delete` is advertised.
+    delete_sessions: bool,
     /// Whether images and embedded context are advertised.
     images: bool,
     /// The variable of the `env_var` sign-in, when one is required.
@@ -149,10 +156,12 @@ const SESSION_PREFIX: &str = "scripted-session-";
 /// The agent message replayed while a session loads: never to be shown as new output.
 const REPLAYED: &str = "Replayed from the earlier session.";
 
-/// The command line: `[--script FILE] [--load-session] [--auth VAR] [--images]`.
+/// The command line: `[--script FILE] [--load-session] [--delete-sessions] [--auth VAR]
+/// [--images]`.
 struct Options {
     script: Option<String>,
     load_session: bool,
+    delete_sessions: bool,
     images: bool,
     auth: Option<String>,
 }
@@ -188,15 +197,21 @@ impl JsonRpcRequest for RawInitialize {
 }
 
 /// The answer to `initialize`, with the sign-in methods `--auth` asks for.
-fn introduction(load_session: bool, images: bool, auth: Option<&str>) -> Value {
+fn introduction(state: &State) -> Value {
+    let (images, auth) = (state.images, state.auth.as_deref());
     let prompts = PromptCapabilities::new()
         .image(images)
         .embedded_context(images);
+    let mut sessions = SessionCapabilities::new();
+    if state.delete_sessions {
+        sessions = sessions.delete(SessionDeleteCapabilities::new());
+    }
     let typed = InitializeResponse::new(ProtocolVersion::V1)
         .agent_capabilities(
             AgentCapabilities::new()
-                .load_session(load_session)
-                .prompt_capabilities(prompts),
+                .load_session(state.load_session)
+                .prompt_capabilities(prompts)
+                .session_capabilities(sessions),
         )
         .agent_info(Implementation::new("scripted-acp-agent", "1.0.0"));
     let mut answer = serde_json::to_value(typed).unwrap_or_else(|_| json!({"protocolVersion": 1}));
@@ -217,6 +232,7 @@ async fn main() -> Result<(), agent_client_protocol::Error> {
     let state = Arc::new(State {
         script: options.script,
         load_session: options.load_session,
+        delete_sessions: options.delete_sessions,
         images: options.images,
         auth: options.auth,
         signed_in: Mutex::new(false),
@@ -237,11 +253,7 @@ async fn main() -> Result<(), agent_client_protocol::Error> {
                     let request: InitializeRequest = serde_json::from_value(request.0)?;
                     report("initialize", json!(request.client_capabilities));
                     report("pid", json!(std::process::id()));
-                    responder.respond(introduction(
-                        state.load_session,
-                        state.images,
-                        state.auth.as_deref(),
-                    ))
+                    responder.respond(introduction(&state))
                 }
             },
             agent_client_protocol::on_receive_request!(),
@@ -341,6 +353,25 @@ async fn main() -> Result<(), agent_client_protocol::Error> {
         .on_receive_request(
             {
                 let state = state.clone();
+                async move |request: DeleteSessionRequest, responder, _cx: ConnectionTo<Client>| {
+                    report("delete", json!({ "sessionId": request.session_id }));
+                    if !state.delete_sessions {
+                        return responder
+                            .respond_with_error(agent_client_protocol::Error::method_not_found());
+                    }
+                    if !request.session_id.0.starts_with(SESSION_PREFIX) {
+                        let refused = agent_client_protocol::Error::internal_error()
+                            .data(json!(format!("cannot delete {}", request.session_id.0)));
+                        return responder.respond_with_error(refused);
+                    }
+                    responder.respond(DeleteSessionResponse::new())
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let state = state.clone();
                 async move |request: PromptRequest, responder, cx: ConnectionTo<Client>| {
                     let state = state.clone();
                     let connection = cx.clone();
@@ -372,6 +403,7 @@ fn options() -> Result<Options, agent_client_protocol::Error> {
     let mut options = Options {
         script: None,
         load_session: false,
+        delete_sessions: false,
         images: false,
         auth: None,
     };
@@ -382,6 +414,10 @@ fn options() -> Result<Options, agent_client_protocol::Error> {
             [] => return Ok(options),
             [flag, tail @ ..] if flag == "--load-session" => {
                 options.load_session = true;
+                rest = tail;
+            }
+            [flag, tail @ ..] if flag == "--delete-sessions" => {
+                options.delete_sessions = true;
                 rest = tail;
             }
             [flag, tail @ ..] if flag == "--images" => {
@@ -400,7 +436,7 @@ fn options() -> Result<Options, agent_client_protocol::Error> {
             }
             _ => {
                 return Err(agent_client_protocol::Error::invalid_params().data(json!(
-                    "usage: scripted-acp-agent [--script FILE] [--load-session] [--auth VAR] [--images]"
+                    "usage: scripted-acp-agent [--script FILE] [--load-session] [--delete-sessions] [--auth VAR] [--images]"
                 )))
             }
         }

@@ -52,7 +52,9 @@ use crate::local::seal_key::SealKeyPair;
 use crate::local::state::{Config, DataDir};
 use crate::remote::backoff::Backoff;
 use crate::remote::client::{DeviceClient, RemoteError};
-use crate::remote::events::{self, EventSink, EvidenceRequest, FileRequest, SecretDelivery};
+use crate::remote::events::{
+    self, EventSink, EvidenceRequest, FileRequest, SecretDelivery, SessionDelete,
+};
 use crate::remote::frames::{evidence_request, file_request, secret_save, FrameContext};
 use crate::run::lease::{LeasePeriod, Recovery, RunLease};
 use crate::run::stop::{RunEnd, RunStop, StopReason};
@@ -710,6 +712,11 @@ impl EventSink for StreamSink {
 
     fn evidence_request(&self, request: EvidenceRequest) {
         tokio::spawn(evidence_request::handle(self.0.frame_context(), request));
+    }
+
+    fn session_delete(&self, request: SessionDelete) {
+        let context = self.0.frame_context();
+        tokio::spawn(engines::acp::deletion::handle(context, request));
     }
 
     fn decision_answered(&self, decision_id: &DecisionId) {

@@ -8,6 +8,10 @@
 //! The conversation itself stays with the agent. The newest
 //! [`MAX_SESSIONS`] jobs are kept, the oldest dropped first. A missing, unreadable or partly
 //! unreadable file costs only the sessions it held: a run then starts a new session.
+//!
+//! The owner may delete a stopped job's session from its page (`engines::acp::deletion`):
+//! [`Sessions::sharing`] finds every record of it, [`Sessions::forget`] removes them and
+//! [`Sessions::restore`] puts them back when the agent's own copy could not be deleted.
 
 use std::collections::VecDeque;
 use std::fs;
@@ -103,6 +107,69 @@ impl Sessions {
         }
         stored.granted = granted.to_vec();
         self.write(&sessions)
+    }
+
+    /// The session `job_id` worked in, as every record naming it: the job's own, and those
+    /// of runs that carried it on (a follow-up that loaded it stores the same engine's same
+    /// session id). Empty when none is stored. Unlike [`Sessions::find`], a file that cannot
+    /// be read is an error: deleting must never take "unreadable" for "nothing there".
+    ///
+    /// # Errors
+    /// When the file cannot be read.
+    pub fn sharing(&self, job_id: &JobId) -> Result<Vec<StoredSession>> {
+        let _guard = FILE_LOCK.lock().unwrap_or_else(PoisonError::into_inner);
+        let sessions = self.read()?;
+        let Some(own) = sessions.iter().find(|known| &known.job_id == job_id) else {
+            return Ok(Vec::new());
+        };
+        let same = |known: &&StoredSession| {
+            known.engine == own.engine && known.session_id == own.session_id
+        };
+        Ok(sessions.iter().filter(same).cloned().collect())
+    }
+
+    /// Removes `records` (each its job's, while it still names the same session): no run
+    /// finds them again. Returns how many were removed.
+    ///
+    /// # Errors
+    /// When the file cannot be read or written; then nothing was removed.
+    pub fn forget(&self, records: &[StoredSession]) -> Result<usize> {
+        let _guard = FILE_LOCK.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut sessions = self.read()?;
+        let before = sessions.len();
+        sessions.retain(|known| {
+            !records.iter().any(|gone| {
+                gone.job_id == known.job_id
+                    && gone.engine == known.engine
+                    && gone.session_id == known.session_id
+            })
+        });
+        let removed = before - sessions.len();
+        if removed > 0 {
+            self.write(&sessions)?;
+        }
+        Ok(removed)
+    }
+
+    /// Puts back `records` removed by [`Sessions::forget`] (a deletion that failed), except
+    /// for a job that stored another session meanwhile.
+    ///
+    /// # Errors
+    /// When the file cannot be read or written.
+    pub fn restore(&self, records: &[StoredSession]) -> Result<()> {
+        let _guard = FILE_LOCK.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut sessions = self.read()?;
+        let mut changed = false;
+        for record in records {
+            if !sessions.iter().any(|known| known.job_id == record.job_id) {
+                sessions.push_back(record.clone());
+                changed = true;
+            }
+        }
+        if changed {
+            self.write(&sessions)?;
+        }
+        Ok(())
     }
 
     fn write(&self, sessions: &VecDeque<StoredSession>) -> Result<()> {
@@ -223,6 +290,58 @@ mod tests {
             sessions.find(&id("job3")).map(|found| found.granted),
             Some(Vec::new())
         );
+        Ok(())
+    }
+
+    #[test]
+    fn a_session_is_forgotten_with_every_run_that_carried_it_on() -> Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let sessions = Sessions::in_dir(tmp.path());
+        assert!(sessions.sharing(&id("job1"))?.is_empty());
+        let first = session("job1", "claude");
+        // A follow-up that loaded it stores the same session; another job has its own.
+        let follow_up = StoredSession {
+            job_id: id("job2"),
+            ..first.clone()
+        };
+        let other = session("job3", "claude");
+        // Another engine's session of the same id is that engine's.
+        let elsewhere = StoredSession {
+            job_id: id("job4"),
+            engine: "codex".to_owned(),
+            ..first.clone()
+        };
+        for stored in [&first, &follow_up, &other, &elsewhere] {
+            sessions.remember(stored.clone())?;
+        }
+        let shared = sessions.sharing(&id("job2"))?;
+        assert_eq!(shared, [first.clone(), follow_up.clone()]);
+        assert_eq!(sessions.forget(&shared)?, 2);
+        assert_eq!(sessions.find(&id("job1")), None);
+        assert_eq!(sessions.find(&id("job2")), None);
+        assert!(sessions.find(&id("job3")).is_some() && sessions.find(&id("job4")).is_some());
+        assert_eq!(sessions.forget(&shared)?, 0);
+        // Put back, except where the job stored another session meanwhile.
+        let newer = StoredSession {
+            session_id: "newer".to_owned(),
+            ..follow_up.clone()
+        };
+        sessions.remember(newer.clone())?;
+        sessions.restore(&shared)?;
+        assert_eq!(sessions.find(&id("job1")), Some(first));
+        assert_eq!(sessions.find(&id("job2")), Some(newer));
+        Ok(())
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn an_unreadable_file_is_an_error_when_deleting() -> Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let sessions = Sessions::in_dir(tmp.path());
+        // A folder where the file should be: it cannot be read.
+        fs::create_dir(tmp.path().join(SESSIONS_FILE))?;
+        assert!(sessions.sharing(&id("job1")).is_err());
+        assert!(sessions.forget(&[session("job1", "claude")]).is_err());
         Ok(())
     }
 

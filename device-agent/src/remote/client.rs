@@ -557,6 +557,21 @@ impl DeviceClient {
         self.send(request).await.map(drop)
     }
 
+    /// `POST /api/devices/self/session-deletions/{id}`: the answer to a `session.delete`
+    /// frame, without a lease (the request id is bound to this device and the job).
+    ///
+    /// # Errors
+    /// [`RemoteError`] for any failure (410 `upload_gone` once nobody waits).
+    pub async fn answer_session_deletion(
+        &self,
+        request_id: &str,
+        answer: &tether_protocol::engine_sessions::SessionDeletion,
+    ) -> Result<(), RemoteError> {
+        let path = routes::session_deletion(request_id);
+        let request = self.request(reqwest::Method::POST, &path).json(answer);
+        self.send(request).await.map(drop)
+    }
+
     /// `POST /api/devices/self/secret-deliveries/{id}`: whether a `secret.save` box was saved.
     ///
     /// # Errors

@@ -59,6 +59,10 @@ pub trait EventSink: Send + Sync + 'static {
     fn evidence_request(&self, request: EvidenceRequest) {
         tracing::debug!(id = %request.id, "ignoring an evidence.request frame");
     }
+    /// The owner asks to delete a stopped job's engine session; answer it (off this task).
+    fn session_delete(&self, request: SessionDelete) {
+        tracing::debug!(id = %request.id, "ignoring a session.delete frame");
+    }
     /// The owner opened a console session: join or refuse it (off this task).
     fn console_open(&self, session_id: String, enc: String) {
         let _ = enc;
@@ -88,6 +92,16 @@ pub struct EvidenceRequest {
     pub action: tether_protocol::evidence::EvidenceAction,
     /// Where the answer goes (single use, bound to this device and the request).
     pub upload_id: String,
+    /// How long the server waits for the answer (`timeoutMs`), when it says.
+    pub timeout: Option<Duration>,
+}
+
+/// A `session.delete` frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionDelete {
+    /// Where the answer goes (single use, bound to this device and the job).
+    pub id: String,
+    pub job_id: JobId,
     /// How long the server waits for the answer (`timeoutMs`), when it says.
     pub timeout: Option<Duration>,
 }
@@ -378,6 +392,15 @@ fn handle_text(text: &str, sink: &dyn EventSink) -> Handled {
             upload_id,
             timeout: timeout_ms.map(Duration::from_millis),
         }),
+        ServerFrame::SessionDelete {
+            id,
+            job_id,
+            timeout_ms,
+        } => sink.session_delete(SessionDelete {
+            id,
+            job_id,
+            timeout: timeout_ms.map(Duration::from_millis),
+        }),
         ServerFrame::ConsoleOpen { session_id, enc } => sink.console_open(session_id, enc),
         // `ServerFrame` is non-exhaustive: frames added later are ignored.
         #[allow(unreachable_patterns)]
@@ -447,6 +470,12 @@ mod tests {
                 request.timeout
             ));
         }
+        fn session_delete(&self, request: SessionDelete) {
+            self.push(format!(
+                "session {} {} {:?}",
+                request.id, request.job_id, request.timeout
+            ));
+        }
     }
 
     #[test]
@@ -488,6 +517,10 @@ mod tests {
             r#"{"type":"evidence.request","id":"e2","jobId":"job1","evidenceId":"ab12","action":"explode","uploadId":"u2"}"#,
             Handled::Done,
         );
+        check(
+            r#"{"type":"session.delete","id":"s1","jobId":"job1","timeoutMs":60000}"#,
+            Handled::Done,
+        );
         assert_eq!(
             recorder.seen(),
             [
@@ -496,7 +529,8 @@ mod tests {
                 "file r1 job1 Tree  None",
                 "file r2 job1 File a Some(1.5s)",
                 "answered d1",
-                "evidence e1 job1 ab12 release u1 Some(30s)"
+                "evidence e1 job1 ab12 release u1 Some(30s)",
+                "session s1 job1 Some(60s)"
             ]
         );
     }

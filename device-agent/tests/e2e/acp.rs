@@ -1335,6 +1335,80 @@ async fn acp_a_follow_up_without_load_session_is_told_of_the_earlier_run() {
     );
 }
 
+/// The owner deletes a stopped job's agent session from the web: the agent is asked
+/// `session/delete`, this computer's record goes, and a follow-up starts a new session told
+/// of the earlier run instead of loading it. A session the agent refuses to delete is said
+/// so, and kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_a_deleted_session_is_never_loaded_again() {
+    let args = ["--load-session", "--delete-sessions"];
+    let computer = Computer::start_configured("landlock", &args, |_| {}).await;
+    let first_id = computer
+        .create(
+            "unattended",
+            false,
+            json!([{"say": "The parser is fixed."}]),
+        )
+        .await;
+    let first = succeeded(&computer, &first_id).await;
+    let made = reports(&first, "session/new")[0]["sessionId"].clone();
+    let made = made.as_str().unwrap().to_owned();
+    let file = computer.home.path().join("acp-sessions.json");
+    assert!(std::fs::read_to_string(&file).unwrap().contains(&made));
+
+    let res = computer
+        .web
+        .delete(&format!("/api/jobs/{first_id}/session"))
+        .await;
+    assert_eq!(res.status(), 204, "{}", computer.daemon.stderr());
+    assert!(!std::fs::read_to_string(&file).unwrap().contains(&made));
+    let said = computer.daemon.stderr();
+    assert!(
+        said.contains("session deleted: the agent deleted its copy (session/delete)"),
+        "{said}"
+    );
+
+    let second_id = computer
+        .create_follow_up(&first_id, json!([{"say": "The lexer is fixed too."}]))
+        .await;
+    let second = succeeded(&computer, &second_id).await;
+    assert!(reports(&second, "load").is_empty(), "{second:#?}");
+    assert!(has_line(
+        &second,
+        "Starting a new session with a summary of the earlier run"
+    ));
+    let prompt = reports(&second, "prompt")[0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        prompt.starts_with("This is a follow-up of an earlier job in this folder."),
+        "{prompt}"
+    );
+
+    // The agent refuses: the owner reads why, and the session stays for a follow-up.
+    let text = std::fs::read_to_string(&file).unwrap();
+    let kept = reports(&second, "session/new")[0]["sessionId"].clone();
+    let kept = kept.as_str().unwrap();
+    std::fs::write(&file, text.replace(kept, "undeletable-session")).unwrap();
+    let res = computer
+        .web
+        .delete(&format!("/api/jobs/{second_id}/session"))
+        .await;
+    assert_eq!(res.status(), 409);
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "device_refused", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("the agent did not delete its session")
+            && message.contains("cannot delete undeletable-session"),
+        "{message}"
+    );
+    assert!(std::fs::read_to_string(&file)
+        .unwrap()
+        .contains("undeletable-session"));
+}
+
 /// `kill -9` of the daemon mid-run: the restarted daemon carries the run on, loading the
 /// agent's session from before the restart and telling it why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -69,7 +69,7 @@ pub async fn check_in(engine: &AcpEngine, guard: &Guard, folder: &Path) -> Engin
 
 /// The launch a run without a job's grants would have: the allow-listed environment and
 /// the network on (an engine with its own network choice keeps it).
-fn launch_for(guard: &Guard, folder: &Path) -> Launch {
+pub(super) fn launch_for(guard: &Guard, folder: &Path) -> Launch {
     let mut env = environment::scrub(std::env::vars_os());
     env.push(("GIT_CONFIG_GLOBAL".into(), "/dev/null".into()));
     Launch {
@@ -83,7 +83,7 @@ fn launch_for(guard: &Guard, folder: &Path) -> Launch {
 }
 
 /// Starts the engine as a run would; the one place that knows how.
-fn start(
+pub(super) fn start(
     engine: &AcpEngine,
     launch: &Launch,
     sockets: &Path,
@@ -151,7 +151,7 @@ fn sockets_for(launch: &Launch, engine: &str) -> PathBuf {
     runs_root(launch.guard.data_dir()).join(format!("net-check-{}", safe_name(engine)))
 }
 
-fn safe_name(name: &str) -> String {
+pub(super) fn safe_name(name: &str) -> String {
     name.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' {

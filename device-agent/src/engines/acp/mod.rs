@@ -24,6 +24,7 @@
 pub mod check;
 pub mod client;
 pub mod continuation;
+pub mod deletion;
 pub mod files;
 pub mod handshake;
 pub mod observed;
