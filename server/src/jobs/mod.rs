@@ -20,6 +20,7 @@ pub mod evidence;
 pub mod files;
 pub mod held_evidence;
 pub mod leases;
+pub mod shared_view;
 pub mod task_context;
 pub mod timeline;
 
@@ -27,14 +28,16 @@ use serde_json::json;
 use tether_protocol::capabilities::Capabilities;
 use tether_protocol::git::{BranchChoice, GitOptions};
 use tether_protocol::jobs::{Job, JobSpec, JobState, NewJobParams, Outcome, RerunParams};
+use tether_protocol::spaces::{SpaceJobSummary, SpaceRole};
 use tether_protocol::text::TextKind;
-use tether_protocol::{AccountId, AttachmentId, Code, DeviceId, JobId};
+use tether_protocol::{AccountId, AttachmentId, Code, DeviceId, JobId, SpaceId};
 
 use crate::accounts::{check_text, parse_name};
 use crate::clock::to_time;
 use crate::config::Config;
 use crate::devices;
 use crate::error::ApiError;
+use crate::spaces::{self, SpaceEvent};
 use crate::store::job_rows::{self, EndCause, JobRow, OpenDecisions};
 use crate::store::ledger::{self, LedgerKind};
 use crate::store::{stored_id, InTx, ReadSource, Store, Tx};
@@ -65,6 +68,8 @@ pub struct NewJob {
     git_from_earlier: bool,
     /// The uploads (or, for a re-run, the earlier job's attachments) it carries, in order.
     attachments: Vec<AttachmentId>,
+    /// The space asked for; a re-run or follow-up without one stays in the earlier job's.
+    space_id: Option<SpaceId>,
 }
 
 impl TryFrom<NewJobParams> for NewJob {
@@ -114,6 +119,7 @@ impl TryFrom<NewJobParams> for NewJob {
             rerun_of: None,
             git_from_earlier,
             attachments: params.attachments,
+            space_id: params.space_id,
         })
     }
 }
@@ -132,10 +138,15 @@ pub async fn create(store: &Store, account_id: &AccountId, new: NewJob) -> Resul
         rerun_of,
         git_from_earlier,
         attachments: attachment_ids,
+        space_id: asked_space,
     } = new;
     let now = store.now();
     let job_id = JobId::generate();
-    let alone = continues.is_none() && rerun_of.is_none() && attachment_ids.is_empty();
+    let mut space_id = None;
+    let alone = continues.is_none()
+        && rerun_of.is_none()
+        && attachment_ids.is_empty()
+        && asked_space.is_none();
     let run_number = match (alone, store.postgres_pool()) {
         // On PostgreSQL a job that neither continues nor runs again another is one
         // statement: its device is checked again in it, so a device revoked since the read
@@ -169,6 +180,7 @@ pub async fn create(store: &Store, account_id: &AccountId, new: NewJob) -> Resul
                 let row = job_rows::lock_for_account(&mut tx, account_id, earlier).await?;
                 earlier_row = Some(row.ok_or_else(|| ApiError::not_found("job"))?);
             }
+            space_id = choose_space(&mut tx, account_id, asked_space, earlier_row.as_ref()).await?;
             let reads = InTx { tx: &mut tx, now };
             let capabilities = devices::usable_capabilities(reads, account_id, &device_id).await?;
             check_runnable(&mut spec, capabilities.as_ref(), &job_id)?;
@@ -187,6 +199,12 @@ pub async fn create(store: &Store, account_id: &AccountId, new: NewJob) -> Resul
             )
             .await?;
             attachments::attach(&mut tx, account_id, &job_id, &chosen, now).await?;
+            if let Some(space) = &space_id {
+                job_rows::set_space(&mut tx, &job_id, space.as_str()).await?;
+                let (event, title) = (SpaceEvent::JobCreated, Some(spec.title.as_str()));
+                let subject = Some(job_id.as_str());
+                spaces::record(&mut tx, space, account_id, now, event, subject, title).await?;
+            }
             if let Some(row) = &earlier_row {
                 let (root, run) = next_in_chain(&mut tx, account_id, row).await?;
                 job_rows::set_chain(&mut tx, &job_id, rerun_of.as_ref(), &root, run).await?;
@@ -224,7 +242,36 @@ pub async fn create(store: &Store, account_id: &AccountId, new: NewJob) -> Resul
         queued_because: None,
         delivery: None,
         observed: Vec::new(),
+        space_id,
+        shared_view: false,
     })
+}
+
+/// The space a new job goes into: the one asked for, where the caller may assign (else
+/// 404 / 403), or a re-run's or follow-up's earlier job's while the caller still may assign
+/// there (else none: the new job is personal).
+///
+/// # Errors
+/// 404 / 403 for a space asked for, or a database error.
+async fn choose_space(
+    tx: &mut Tx,
+    account_id: &AccountId,
+    asked: Option<SpaceId>,
+    earlier: Option<&JobRow>,
+) -> Result<Option<SpaceId>, ApiError> {
+    if let Some(space) = asked {
+        spaces::require_in(tx, account_id, &space, SpaceRole::Member).await?;
+        return Ok(Some(space));
+    }
+    let Some(inherited) = earlier.and_then(|row| row.space_id.clone()) else {
+        return Ok(None);
+    };
+    let space: SpaceId = stored_id(inherited)?;
+    match spaces::require_in(tx, account_id, &space, SpaceRole::Member).await {
+        Ok(_) => Ok(Some(space)),
+        Err(error) if matches!(error.code(), Code::NotFound | Code::Forbidden) => Ok(None),
+        Err(error) => Err(error),
+    }
 }
 
 /// The device can run `spec`: it publishes the engine and shares the folder (and can deliver
@@ -405,6 +452,7 @@ pub async fn rerun(
             .attachments
             .unwrap_or_else(|| spec.attachments.into_iter().map(|item| item.id).collect()),
         links: params.links.unwrap_or(spec.links),
+        space_id: None,
     };
     let mut new = NewJob::try_from(new)?;
     new.rerun_of = Some(job_id.clone());
@@ -499,6 +547,94 @@ pub async fn list(
 pub async fn get(store: &Store, account_id: &AccountId, job_id: &JobId) -> Result<Job, ApiError> {
     // Five reads on one connection: under load each pooled use is a wait and a round trip.
     read(store.hold_reader().await?, account_id, job_id).await
+}
+
+/// A job as `account_id` may see it, with its owner's account: the whole job for its
+/// owner, the space view ([`shared_view::limit`]) for a member of its space.
+///
+/// # Errors
+/// 404 `not_found` for an unknown job, or one neither the caller's nor in its spaces.
+pub async fn get_visible(
+    store: &Store,
+    account_id: &AccountId,
+    job_id: &JobId,
+) -> Result<(Job, AccountId), ApiError> {
+    let mut reads = store.hold_reader().await?;
+    match read(&mut reads, account_id, job_id).await {
+        Err(error) if error.code() == Code::NotFound => {
+            let owner = space_owner_of(&mut reads, account_id, job_id).await?;
+            let job = shared_view::limit(read(&mut reads, &owner, job_id).await?);
+            Ok((job, owner))
+        }
+        owned => owned.map(|job| (job, account_id.clone())),
+    }
+}
+
+/// The owner of a space job `account_id` sees as a member of its space (not its own).
+///
+/// # Errors
+/// 404 `not_found` for any other job.
+pub(crate) async fn space_owner_of(
+    reads: impl ReadSource,
+    account_id: &AccountId,
+    job_id: &JobId,
+) -> Result<AccountId, ApiError> {
+    job_rows::read_in_member_spaces(reads, account_id, job_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("job"))?
+        .account_id()
+}
+
+/// The space's newest jobs as its members list them ([`LIST_LIMIT`]).
+///
+/// # Errors
+/// 404 for a space the caller is not in, or a database error.
+pub async fn in_space(
+    store: &Store,
+    account_id: &AccountId,
+    space_id: &SpaceId,
+) -> Result<Vec<SpaceJobSummary>, ApiError> {
+    let mut reads = store.hold_reader().await?;
+    spaces::require(&mut reads, account_id, space_id, SpaceRole::Viewer).await?;
+    let rows = job_rows::list_in_space(&mut reads, space_id.as_str(), LIST_LIMIT).await?;
+    rows.into_iter()
+        .map(|row| {
+            Ok(SpaceJobSummary {
+                id: stored_id(row.id)?,
+                title: row.title,
+                state: JobState::parse(&row.state).ok_or_else(|| {
+                    ApiError::internal(&format_args!("stored job state {:?}", row.state))
+                })?,
+                owner_name: row.owner_name,
+                computer_name: row.computer_name,
+                created_at: to_time(row.created_at),
+                ended_at: row.ended_at.map(to_time),
+            })
+        })
+        .collect()
+}
+
+/// Cancels the queued jobs `account_id` assigned in a space it just left or was removed
+/// from: its computers take none of the space's work from then on.
+///
+/// # Errors
+/// A database error.
+pub async fn cancel_queued_in_space(
+    store: &Store,
+    account_id: &AccountId,
+    space_id: &SpaceId,
+) -> Result<Vec<JobId>, ApiError> {
+    let mut cancelled = Vec::new();
+    for id in job_rows::queued_in_space(store, account_id, space_id.as_str()).await? {
+        let job_id: JobId = stored_id(id)?;
+        match cancel(store, account_id, &job_id).await {
+            Ok(_) => cancelled.push(job_id),
+            // Claimed or ended meanwhile: it is no longer the space's queued work.
+            Err(error) if error.code() == Code::InvalidState => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(cancelled)
 }
 
 /// [`get`] from `reads` (a held connection, or a transaction that just changed the job).

@@ -127,6 +127,10 @@ pub enum AccountEvent {
     },
     /// Sessions of the account ended: an open stream checks that its own still holds.
     SessionsEnded,
+    /// The account left a space, or was removed or given another role there: its open
+    /// streams of that space check that they may still follow it.
+    #[serde(rename_all = "camelCase")]
+    SpaceChanged { space_id: String },
 }
 
 struct Waiter {

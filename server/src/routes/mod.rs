@@ -36,6 +36,7 @@ mod pairing;
 mod passkeys;
 mod push;
 mod secrets;
+mod spaces;
 mod table;
 mod tokens;
 
@@ -82,6 +83,7 @@ fn routes(table: &mut Table) {
     push::routes(table);
     admin::routes(table);
     secrets::routes(table);
+    spaces::routes(table);
     devices::routes(table);
     jobs::routes(table);
 }

@@ -47,6 +47,7 @@ mod races;
 mod recovery;
 mod replicas;
 mod secrets;
+mod spaces;
 mod spaces_pages;
 mod sessions;
 mod task_context;
