@@ -372,12 +372,14 @@ pub(crate) async fn queued_in_space(
 /// # Errors
 /// A database error.
 pub(crate) async fn set_space(tx: &mut Tx, job_id: &JobId, space_id: &str) -> Result<(), ApiError> {
-    on_tx!(tx, |conn| sqlx::query("UPDATE jobs SET space_id = $2 WHERE id = $1")
-        .bind(job_id.as_str())
-        .bind(space_id)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
+    on_tx!(tx, |conn| sqlx::query(
+        "UPDATE jobs SET space_id = $2 WHERE id = $1"
+    )
+    .bind(job_id.as_str())
+    .bind(space_id)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
     Ok(())
 }
 
