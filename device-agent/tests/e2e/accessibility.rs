@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use serde_json::json;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
 
 use crate::chromium::{chromium_or_skip, Browser};
 use crate::{agent_ok, npm, pair, spawn_server, Daemon, Web};
@@ -31,6 +32,8 @@ async fn violations(browser: &mut Browser, axe: &str, url: &str) -> Vec<String> 
     tokio::time::sleep(Duration::from_millis(300)).await;
     let path = url.split_once("//").map_or(url, |(_, rest)| rest);
     let path = &path[path.find('/').unwrap_or(path.len())..];
+    // A fragment is no part of where the page landed (an invitation's secret leaves it).
+    let path = path.split('#').next().unwrap_or(path);
     let landed = browser.eval("location.pathname + location.search").await;
     assert_eq!(landed, json!(path), "the page is not the one meant");
     browser.eval(axe).await;
@@ -103,9 +106,14 @@ async fn every_page_passes_axe() {
     let job = web.create_job(&device_id, "greet", "say hello").await;
     web.wait_until_ended(job.id.as_ref(), Duration::from_secs(60))
         .await;
+    let (space_id, space_job, invitation) = shared_space(&base, &web, &device_id).await;
 
     let mut browser = Browser::launch(&chromium).await;
-    let signed_out = [format!("{base}/signin"), format!("{base}/signup")];
+    let signed_out = [
+        format!("{base}/signin"),
+        format!("{base}/signup"),
+        format!("{base}/invitations#{invitation}"),
+    ];
     let mut found = check_all(&mut browser, &axe, &signed_out).await;
     browser
         .sign_in(&base, "owner@example.com", "/computers")
@@ -127,14 +135,69 @@ async fn every_page_passes_axe() {
         // The error page: a job that is not there.
         "/jobs/01900000-0000-7000-8000-000000000000",
         "/assets/offline.html",
+        "/spaces",
+        &format!("/spaces/{space_id}"),
+        // An invitation opened by someone in its space already: what it joins, and Accept.
+        &format!("/invitations#{invitation}"),
+        "/invitations",
     ]
     .iter()
     .map(|path| format!("{base}{path}"))
     .collect();
     found.extend(check_all(&mut browser, &axe, &signed_in).await);
+    // A member of the space: the space as they see it, and the space job's member page.
+    browser.call(None, "Storage.clearCookies", json!({})).await;
+    browser
+        .sign_in(&base, "member@example.com", "/spaces")
+        .await;
+    let as_member: Vec<String> = [format!("/spaces/{space_id}"), format!("/jobs/{space_job}")]
+        .iter()
+        .map(|path| format!("{base}{path}"))
+        .collect();
+    found.extend(check_all(&mut browser, &axe, &as_member).await);
     assert!(
         found.is_empty(),
         "axe found serious or critical problems:\n{}",
         found.join("\n")
     );
+}
+
+/// A space of the owner's with a member, a space job of the owner's that ran, and an
+/// invitation link's secret still unused. Answers their ids and the secret.
+async fn shared_space(base: &str, owner: &Web, device_id: &str) -> (String, String, String) {
+    let res = owner
+        .post("/api/spaces", &json!({ "name": "Web team" }))
+        .await;
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let space: Value = res.json().await.unwrap();
+    let space_id = space["id"].as_str().unwrap().to_owned();
+    let invite = |role: &'static str| {
+        let path = format!("/api/spaces/{space_id}/invitations");
+        async move {
+            let res = owner.post(&path, &json!({ "role": role })).await;
+            assert_eq!(res.status(), StatusCode::CREATED);
+            let made: Value = res.json().await.unwrap();
+            made["token"].as_str().unwrap().to_owned()
+        }
+    };
+    let member = Web::sign_up_as(base, "member@example.com").await;
+    let token = invite("member").await;
+    let res = member
+        .post("/api/invitations/accept", &json!({ "token": token }))
+        .await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let body = json!({
+        "deviceId": device_id, "title": "Say hello to the team", "prompt": "say hello",
+        "folder": "work", "engine": "greet", "mode": "unattended", "network": false,
+        "timeoutMinutes": 5, "spaceId": space_id,
+    });
+    let res = owner.post("/api/jobs", &body).await;
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let job: Value = res.json().await.unwrap();
+    let job_id = job["id"].as_str().unwrap().to_owned();
+    owner
+        .wait_until_ended(&job_id, Duration::from_secs(60))
+        .await;
+    let waiting = invite("viewer").await;
+    (space_id, job_id, waiting)
 }

@@ -46,6 +46,7 @@ mod review;
 mod seal;
 mod secret_http;
 mod secrets;
+mod spaces;
 mod tool_channel;
 mod worker_report;
 
