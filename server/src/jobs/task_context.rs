@@ -507,6 +507,7 @@ mod tests {
             chain_root: continues.map(str::to_owned),
             chain_run: continues.map(|_| 12),
             observed_json: None,
+            space_id: None,
         }
     }
 
