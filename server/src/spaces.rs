@@ -194,18 +194,7 @@ pub(crate) async fn require(
     .bind(account_id.as_str())
     .fetch_optional(pool)
     .await)?;
-    let role = stored_role(&role.ok_or_else(|| ApiError::not_found("space"))?)?;
-    if role < least {
-        return Err(ApiError::new(
-            Code::Forbidden,
-            format!(
-                "This needs the {} role in the space; yours is {}.",
-                least.as_str(),
-                role.as_str()
-            ),
-        ));
-    }
-    Ok(role)
+    at_least(role.as_deref(), least)
 }
 
 /// Like [`require`], in a write transaction, holding the caller's membership row until it
@@ -228,7 +217,12 @@ pub(crate) async fn require_in(
         .bind(account_id.as_str())
         .fetch_optional(conn)
         .await)?;
-    let role = stored_role(&role.ok_or_else(|| ApiError::not_found("space"))?)?;
+    at_least(role.as_deref(), least)
+}
+
+/// The stored role, if at least `least`: 404 when there is none, 403 when it is smaller.
+fn at_least(stored: Option<&str>, least: SpaceRole) -> Result<SpaceRole, ApiError> {
+    let role = stored_role(stored.ok_or_else(|| ApiError::not_found("space"))?)?;
     if role < least {
         return Err(ApiError::new(
             Code::Forbidden,

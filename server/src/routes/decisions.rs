@@ -7,7 +7,6 @@
 //! Every change is told to the account's followers (through [`crate::notices`]) after it
 //! commits; a web answer is also sent to the device as `decision.answered`.
 
-use std::convert::Infallible;
 use std::time::Duration;
 
 use actix_web::web::Bytes;
@@ -20,11 +19,11 @@ use tether_protocol::decisions::{
 use tether_protocol::push::NotificationAnswer;
 use tether_protocol::{AccountId, DecisionId, JobId, SessionId};
 use tokio::sync::broadcast::error::RecvError;
-use tokio::time::{interval_at, Instant, Interval, MissedTickBehavior};
+use tokio::time::Interval;
 
+use super::event_streams::{self, every, KEEP_ALIVE};
 use super::lease::Lease;
 use super::table::{Access, Table};
-use crate::accounts::sessions;
 use crate::auth::Caller;
 use crate::devices::DeviceIdentity;
 use crate::error::ApiError;
@@ -32,8 +31,6 @@ use crate::jobs::decisions::{self, DeviceClose, NewDecision, PendingSummary, Web
 use crate::relay::{AccountEvent, AccountStream};
 use crate::state::AppState;
 
-/// How often an idle event stream sends a comment, so proxies keep it open.
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// How often an event stream re-reads the pending decisions, in case a message was lost.
 const RECHECK: Duration = Duration::from_secs(30);
 
@@ -237,22 +234,7 @@ async fn events(state: web::Data<AppState>, caller: Caller) -> Result<HttpRespon
     };
     let first = feed.event(DecisionChange::Sync, None, summary);
     feed.opening = Some(Bytes::from(format!("retry: 5000\n\n{first}")));
-    let body = futures_util::stream::unfold(feed, |mut feed| async move {
-        let chunk = feed.next_chunk().await?;
-        Some((Ok::<_, Infallible>(chunk), feed))
-    });
-    Ok(HttpResponse::Ok()
-        .content_type("text/event-stream")
-        .insert_header(("cache-control", "no-store"))
-        // nginx and similar proxies would otherwise hold events back.
-        .insert_header(("x-accel-buffering", "no"))
-        .streaming(body))
-}
-
-fn every(period: Duration) -> Interval {
-    let mut ticks = interval_at(Instant::now() + period, period);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    ticks
+    Ok(event_streams::respond(feed))
 }
 
 /// One open event stream of an account's decisions.
@@ -272,7 +254,7 @@ struct Feed {
     opening: Option<Bytes>,
 }
 
-impl Feed {
+impl event_streams::Feed for Feed {
     async fn next_chunk(&mut self) -> Option<Bytes> {
         if let Some(opening) = self.opening.take() {
             return Some(opening);
@@ -308,20 +290,11 @@ impl Feed {
             }
         }
     }
+}
 
-    /// Whether the session that opened the stream has ended; on a database error, not yet
-    /// (the next check tries again).
+impl Feed {
     async fn session_ended(&self) -> bool {
-        let Some(session_id) = &self.session_id else {
-            return false;
-        };
-        match sessions::is_open(&self.state.store, session_id).await {
-            Ok(open) => !open,
-            Err(error) => {
-                tracing::warn!(%error, "session not checked for an event stream");
-                false
-            }
-        }
+        event_streams::session_ended(&self.state.store, self.session_id.as_ref()).await
     }
 
     /// The pending decisions now; on a database error, what was last sent (the next

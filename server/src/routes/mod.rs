@@ -21,6 +21,7 @@ mod device_api;
 mod devices;
 pub mod edge;
 mod engine_sessions;
+mod event_streams;
 mod events;
 mod evidence;
 mod files;

@@ -4,7 +4,6 @@
 //! An invitation's secret travels in request bodies only (the page reads it from the
 //! link's `#fragment`), never in a path the request log or a `Referer` would carry.
 
-use std::convert::Infallible;
 use std::time::Duration;
 
 use actix_web::web::Bytes;
@@ -16,12 +15,12 @@ use tether_protocol::spaces::{
 };
 use tether_protocol::{AccountId, Code, SessionId, SpaceId};
 use tokio::sync::broadcast::error::RecvError;
-use tokio::time::{interval_at, Instant, Interval, MissedTickBehavior};
+use tokio::time::Interval;
 use utoipa::ToSchema;
 
+use super::event_streams::{self, every, KEEP_ALIVE};
 use super::links::public_base;
 use super::table::{Access, Table};
-use crate::accounts::sessions;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::jobs;
@@ -31,8 +30,6 @@ use crate::state::AppState;
 
 /// How often an open space stream reads the space's jobs again.
 const REREAD: Duration = Duration::from_secs(2);
-/// A comment this often keeps proxies from closing a quiet stream.
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Longest invitation secret accepted in a body.
 const MAX_TOKEN_CHARS: usize = 100;
 
@@ -302,21 +299,7 @@ async fn events(
     };
     let opening = feed.event(first).unwrap_or_default();
     feed.opening = Some(Bytes::from(format!("retry: 5000\n\n{opening}")));
-    let body = futures_util::stream::unfold(feed, |mut feed| async move {
-        let chunk = feed.next_chunk().await?;
-        Some((Ok::<_, Infallible>(chunk), feed))
-    });
-    Ok(HttpResponse::Ok()
-        .content_type("text/event-stream")
-        .insert_header(("cache-control", "no-store"))
-        .insert_header(("x-accel-buffering", "no"))
-        .streaming(body))
-}
-
-fn every(period: Duration) -> Interval {
-    let mut ticks = interval_at(Instant::now() + period, period);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    ticks
+    Ok(event_streams::respond(feed))
 }
 
 /// One open event stream of a space's jobs.
@@ -342,7 +325,7 @@ enum Read {
     Later,
 }
 
-impl SpaceFeed {
+impl event_streams::Feed for SpaceFeed {
     async fn next_chunk(&mut self) -> Option<Bytes> {
         if let Some(opening) = self.opening.take() {
             return Some(opening);
@@ -372,7 +355,9 @@ impl SpaceFeed {
             }
         }
     }
+}
 
+impl SpaceFeed {
     /// `None` ends the stream; `Some(None)` sends nothing; `Some(Some(chunk))` sends it.
     async fn reread(&mut self) -> Option<Option<Bytes>> {
         match self.read().await {
@@ -404,11 +389,6 @@ impl SpaceFeed {
     }
 
     async fn session_ended(&self) -> bool {
-        let Some(session_id) = &self.session_id else {
-            return false;
-        };
-        sessions::is_open(&self.state.store, session_id)
-            .await
-            .is_ok_and(|open| !open)
+        event_streams::session_ended(&self.state.store, self.session_id.as_ref()).await
     }
 }
