@@ -34,6 +34,7 @@ pub const LEDGER_LIMIT: i64 = 500;
 pub enum SpaceEvent {
     Created,
     InvitationCreated,
+    InvitationRevoked,
     MemberJoined,
     MemberRemoved,
     MemberLeft,
@@ -46,6 +47,7 @@ impl SpaceEvent {
         match self {
             SpaceEvent::Created => "space.created",
             SpaceEvent::InvitationCreated => "invitation.created",
+            SpaceEvent::InvitationRevoked => "invitation.revoked",
             SpaceEvent::MemberJoined => "member.joined",
             SpaceEvent::MemberRemoved => "member.removed",
             SpaceEvent::MemberLeft => "member.left",
@@ -382,6 +384,42 @@ pub async fn invite(
     })
 }
 
+/// Ends an invitation before anyone used it (space owners only): its link is gone from now.
+///
+/// # Errors
+/// 404 / 403 as [`require`], 404 for an invitation of another space, used or expired.
+pub async fn revoke_invitation(
+    store: &Store,
+    account_id: &AccountId,
+    space_id: &SpaceId,
+    invitation_id: &InvitationId,
+) -> Result<(), ApiError> {
+    let now = store.now();
+    let mut tx = store.begin().await?;
+    lock_space(&mut tx, space_id).await?;
+    require_in(&mut tx, account_id, space_id, SpaceRole::Owner).await?;
+    // Expired now: the link answers as any link past its time.
+    let ended = on_tx!(&mut tx, |conn| sqlx::query(
+        "UPDATE space_invitations SET expires_at = $3 \
+         WHERE id = $1 AND space_id = $2 AND used_at IS NULL AND expires_at > $3"
+    )
+    .bind(invitation_id.as_str())
+    .bind(space_id.as_str())
+    .bind(now)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    if ended == 0 {
+        return Err(ApiError::not_found("invitation"));
+    }
+    let event = SpaceEvent::InvitationRevoked;
+    let subject = Some(invitation_id.as_str());
+    record(&mut tx, space_id, account_id, now, event, subject, None).await?;
+    tx.commit().await?;
+    tracing::info!(space_id = %space_id, invitation_id = %invitation_id, "space invitation revoked");
+    Ok(())
+}
+
 #[derive(sqlx::FromRow)]
 struct PreviewRow {
     space_id: String,
@@ -421,7 +459,7 @@ pub async fn preview(store: &Store, token: &str) -> Result<InvitationPreview, Ap
 fn gone() -> ApiError {
     ApiError::new(
         Code::InvitationGone,
-        "This invitation was used already or has expired; ask for a new link.",
+        "This invitation was used already, revoked or has expired; ask for a new link.",
     )
 }
 
@@ -610,6 +648,7 @@ struct LedgerRow {
     actor_id: String,
     actor_name: String,
     subject: Option<String>,
+    subject_name: Option<String>,
     detail: Option<String>,
 }
 
@@ -625,8 +664,9 @@ pub async fn ledger(
     let mut reads = store.hold_reader().await?;
     require(&mut reads, account_id, space_id, SpaceRole::Owner).await?;
     let rows = on_reads!(reads, |pool| sqlx::query_as::<_, LedgerRow>(
-        "SELECT l.at, l.kind, l.actor_id, a.name AS actor_name, l.subject, l.detail \
-         FROM space_ledger l JOIN accounts a ON a.id = l.actor_id \
+        "SELECT l.at, l.kind, l.actor_id, a.name AS actor_name, l.subject, \
+         s.name AS subject_name, l.detail FROM space_ledger l \
+         JOIN accounts a ON a.id = l.actor_id LEFT JOIN accounts s ON s.id = l.subject \
          WHERE l.space_id = $1 ORDER BY l.at DESC, l.id DESC LIMIT $2"
     )
     .bind(space_id.as_str())
@@ -641,6 +681,7 @@ pub async fn ledger(
                 actor: stored_id(row.actor_id)?,
                 actor_name: row.actor_name,
                 subject: row.subject,
+                subject_name: row.subject_name,
                 detail: row.detail,
             })
         })

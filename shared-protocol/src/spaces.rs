@@ -152,7 +152,7 @@ pub struct RoleParams {
 pub struct SpaceLedgerEntry {
     pub at: DateTime<Utc>,
     /// `space.created`, `member.joined`, `member.removed`, `member.left`,
-    /// `member.role_changed`, `invitation.created`, `job.created`.
+    /// `member.role_changed`, `invitation.created`, `invitation.revoked`, `job.created`.
     pub kind: String,
     /// The account that did it.
     pub actor: AccountId,
@@ -160,6 +160,9 @@ pub struct SpaceLedgerEntry {
     /// The account or job it was done to, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subject: Option<String>,
+    /// The name of the account it was done to (also once it left the space).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject_name: Option<String>,
     /// More about it (a role, a job's title).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,

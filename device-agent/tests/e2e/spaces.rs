@@ -145,6 +145,28 @@ async fn a_space_shares_a_job_live_and_keeps_its_output_private() {
     )
     .await;
 
+    // Ann makes a second link and revokes it: it leaves her list and stops working.
+    ann.goto(&format!("{base}{space_path}")).await;
+    ann.wait_for("document.querySelectorAll('#pending-invitations li').length === 0")
+        .await;
+    ann.click("form[data-invite] button[type=submit]").await;
+    ann.wait_for("document.querySelectorAll('#pending-invitations li').length === 1")
+        .await;
+    let second = ann
+        .eval("document.getElementById('invitation-link').value.split('#')[1]")
+        .await;
+    ann.click("#pending-invitations button[data-revoke]").await;
+    ann.wait_for("document.querySelectorAll('#pending-invitations li').length === 0")
+        .await;
+    let looked_up = ann
+        .eval(&format!(
+            "fetch('/api/invitations/lookup', {{method: 'POST', headers: {{'content-type': \
+             'application/json', 'x-tether-csrf': document.querySelector('meta[name=csrf-token]')\
+             .content}}, body: JSON.stringify({{token: {second}}})}}).then((r) => r.status)"
+        ))
+        .await;
+    assert_eq!(looked_up, json!(410));
+
     // Bob watches the space; Ann assigns a space job from Assign.
     bob.goto(&format!("{base}{space_path}")).await;
     bob.eval("window.stayed = true").await;

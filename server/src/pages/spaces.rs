@@ -340,10 +340,13 @@ fn invite_section(space: &Space, pending: &[PendingInvitation]) -> Markup {
                 @for invitation in pending {
                     li data-invitation=(invitation.id) {
                         (invitation.role.as_str()) " · made by " (invitation.invited_by)
-                        " · works until " (until(invitation.expires_at))
+                        " · works until " (until(invitation.expires_at)) " "
+                        button.secondary.small type="button"
+                            data-revoke={ "/api/spaces/" (space.id) "/invitations/" (invitation.id) } { "Revoke" }
                     }
                 }
             }
+            p.muted #pending-revoke-error role="alert" {}
             p.muted #pending-none hidden[!pending.is_empty()] { "None." }
         }
     }
@@ -398,7 +401,8 @@ fn ledger_words(entry: &SpaceLedgerEntry, names: &HashMap<&str, &str>) -> Markup
             .subject
             .as_deref()
             .and_then(|id| names.get(id).copied())
-            .unwrap_or("someone no longer in the space")
+            .or(entry.subject_name.as_deref())
+            .unwrap_or("someone")
     };
     let role = SpaceRole::parse(detail).map(with_article);
     html! {
@@ -407,6 +411,7 @@ fn ledger_words(entry: &SpaceLedgerEntry, names: &HashMap<&str, &str>) -> Markup
             "invitation.created" => {
                 "made an invitation link" @if let Some(role) = role { " for " (role) }
             }
+            "invitation.revoked" => { "revoked an invitation link" }
             "member.joined" => { "joined" @if let Some(role) = role { " as " (role) } }
             "member.left" => { "left" }
             "member.removed" => { "removed " (person()) }

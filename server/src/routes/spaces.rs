@@ -13,7 +13,7 @@ use tether_protocol::spaces::{
     CreatedInvitation, InvitationPreview, NewInvitationParams, NewSpaceParams, RoleParams, Space,
     SpaceDetail, SpaceJobSummary, SpaceJobsEvent, SpaceLedgerEntry, SpaceMember,
 };
-use tether_protocol::{AccountId, Code, SessionId, SpaceId};
+use tether_protocol::{AccountId, Code, InvitationId, SessionId, SpaceId};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Interval;
 use utoipa::ToSchema;
@@ -57,6 +57,15 @@ pub(super) fn routes(table: &mut Table) {
         .body::<NewInvitationParams>()
         .answer::<CreatedInvitation>(201, "A single-use link, shown this once, for 7 days.")
         .errors(&[400, 403, 404, 413, 415, 422]);
+    table
+        .delete(
+            "/api/spaces/{id}/invitations/{invitation_id}",
+            revoke_invitation,
+            Access::User,
+            "Revoke an invitation (owners)",
+        )
+        .empty(204, "Its link answers 410 invitation_gone from now on.")
+        .errors(&[400, 403, 404]);
     table
         .patch(
             "/api/spaces/{id}/members/{account_id}",
@@ -194,6 +203,17 @@ async fn invite(
     Ok(HttpResponse::Created()
         .insert_header(("cache-control", "no-store"))
         .json(made))
+}
+
+async fn revoke_invitation(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<(SpaceId, InvitationId)>,
+) -> Result<HttpResponse, ApiError> {
+    let (space_id, invitation_id) = path.into_inner();
+    let account_id = &caller.account.id;
+    spaces::revoke_invitation(&state.store, account_id, &space_id, &invitation_id).await?;
+    Ok(HttpResponse::NoContent().finish())
 }
 
 async fn set_role(

@@ -253,6 +253,19 @@ both_backends! {
         assert_error(accept(&bob, &token).await, 409, "already_member").await;
         assert_eq!(accept(&cat, &token).await.status(), StatusCode::OK);
 
+        // Revoked by an owner (not by a member, not twice): gone at once.
+        let res = ann
+            .post(&format!("/api/spaces/{space_id}/invitations"), &json!({ "role": "member" }))
+            .await;
+        let made: Value = res.json().await.unwrap();
+        let revoke = format!("/api/spaces/{space_id}/invitations/{}", made["id"].as_str().unwrap());
+        assert_error(bob.delete(&revoke).await, 403, "forbidden").await;
+        assert_error(eve.delete(&revoke).await, 404, "not_found").await;
+        assert_eq!(ann.delete(&revoke).await.status(), StatusCode::NO_CONTENT);
+        assert_error(ann.delete(&revoke).await, 404, "not_found").await;
+        let token = made["token"].as_str().unwrap();
+        assert_error(accept(&eve, token).await, 410, "invitation_gone").await;
+
         // Seven days, then gone.
         let token = invitation(&ann, &space_id, "member").await;
         app.advance(Duration::from_secs(7 * 24 * 3600 + 1));
@@ -323,6 +336,8 @@ both_backends! {
         let kinds: Vec<&str> = ledger.iter().rev().map(|line| line["kind"].as_str().unwrap()).collect();
         assert_eq!(kinds, ["space.created", "invitation.created", "member.joined", "member.role_changed", "member.left"]);
         assert_eq!(ledger[0]["subject"], ann_id.as_str());
+        // Named also once they are out of the space.
+        assert_eq!(ledger[0]["subjectName"], ann.me().await.account.name);
         assert_eq!(ledger[1]["detail"], "owner");
 
         // Names are checked like every other name.

@@ -119,7 +119,10 @@
         time.dateTime = created.expiresAt;
         time.title = utcText(until);
         time.dataset.local = "";
-        const item = make("li", "", `${created.role} · made just now · works until `, time);
+        const revoke = make("button", "secondary", "Revoke");
+        revoke.type = "button";
+        revoke.dataset.revoke = `${invite.dataset.invite}/${encodeURIComponent(created.id)}`;
+        const item = make("li", "", `${created.role} · made just now · works until `, time, " ", revoke);
         item.dataset.invitation = created.id;
         document.getElementById("pending-invitations")?.prepend(item);
         const none = document.getElementById("pending-none");
@@ -144,6 +147,25 @@
       copied.textContent = "Copied.";
     });
   }
+
+  // Revoke: a waiting invitation's link stops working at once.
+  const pending = document.getElementById("pending-invitations");
+  pending?.addEventListener("click", async (event) => {
+    const button = event.target.closest("button[data-revoke]");
+    if (!button) return;
+    const error = document.getElementById("pending-revoke-error");
+    button.disabled = true;
+    error.textContent = "";
+    try {
+      await call("DELETE", button.dataset.revoke);
+      button.closest("li").remove();
+      const none = document.getElementById("pending-none");
+      if (none) none.hidden = pending.children.length > 0;
+    } catch (failure) {
+      error.textContent = failure.message;
+      button.disabled = false;
+    }
+  });
 
   // The invitation page. The secret leaves the address bar at once and waits in this tab's
   // sessionStorage, so it survives sign-in and is never sent to the server in a URL.
@@ -180,7 +202,7 @@
   // What a refused invitation means, in words.
   function refusal(error) {
     switch (error.code) {
-      case "invitation_gone": return "This invitation was used already or has expired. Ask the space's owner for a new link.";
+      case "invitation_gone": return "This invitation was used already, revoked or has expired. Ask the space's owner for a new link.";
       case "not_found": return "This invitation link is not known here. Check that you copied all of it, or ask for a new one.";
       default: return error.message;
     }
