@@ -21,9 +21,9 @@ const SOON: Duration = Duration::from_secs(5);
 const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89\0\0\0\rIDATx\x9cc\xf8\x0f\x00\x01\x01\x01\x00\x18\xdd\x8d\xb4\0\0\0\0IEND\xaeB`\x82";
 /// Text only the job's owner may ever read: command output, stderr, a question, secret and
 /// attachment names, a held file.
-const PRIVATE: &str = "PRIVATE-7f3a";
+pub(crate) const PRIVATE: &str = "PRIVATE-7f3a";
 
-async fn made_space(web: &WebClient, name: &str) -> String {
+pub(crate) async fn made_space(web: &WebClient, name: &str) -> String {
     let res = web.post("/api/spaces", &json!({ "name": name })).await;
     assert_eq!(res.status(), StatusCode::CREATED);
     let space: Value = res.json().await.unwrap();
@@ -56,7 +56,7 @@ async fn accept(web: &WebClient, token: &str) -> Response {
 }
 
 /// `space_id` with `web` in it as `role`.
-async fn join(owner: &WebClient, web: &WebClient, space_id: &str, role: &str) {
+pub(crate) async fn join(owner: &WebClient, web: &WebClient, space_id: &str, role: &str) {
     let token = invitation(owner, space_id, role).await;
     let res = accept(web, &token).await;
     assert_eq!(res.status(), StatusCode::OK);
@@ -126,16 +126,23 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Ann's space job, run to its end on Ann's computer: an agent's message, a command with
-/// private output and its exit, private stderr, a question, an uploaded and a held file, a
-/// report and changed files.
-async fn finished_space_job(
+/// How a space job of the tests ends: its outcome, summary and exit code.
+pub(crate) type Ending = (&'static str, &'static str, i32);
+pub(crate) const SUCCEEDED: Ending = ("succeeded", "Tests pass.", 0);
+
+/// Ann's space job `title`, run to `ending` on Ann's computer: an agent's message, a command
+/// with private output and its exit, private stderr, a question, an uploaded and a held
+/// file, a report and changed files.
+pub(crate) async fn finished_space_job(
     app: &TestApp,
     ann: &WebClient,
     space_id: &str,
+    title: &str,
+    ending: Ending,
 ) -> (DeviceClient, String) {
     let device = app.device(ann, "install-ann").await;
     let mut body = space_job(&device.device_id, space_id);
+    body["title"] = json!(title);
     body["secrets"] = json!([format!("{PRIVATE}_TOKEN")]);
     let res = ann.post("/api/jobs", &body).await;
     assert_eq!(res.status(), StatusCode::CREATED);
@@ -166,7 +173,8 @@ async fn finished_space_job(
     assert_eq!(res.status(), StatusCode::CREATED);
     evidence(&device, &job_id, &lease, "shot", false).await;
     evidence(&device, &job_id, &lease, "kept", true).await;
-    let end = json!({ "outcome": "succeeded", "summary": "Tests pass.", "exitCode": 0,
+    let (outcome, summary, exit_code) = ending;
+    let end = json!({ "outcome": outcome, "summary": summary, "exitCode": exit_code,
         "report": { "summary": "Ran the tests.", "done": ["the tests"] },
         "changes": { "base": { "kind": "git", "head": "4b825dc642cb6eb9a060e54bf8d69288fbee4904" },
                      "files": [{ "path": "src/lib.rs", "status": "modified", "additions": 2,
@@ -356,7 +364,7 @@ both_backends! {
         let space_id = made_space(&ann, "Platform").await;
         join(&ann, &bob, &space_id, "member").await;
         join(&ann, &cat, &space_id, "viewer").await;
-        let (anns, job_id) = finished_space_job(&app, &ann, &space_id).await;
+        let (anns, job_id) = finished_space_job(&app, &ann, &space_id, "Run the tests", SUCCEEDED).await;
 
         // Never on another member's computer; never assigned by a viewer or an outsider.
         let res = bob.post("/api/jobs", &space_job(&anns.device_id, &space_id)).await;

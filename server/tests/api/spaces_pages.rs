@@ -4,103 +4,17 @@
 //! output.
 
 use reqwest::redirect::Policy;
-use reqwest::{Method, StatusCode};
+use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use crate::both_backends;
-use crate::helpers::{job_body, spawn_app, DeviceClient, TestApp, WebClient};
-
-/// Text only the job's owner may read: it must never reach a member's page.
-const PRIVATE: &str = "PRIVATE-91c2";
+use crate::helpers::{job_body, spawn_app, WebClient};
+use crate::spaces::{finished_space_job, join, made_space, PRIVATE};
 
 async fn html(web: &WebClient, path: &str) -> (u16, String) {
     let res = web.get(path).await;
     let status = res.status().as_u16();
     (status, res.text().await.unwrap())
-}
-
-async fn made_space(web: &WebClient, name: &str) -> String {
-    let res = web.post("/api/spaces", &json!({ "name": name })).await;
-    assert_eq!(res.status(), StatusCode::CREATED);
-    let space: Value = res.json().await.unwrap();
-    space["id"].as_str().unwrap().to_owned()
-}
-
-/// `web` joins `space_id` as `role` through a link `owner` made.
-async fn join(owner: &WebClient, web: &WebClient, space_id: &str, role: &str) {
-    let path = format!("/api/spaces/{space_id}/invitations");
-    let made: Value = owner
-        .post(&path, &json!({ "role": role }))
-        .await
-        .json()
-        .await
-        .unwrap();
-    let token = made["token"].as_str().unwrap();
-    let res = web
-        .post("/api/invitations/accept", &json!({ "token": token }))
-        .await;
-    assert_eq!(res.status(), StatusCode::OK);
-}
-
-/// Ann's space job run to its end: a message, a command with private output, private
-/// stderr, a note, a question, a report and a changed file.
-async fn finished_space_job(
-    app: &TestApp,
-    ann: &WebClient,
-    space_id: &str,
-) -> (DeviceClient, String) {
-    let device = app.device(ann, "install-ann").await;
-    let mut body = job_body(&device.device_id);
-    body["spaceId"] = json!(space_id);
-    body["title"] = json!("Fix the build");
-    let res = ann.post("/api/jobs", &body).await;
-    assert_eq!(res.status(), StatusCode::CREATED);
-    let job: Value = res.json().await.unwrap();
-    let job_id = job["id"].as_str().unwrap().to_owned();
-    let claimed = device.claim_job().await;
-    let lease = claimed.lease_token.expose().to_owned();
-    let lines = json!({ "seq": 1, "lines": [
-        "agent: scripted 1.0",
-        "I will run the tests.",
-        "$ cargo test",
-        format!("term-1: {PRIVATE} output of the tests"),
-        "term-1: exit code 0",
-        format!("stderr: {PRIVATE} on stderr"),
-        format!("wrote {PRIVATE}.rs"),
-    ]});
-    assert_eq!(
-        device.progress(&job_id, &lease, &lines).await.status(),
-        StatusCode::OK
-    );
-    let ask = json!({ "kind": "command", "question": format!("{PRIVATE}: push?"),
-                      "action": { "command": ["git", "push"], "folder": "work" },
-                      "actionHash": "9f86d081884c7d659a2feb8e8bfa6ac5c9f4b8b2c4c53e1f1e0c6e8d2b1a3f40",
-                      "expiresInSecs": 600 });
-    let res = device
-        .http
-        .request(
-            Method::POST,
-            format!("{}/api/devices/self/jobs/{job_id}/ask", device.base),
-        )
-        .bearer_auth(&device.token)
-        .header("x-tether-protocol", "1")
-        .header("x-tether-lease", &lease)
-        .json(&ask)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::CREATED);
-    let end = json!({ "outcome": "failed", "summary": "exit code 2", "exitCode": 2,
-        "report": { "summary": "Ran the tests.", "done": ["the tests"] },
-        "changes": { "base": { "kind": "git", "head": "4b825dc642cb6eb9a060e54bf8d69288fbee4904" },
-                     "files": [{ "path": "src/lib.rs", "status": "modified", "additions": 2,
-                                 "deletions": 1, "binary": false, "flags": [] }],
-                     "totals": { "files": 1, "additions": 2, "deletions": 1 }, "truncated": false } });
-    assert_eq!(
-        device.complete(&job_id, &lease, &end).await.status(),
-        StatusCode::OK
-    );
-    (device, job_id)
 }
 
 both_backends! {
@@ -217,7 +131,8 @@ both_backends! {
         let bob = app.user("bob@example.com").await;
         let space_id = made_space(&ann, "Team").await;
         join(&ann, &bob, &space_id, "member").await;
-        let (device, job_id) = finished_space_job(&app, &ann, &space_id).await;
+        let failed = ("failed", "exit code 2", 2);
+        let (device, job_id) = finished_space_job(&app, &ann, &space_id, "Fix the build", failed).await;
         let path = format!("/jobs/{job_id}");
 
         // The owner's page is whole, and names the space.
