@@ -82,20 +82,7 @@ async fn an_uninstalled_agent_removes_itself_from_its_server() {
     let mut daemon = installed.daemon(home.path(), 3);
     web.wait_for_engines(&device_id, &["sleepy"]).await;
 
-    let job = web.create_job(&device_id, "sleepy", "sleep").await;
-    let job_id = job.id.to_string();
-    let job = web
-        .wait_for_job(&job_id, Duration::from_secs(60), |job| {
-            output_lines(job)
-                .iter()
-                .any(|line| line.starts_with("child "))
-        })
-        .await;
-    let child: u32 = output_lines(&job)
-        .iter()
-        .find_map(|line| line.strip_prefix("child "))
-        .and_then(|pid| pid.parse().ok())
-        .unwrap();
+    let (job_id, child) = sleepy_child(&web, &device_id).await;
 
     installed.remove();
     let removed = Instant::now();

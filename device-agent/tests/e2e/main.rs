@@ -183,20 +183,7 @@ async fn a_run_whose_lease_was_lost_is_killed() {
     })
     .await;
 
-    let job = web.create_job(&device_id, "sleepy", "sleep").await;
-    let job_id = job.id.to_string();
-    let job = web
-        .wait_for_job(&job_id, Duration::from_secs(60), |job| {
-            output_lines(job)
-                .iter()
-                .any(|line| line.starts_with("child "))
-        })
-        .await;
-    let child: u32 = output_lines(&job)
-        .iter()
-        .find_map(|line| line.strip_prefix("child "))
-        .and_then(|pid| pid.parse().ok())
-        .unwrap();
+    let (job_id, child) = sleepy_child(&web, &device_id).await;
 
     daemon.signal("STOP").await;
     let job = web.wait_until_ended(&job_id, Duration::from_secs(30)).await;
@@ -358,20 +345,7 @@ async fn walking_skeleton(database_url: Option<String>) {
 
     // A job cancelled while it runs: it ends `cancelled`, not with its 60 s sleep, and its
     // group dies.
-    let job = web.create_job(&device_id, "sleepy", "sleep").await;
-    let job_id = job.id.to_string();
-    let job = web
-        .wait_for_job(&job_id, Duration::from_secs(60), |job| {
-            output_lines(job)
-                .iter()
-                .any(|line| line.starts_with("child "))
-        })
-        .await;
-    let child: u32 = output_lines(&job)
-        .iter()
-        .find_map(|line| line.strip_prefix("child "))
-        .and_then(|pid| pid.parse().ok())
-        .unwrap();
+    let (job_id, child) = sleepy_child(&web, &device_id).await;
     assert!(
         process_alive(child),
         "the run's child {child} should be running"
@@ -940,6 +914,26 @@ impl Web {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// Starts the `sleepy` recipe on `device_id` and waits for the pid of the child it says it
+/// started: `(job id, pid)`.
+async fn sleepy_child(web: &Web, device_id: &str) -> (String, u32) {
+    let job = web.create_job(device_id, "sleepy", "sleep").await;
+    let job_id = job.id.to_string();
+    let job = web
+        .wait_for_job(&job_id, Duration::from_secs(60), |job| {
+            output_lines(job)
+                .iter()
+                .any(|line| line.starts_with("child "))
+        })
+        .await;
+    let child = output_lines(&job)
+        .iter()
+        .find_map(|line| line.strip_prefix("child "))
+        .and_then(|pid| pid.parse().ok())
+        .unwrap();
+    (job_id, child)
 }
 
 fn output_lines(job: &Job) -> Vec<String> {
