@@ -279,14 +279,9 @@ pub(crate) async fn read_in_member_spaces(
     account_id: &AccountId,
     job_id: &JobId,
 ) -> Result<Option<JobRow>, ApiError> {
-    let columns = JOB_COLUMNS
-        .split(", ")
-        .map(|column| format!("j.{}", column.trim()))
-        .collect::<Vec<_>>()
-        .join(", ");
     let sql = format!(
-        "SELECT {columns} FROM jobs j JOIN space_members m \
-         ON m.space_id = j.space_id AND m.account_id = $2 WHERE j.id = $1"
+        "SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 \
+         AND space_id IN (SELECT space_id FROM space_members WHERE account_id = $2)"
     );
     let row = on_reads!(source, |pool| sqlx::query_as::<_, JobRow>(&sql)
         .bind(job_id.as_str())
