@@ -22,6 +22,7 @@ use crate::devices::presence::Presence;
 use crate::error::ApiError;
 use crate::jobs::decisions::Settled;
 use crate::jobs::leases::RunEnd;
+use crate::jobs::live::{self, NewLines};
 use crate::metrics::Metrics;
 use crate::push::Push;
 use crate::relay::{AccountEvent, Hub};
@@ -56,9 +57,21 @@ impl Notices {
         self.hub.notify(device_id, ServerFrame::Wake).await;
     }
 
+    /// A progress batch appended `lines` to `job_id`: the pages watching it get them.
+    pub async fn lines_appended(&self, job_id: &JobId, lines: NewLines) {
+        live::publish_lines(&self.hub, job_id, lines).await;
+    }
+
+    /// `job_id` changed otherwise (claimed, carried on, cancelled, ended, asked, answered):
+    /// the pages watching it read it again.
+    pub async fn job_changed(&self, job_id: &JobId) {
+        live::publish_changed(&self.hub, job_id).await;
+    }
+
     /// The web cancelled `job`: a running one is told to stop, a follow-up waiting for it
     /// may start, and what it had asked is withdrawn.
     pub async fn job_cancelled(&self, account_id: &AccountId, job: &Job) {
+        self.job_changed(&job.id).await;
         if job.cancel_requested && matches!(job.state, JobState::Running | JobState::Waiting) {
             let frame = ServerFrame::JobCancel {
                 job_id: job.id.clone(),
@@ -79,6 +92,7 @@ impl Notices {
     pub async fn run_ended(&self, account_id: &AccountId, job: &Job, ended: RunEnd) {
         if ended.first_end {
             self.push.job_ended(&job.id, job.state);
+            self.job_changed(&job.id).await;
         }
         if !job.decisions.is_empty() {
             self.decisions_withdrawn(account_id).await;
@@ -90,9 +104,10 @@ impl Notices {
         }
     }
 
-    /// A run lost to a restart was resumed as a new attempt: the lost attempt's pending
-    /// decisions were withdrawn.
-    pub async fn run_resumed(&self, account_id: &AccountId) {
+    /// A run lost to a restart was resumed as a new attempt of `job_id`: the lost
+    /// attempt's pending decisions were withdrawn.
+    pub async fn run_resumed(&self, account_id: &AccountId, job_id: &JobId) {
+        self.job_changed(job_id).await;
         self.decisions_withdrawn(account_id).await;
     }
 
@@ -106,6 +121,9 @@ impl Notices {
     ) {
         self.metrics.record_lease_expiries(interrupted.len());
         self.push.runs_interrupted(interrupted);
+        for job_id in interrupted {
+            self.job_changed(job_id).await;
+        }
         // Each interrupted run freed a slot of its account's concurrent-run limit, and
         // expired what it had asked.
         for account_id in accounts {
@@ -169,9 +187,16 @@ impl Notices {
         self.hub.notify(device_id, frame).await;
     }
 
-    /// A run asked its owner `decision_id`: a push notification and the open pages.
-    pub async fn decision_asked(&self, account_id: &AccountId, decision_id: &DecisionId) {
+    /// A run of `job_id` asked its owner `decision_id`: a push notification and the open
+    /// pages.
+    pub async fn decision_asked(
+        &self,
+        account_id: &AccountId,
+        job_id: &JobId,
+        decision_id: &DecisionId,
+    ) {
         self.push.decision_asked(decision_id);
+        self.job_changed(job_id).await;
         self.decisions_changed(account_id, DecisionChange::Asked, Some(decision_id.clone()))
             .await;
     }
@@ -196,6 +221,8 @@ impl Notices {
     pub async fn decision_settled(&self, settled: Settled) {
         self.metrics
             .record_decision_wait(settled.how.as_str(), settled.waited);
+        // Its job said so in its timeline, and may be running again.
+        self.job_changed(&settled.job_id).await;
         self.decisions_changed(
             &settled.account_id,
             settled.how.change(),

@@ -369,6 +369,32 @@ pub struct Job {
     pub shared_view: bool,
 }
 
+/// The `lines` event of `GET /api/jobs/{id}/events`: timeline lines after the last one
+/// sent, in order, as `GET /api/jobs/{id}` lists them (with their `entry`). A space member
+/// gets only the lines the space view shows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobLinesEvent {
+    pub events: Vec<JobEvent>,
+}
+
+/// The `job` event of `GET /api/jobs/{id}/events`: what the job page's header shows, when
+/// the stream opens and whenever it changes. After one whose `state` is final the stream
+/// ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobStateEvent {
+    pub state: JobState,
+    pub attempt: u32,
+    pub cancel_requested: bool,
+    /// The outcome's summary, once the job ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// Why a queued job has not started, as `GET /api/jobs/{id}` says it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_because: Option<String>,
+}
+
 /// A file a run attached to its result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

@@ -59,6 +59,8 @@ pub const EXPIRE_BATCH: i64 = 500;
 pub struct Settled {
     pub account_id: AccountId,
     pub decision_id: DecisionId,
+    /// The decision's job.
+    pub job_id: JobId,
     pub how: Settlement,
     /// From the ask to the settlement.
     pub waited: Duration,
@@ -781,6 +783,7 @@ async fn settle(
     Ok(Settled {
         account_id,
         decision_id: stored_id(row.id.clone())?,
+        job_id: stored_id(row.job_id.clone())?,
         how: target.settlement(),
         waited: Duration::from_millis(waited),
     })

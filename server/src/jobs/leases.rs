@@ -33,6 +33,7 @@ use crate::error::ApiError;
 use crate::jobs;
 use crate::jobs::claim_gates::ClaimGates;
 use crate::jobs::delivery::{self, ReportedDelivery};
+use crate::jobs::live::NewLines;
 use crate::jobs::task_context::{self, EarlierJob};
 use crate::store::job_rows::{self, truncate, EndCause, JobRow, OpenDecisions};
 use crate::store::ledger::{self, LedgerKind};
@@ -437,6 +438,13 @@ async fn earlier_run(
     }))
 }
 
+/// What a progress call did: the device's answer, and the lines it appended.
+pub struct Progressed {
+    pub answer: ProgressResponse,
+    /// For the job's live feed; none when the batch was a retry already applied.
+    pub lines: Option<NewLines>,
+}
+
 /// Appends output lines and a status, and extends the lease. A `seq` at or below the last
 /// applied one changes nothing but the lease, so retries are safe.
 ///
@@ -449,18 +457,30 @@ pub async fn progress(
     lease: &LeaseToken,
     report: ProgressReport,
     config: &Config,
-) -> Result<ProgressResponse, ApiError> {
+) -> Result<Progressed, ApiError> {
     let now = store.now();
     let lease_until = now + secs(config.lease_secs);
     let ats = report.line_times(now);
-    let mut lines: Vec<job_rows::Line> = report
-        .lines
+    let ProgressReport {
+        seq,
+        lines: texts,
+        status,
+        observed,
+        ages: _,
+    } = report;
+    let mut owned: Vec<(&'static str, String)> =
+        texts.into_iter().map(|text| ("output", text)).collect();
+    owned.extend(status.map(|status| ("status", status)));
+    let lines: Vec<job_rows::Line> = owned
         .iter()
-        .map(|line| ("output", line.as_str()))
+        .map(|(kind, text)| (*kind, text.as_str()))
         .collect();
-    lines.extend(report.status.as_deref().map(|status| ("status", status)));
+    let answer = |cancel_requested| ProgressResponse {
+        lease_expires_at: to_time(lease_until),
+        cancel_requested,
+    };
     // What the attempt used merges into the stored list, so it takes the transaction.
-    let applied = if report.observed.is_some() {
+    let applied = if observed.is_some() {
         None
     } else {
         job_rows::progress_in_one(
@@ -468,7 +488,7 @@ pub async fn progress(
             &device.device_id,
             job_id,
             lease,
-            report.seq,
+            seq,
             &lines,
             &ats,
             lease_until,
@@ -476,31 +496,32 @@ pub async fn progress(
         )
         .await?
     };
-    if let Some(cancel_requested) = applied {
-        return Ok(ProgressResponse {
-            lease_expires_at: to_time(lease_until),
-            cancel_requested,
+    if let Some((cancel_requested, appended)) = applied {
+        drop(lines);
+        return Ok(Progressed {
+            answer: answer(cancel_requested),
+            lines: Some(NewLines::new(appended, owned, ats, now)),
         });
     }
     let mut tx = store.begin().await?;
     let job = job_rows::fenced(&mut tx, &device.device_id, job_id, lease, now).await?;
-    let applies = report.seq > job.progress_seq;
-    if applies {
-        job_rows::append_timed_events(&mut tx, &job, now, "output", &report.lines, &ats).await?;
-        if let Some(status) = report.status {
-            job_rows::append_events(&mut tx, &job, now, "status", &[status]).await?;
-        }
-    }
-    let seq = applies.then_some(report.seq);
-    let observed = match report.observed.filter(|_| applies) {
+    let applies = seq > job.progress_seq;
+    let appended = if applies && !lines.is_empty() {
+        Some(job_rows::append_timed_events(&mut tx, &job, now, &lines, &ats).await?)
+    } else {
+        None
+    };
+    drop(lines);
+    let observed = match observed.filter(|_| applies) {
         Some(used) => job.observed_with(used)?,
         None => None,
     };
+    let seq = applies.then_some(seq);
     job_rows::record_progress(&mut tx, &job, seq, lease_until, observed.as_deref()).await?;
     tx.commit().await?;
-    Ok(ProgressResponse {
-        lease_expires_at: to_time(lease_until),
-        cancel_requested: job.cancel_requested != 0,
+    Ok(Progressed {
+        answer: answer(job.cancel_requested != 0),
+        lines: appended.map(|appended| NewLines::new(appended, owned, ats, now)),
     })
 }
 

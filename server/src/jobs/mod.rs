@@ -20,6 +20,7 @@ pub mod evidence;
 pub mod files;
 pub mod held_evidence;
 pub mod leases;
+pub mod live;
 pub mod shared_view;
 pub mod task_context;
 pub mod timeline;

@@ -80,8 +80,9 @@ pub fn limit(job: Job) -> Job {
     }
 }
 
-/// Whether a member sees this line of the timeline.
-fn shown(event: &JobEvent) -> bool {
+/// Whether a member sees this line of the timeline (its `entry` read with the lines before
+/// it: `timeline::read_all`, or a live feed's own `timeline::Reader`).
+pub fn shown(event: &JobEvent) -> bool {
     let Some(entry) = event.entry else {
         return false;
     };

@@ -8,7 +8,8 @@
 //!   account whose pages follow its changes.
 //! - **Redis** (`TETHER_REDIS_URL`): every replica subscribes to `tether:dev:{deviceId}` for
 //!   each device whose stream it holds, to `tether:acct:{accountId}` for each account whose
-//!   pages it serves a stream to, and to its own `tether:replica:{id}`. A frame is a
+//!   pages it serves a stream to, to `tether:job:{jobId}` for each job a page watches here
+//!   ([`job_feeds`]), and to its own `tether:replica:{id}`. A frame is a
 //!   `PUBLISH` to the device's channel; the number of receivers it reports tells whether the
 //!   device has an open stream anywhere. An account event is a `PUBLISH` to the account's
 //!   channel. A relayed request is a `SET tether:relay:{id} … NX EX` naming the device and
@@ -48,7 +49,7 @@ use tether_protocol::engine_sessions::SessionDeletion;
 use tether_protocol::evidence::{EvidenceAction, PreviewReady};
 use tether_protocol::files::{FileAnswer, FileOp};
 use tether_protocol::frames::ServerFrame;
-use tether_protocol::jobs::Evidence;
+use tether_protocol::jobs::{Evidence, JobEvent};
 use tether_protocol::{AccountId, Code, DecisionId, DeviceId, JobId};
 use tokio::sync::{broadcast, mpsc, oneshot, Notify};
 
@@ -58,6 +59,7 @@ use crate::error::ApiError;
 use crate::store::job_rows;
 use crate::store::Store;
 
+pub mod job_feeds;
 pub mod pipes;
 
 /// Frames one stream may have queued before further ones are dropped (they are hints).
@@ -100,6 +102,8 @@ struct Local {
     gone: HashMap<String, (String, Instant)>,
     /// Accounts whose pages follow their changes through this replica, by account id.
     accounts: HashMap<String, AccountFollowers>,
+    /// Jobs whose pages watch their news through this replica, by job id.
+    jobs: HashMap<String, JobWatchers>,
     /// Pipes read on this replica, by name: (pipe number, its sender).
     pipes: HashMap<String, (u64, mpsc::Sender<String>)>,
     /// Tickets (in process only; with Redis they live there): value and expiry, by key.
@@ -110,6 +114,25 @@ struct Local {
 struct AccountFollowers {
     sender: broadcast::Sender<AccountEvent>,
     /// Open [`AccountStream`]s; the entry (and the Redis subscription) goes with the last.
+    count: usize,
+}
+
+/// What happened to a job, for the pages that watch it (`job_feeds`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum JobNews {
+    /// Lines appended, in order and numbered without a gap, as they were stored (no
+    /// `entry`: each watcher reads them on its own timeline).
+    Lines { events: Vec<JobEvent> },
+    /// The job's state, attempt, cancel request or outcome changed, and lines may have
+    /// been appended with it: read the job again.
+    Changed,
+}
+
+/// The watchers of one job on this replica.
+struct JobWatchers {
+    sender: broadcast::Sender<Arc<JobNews>>,
+    /// Open followers; the entry (and the Redis subscription) goes with the last.
     count: usize,
 }
 
@@ -530,28 +553,16 @@ impl Hub {
                 });
             followers.count += 1;
             let events = followers.sender.subscribe();
-            let subscribed = match &self.inner.bus {
-                Bus::Redis(bus) if followers.count == 1 => {
-                    let (ack, acked) = oneshot::channel();
-                    let channel = account_channel(account_id.as_str());
-                    // Sent under the lock, so subscribes and unsubscribes keep their order.
-                    bus.commands
-                        .send(Command::Subscribe(channel, ack))
-                        .ok()
-                        .map(|()| acked)
-                }
-                _ => None,
-            };
-            (events, subscribed)
+            let first = followers.count == 1;
+            // Asked under the lock, so subscribes and unsubscribes keep their order.
+            let channel = account_channel(account_id.as_str());
+            (events, first.then(|| self.subscribe(channel)).flatten())
         };
-        if let Some(acked) = subscribed {
-            match tokio::time::timeout(SUBSCRIBE_TIMEOUT, acked).await {
-                Ok(Ok(true)) => {}
-                _ => tracing::warn!(
-                    account_id = %account_id,
-                    "no Redis subscription for an account stream; it catches up by re-reading"
-                ),
-            }
+        if !Hub::subscribed(subscribed).await {
+            tracing::warn!(
+                account_id = %account_id,
+                "no Redis subscription for an account stream; it catches up by re-reading"
+            );
         }
         AccountStream {
             hub: self.clone(),
@@ -568,12 +579,40 @@ impl Hub {
         followers.count = followers.count.saturating_sub(1);
         if followers.count == 0 {
             local.accounts.remove(account_id);
-            if let Bus::Redis(bus) = &self.inner.bus {
-                let _ = bus
-                    .commands
-                    .send(Command::Unsubscribe(account_channel(account_id)));
-            }
+            self.unsubscribe(account_channel(account_id));
         }
+    }
+
+    /// With Redis, asks the listener to subscribe `channel`; the answer says whether it did.
+    /// Called under the `local` lock, so subscribes and unsubscribes keep their order.
+    fn subscribe(&self, channel: String) -> Option<oneshot::Receiver<bool>> {
+        let Bus::Redis(bus) = &self.inner.bus else {
+            return None;
+        };
+        let (ack, acked) = oneshot::channel();
+        bus.commands
+            .send(Command::Subscribe(channel, ack))
+            .ok()
+            .map(|()| acked)
+    }
+
+    /// With Redis, asks the listener to unsubscribe `channel` (under the `local` lock).
+    fn unsubscribe(&self, channel: String) {
+        if let Bus::Redis(bus) = &self.inner.bus {
+            let _ = bus.commands.send(Command::Unsubscribe(channel));
+        }
+    }
+
+    /// Waits up to [`SUBSCRIBE_TIMEOUT`] for a subscription asked with [`Hub::subscribe`];
+    /// whether it holds (none asked: it does).
+    async fn subscribed(acked: Option<oneshot::Receiver<bool>>) -> bool {
+        let Some(acked) = acked else {
+            return true;
+        };
+        matches!(
+            tokio::time::timeout(SUBSCRIBE_TIMEOUT, acked).await,
+            Ok(Ok(true))
+        )
     }
 
     /// Hands `event` to this replica's followers of `account_id`.
@@ -1208,6 +1247,7 @@ impl Hub {
             let local = self.local();
             channels.extend(local.streams.keys().map(|id| device_channel(id)));
             channels.extend(local.accounts.keys().map(|id| account_channel(id)));
+            channels.extend(local.jobs.keys().map(|id| job_channel(id)));
             channels.extend(local.pipes.keys().map(|name| pipe_channel(name)));
         }
         sink.subscribe(&channels).await?;
@@ -1250,6 +1290,8 @@ impl Hub {
                 Ok(event) => self.deliver_to_account(account_id, event),
                 Err(error) => tracing::warn!(%error, "undecodable account event on Redis"),
             }
+        } else if let Some(job_id) = name.strip_prefix("job:") {
+            self.deliver_job_message(job_id, payload);
         } else if let Some(pipe) = name.strip_prefix("pipe:") {
             self.deliver_to_pipe(pipe, payload);
         } else if name == "tokens" {
@@ -1353,6 +1395,11 @@ fn device_channel(device_id: &str) -> String {
 
 fn account_channel(account_id: &str) -> String {
     format!("{KEY_PREFIX}acct:{account_id}")
+}
+
+/// The Redis channel of a job's news ([`Hub::follow_job`]).
+fn job_channel(job_id: &str) -> String {
+    format!("{KEY_PREFIX}job:{job_id}")
 }
 
 /// The Redis channel of pipe `name` ([`Hub::open_pipe`]).

@@ -129,7 +129,7 @@ async fn ask(
     .await?;
     state
         .notices
-        .decision_asked(&device.account_id, &asked.decision_id)
+        .decision_asked(&device.account_id, &job_id, &asked.decision_id)
         .await;
     Ok(HttpResponse::Created().json(AskResponse {
         decision_id: asked.decision_id,

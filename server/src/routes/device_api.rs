@@ -128,9 +128,12 @@ async fn claim(
     device: DeviceIdentity,
 ) -> Result<HttpResponse, ApiError> {
     match leases::claim(&state.store, &state.claim_gates, &device, &state.config).await? {
-        Some(job) => Ok(HttpResponse::Ok()
-            .insert_header(("cache-control", "no-store"))
-            .json(ClaimResponse { job })),
+        Some(job) => {
+            state.notices.job_changed(&job.id).await;
+            Ok(HttpResponse::Ok()
+                .insert_header(("cache-control", "no-store"))
+                .json(ClaimResponse { job }))
+        }
         None => Ok(HttpResponse::NoContent().finish()),
     }
 }
@@ -146,7 +149,7 @@ async fn progress(
         .limits
         .check(Bucket::Progress, device.device_id.as_str())?;
     let report = ProgressReport::try_from(params.into_inner())?;
-    let answer = leases::progress(
+    let progressed = leases::progress(
         &state.store,
         &device,
         &job_id,
@@ -155,7 +158,10 @@ async fn progress(
         &state.config,
     )
     .await?;
-    Ok(HttpResponse::Ok().json(answer))
+    if let Some(lines) = progressed.lines {
+        state.notices.lines_appended(&job_id, lines).await;
+    }
+    Ok(HttpResponse::Ok().json(progressed.answer))
 }
 
 async fn complete(
@@ -202,6 +208,7 @@ async fn reattach(
         &state.config,
     )
     .await?;
+    state.notices.job_changed(&job_id).await;
     Ok(HttpResponse::Ok()
         .insert_header(("cache-control", "no-store"))
         .json(grant))
@@ -215,7 +222,7 @@ async fn resume(
 ) -> Result<HttpResponse, ApiError> {
     let ResumeParams { attempt } = params.into_inner();
     let job = leases::resume(&state.store, &device, &job_id, attempt, &state.config).await?;
-    state.notices.run_resumed(&device.account_id).await;
+    state.notices.run_resumed(&device.account_id, &job_id).await;
     Ok(HttpResponse::Ok()
         .insert_header(("cache-control", "no-store"))
         .json(ClaimResponse { job }))

@@ -29,6 +29,7 @@ mod held_evidence;
 mod idempotency;
 mod input;
 mod job_log;
+mod job_stream;
 mod jobs;
 mod lease;
 pub(crate) mod links;
@@ -87,6 +88,7 @@ fn routes(table: &mut Table) {
     spaces::routes(table);
     devices::routes(table);
     jobs::routes(table);
+    job_stream::routes(table);
 }
 
 async fn healthz() -> HttpResponse {

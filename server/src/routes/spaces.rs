@@ -245,6 +245,7 @@ async fn remove(
         .await;
     for job_id in jobs::cancel_queued_in_space(&state.store, &member, &space_id).await? {
         tracing::info!(job_id = %job_id, "queued space job cancelled: its owner left the space");
+        state.notices.job_changed(&job_id).await;
     }
     Ok(HttpResponse::NoContent().finish())
 }

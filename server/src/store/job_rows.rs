@@ -1011,11 +1011,44 @@ pub(crate) async fn record_progress(
     Ok(())
 }
 
+/// Where a progress batch's lines were stored: numbered after `base`, each at its time
+/// (`now` past the end of the times given), never before `floor`. The caller tells the
+/// lines as stored from it without reading them back (a job's live feed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Appended {
+    base: i64,
+    floor: Option<Millis>,
+}
+
+impl Appended {
+    /// `lines` (kind, text), appended with `ats` at `now`, as they were stored.
+    pub(crate) fn events(
+        self,
+        lines: Vec<(&'static str, String)>,
+        ats: &[Millis],
+        now: Millis,
+    ) -> Vec<JobEvent> {
+        let floor = self.floor.unwrap_or(Millis::MIN);
+        (self.base + 1..)
+            .zip(lines)
+            .enumerate()
+            .map(|(index, (seq, (kind, text)))| JobEvent {
+                seq,
+                at: to_time(ats.get(index).copied().unwrap_or(now).max(floor)),
+                kind: kind.to_owned(),
+                text,
+                entry: None,
+            })
+            .collect()
+    }
+}
+
 /// A progress batch on PostgreSQL as one statement without a transaction: its lines, its
 /// `seq` and the lease extension, fenced in the `WHERE` (this device's job, running or
 /// waiting, under the unexpired `lease`, `seq` not applied yet). Answers the job's
-/// `cancel_requested` when the batch applied; `None` on SQLite or when it did not, and then
-/// nothing was written (the caller's transaction tells a retry from a stale lease).
+/// `cancel_requested` and where the lines went when the batch applied; `None` on SQLite or
+/// when it did not, and then nothing was written (the caller's transaction tells a retry
+/// from a stale lease).
 ///
 /// # Errors
 /// A database error.
@@ -1030,7 +1063,7 @@ pub(crate) async fn progress_in_one(
     ats: &[Millis],
     lease_until: Millis,
     now: Millis,
-) -> Result<Option<bool>, ApiError> {
+) -> Result<Option<(bool, Appended)>, ApiError> {
     let Some(pool) = store.postgres_pool() else {
         return Ok(None);
     };
@@ -1057,7 +1090,14 @@ pub(crate) async fn progress_in_one(
         Some(filter),
     )
     .await?;
-    Ok(matched.map(|cancel_requested| cancel_requested != 0))
+    Ok(matched.map(|matched| (matched.cancel_requested != 0, appended(matched))))
+}
+
+fn appended(matched: in_one::Matched) -> Appended {
+    Appended {
+        base: matched.base,
+        floor: matched.floor,
+    }
 }
 
 /// Moves the job's lease expiry to `until`.
@@ -1374,8 +1414,9 @@ pub(crate) async fn append_events(
     Ok(())
 }
 
-/// Appends output lines each at its own time in `ats` (`now` past its end), never before
-/// the job's last line already stored.
+/// Appends a progress batch's lines (output, then its status), each at its own time in
+/// `ats` (`now` past its end), never before the job's last line already stored. Answers
+/// where they went.
 ///
 /// # Errors
 /// A database error.
@@ -1383,17 +1424,15 @@ pub(crate) async fn append_timed_events(
     tx: &mut Tx,
     job: &JobRow,
     now: Millis,
-    kind: &str,
-    texts: &[String],
+    lines: &[Line<'_>],
     ats: &[Millis],
-) -> Result<(), ApiError> {
-    if texts.is_empty() {
-        return Ok(());
-    }
+) -> Result<Appended, ApiError> {
     if let Tx::Postgres(tx) = tx {
-        let lines: Vec<Line> = texts.iter().map(|text| (kind, text.as_str())).collect();
-        update_with_timed_lines(&mut **tx, &job.id, now, &lines, ats, None, None).await?;
-        return Ok(());
+        let matched =
+            update_with_timed_lines(&mut **tx, &job.id, now, lines, ats, None, None).await?;
+        return matched
+            .map(appended)
+            .ok_or_else(|| ApiError::internal(&format_args!("job {} has no row", job.id)));
     }
     let last_at = on_tx!(tx, |conn| sqlx::query_scalar::<_, i64>(
         "SELECT at FROM job_events WHERE job_id = $1 ORDER BY seq DESC LIMIT 1"
@@ -1401,7 +1440,8 @@ pub(crate) async fn append_timed_events(
     .bind(&job.id)
     .fetch_optional(conn)
     .await)?;
-    let count = i64::try_from(texts.len()).unwrap_or(i64::MAX);
+    let count = i64::try_from(lines.len()).unwrap_or(i64::MAX);
+    // The UPDATE also locks the job row, so concurrent appends cannot reuse a seq.
     let last = on_tx!(tx, |conn| sqlx::query_scalar::<_, i64>(
         "UPDATE jobs SET event_seq = event_seq + $1 WHERE id = $2 RETURNING event_seq"
     )
@@ -1409,41 +1449,44 @@ pub(crate) async fn append_timed_events(
     .bind(&job.id)
     .fetch_one(conn)
     .await)?;
-    let first = last - count + 1;
+    let stored = Appended {
+        base: last - count,
+        floor: last_at,
+    };
+    if lines.is_empty() {
+        return Ok(stored);
+    }
     let mut sql =
         String::from("INSERT INTO job_events (job_id, account_id, kind, seq, at, text) VALUES ");
-    for index in 0..texts.len() {
-        let param = 4 + 3 * index;
+    for index in 0..lines.len() {
+        let param = 3 + 4 * index;
         if index > 0 {
             sql.push_str(", ");
         }
         sql.push_str(&format!(
-            "($1, $2, $3, ${param}, ${}, ${})",
+            "($1, $2, ${param}, ${}, ${}, ${})",
             param + 1,
-            param + 2
+            param + 2,
+            param + 3
         ));
     }
+    let floor = last_at.unwrap_or(Millis::MIN);
     on_tx!(tx, |conn| {
-        let mut query = sqlx::query(&sql)
-            .bind(&job.id)
-            .bind(&job.account_id)
-            .bind(kind);
-        for (offset, text) in (0_i64..).zip(texts) {
-            let at = usize::try_from(offset)
-                .ok()
-                .and_then(|index| ats.get(index).copied())
-                .unwrap_or(now);
+        let mut query = sqlx::query(&sql).bind(&job.id).bind(&job.account_id);
+        for (index, (kind, text)) in lines.iter().enumerate() {
+            let at = ats.get(index).copied().unwrap_or(now);
             query = query
-                .bind(first + offset)
-                .bind(last_at.map_or(at, |last_at| at.max(last_at)))
-                .bind(text);
+                .bind(*kind)
+                .bind(stored.base + 1 + i64::try_from(index).unwrap_or(i64::MAX))
+                .bind(at.max(floor))
+                .bind(*text);
         }
         query.execute(conn).await.map(|done| done.rows_affected())
     })?;
-    Ok(())
+    Ok(stored)
 }
 
-#[derive(sqlx::FromRow)]
+#[derive(sqlx::FromRow, serde::Deserialize)]
 struct EventRow {
     seq: i64,
     at: i64,

@@ -18,6 +18,18 @@ pub(crate) type Line<'a> = (&'a str, &'a str);
 /// Pushes the rest of a clause onto the statement (binding its values).
 pub(crate) type Clause<'a> = Box<dyn FnOnce(&mut QueryBuilder<'a, Postgres>) + Send + 'a>;
 
+/// What a matched [`update_with_timed_lines`] answers: the row's `cancel_requested`, and
+/// where its lines went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+pub(crate) struct Matched {
+    pub(crate) cancel_requested: i64,
+    /// The job's last line's seq before these: they are `base + 1 ..`.
+    pub(crate) base: i64,
+    /// The time of the job's last line before these, when the lines were timed: none is
+    /// stored before it.
+    pub(crate) floor: Option<Millis>,
+}
+
 /// `UPDATE jobs SET event_seq = event_seq + n<set> WHERE id = $job<filter>`, appending
 /// `lines` numbered after the job's last event. `set` starts with `, `; `filter` with
 /// ` AND `. Answers the row's `cancel_requested` when it matched, `None` when it did not
@@ -33,11 +45,12 @@ pub(crate) async fn update_with_lines<'a>(
     set: Option<Clause<'a>>,
     filter: Option<Clause<'a>>,
 ) -> Result<Option<i64>, ApiError> {
-    update_with_timed_lines(executor, job_id, now, lines, &[], set, filter).await
+    let matched = update_with_timed_lines(executor, job_id, now, lines, &[], set, filter).await?;
+    Ok(matched.map(|matched| matched.cancel_requested))
 }
 
 /// [`update_with_lines`], each line stamped with its time in `ats` (`now` past its end),
-/// but never before the job's last line already stored.
+/// but never before the job's last line already stored; answers where the lines went too.
 ///
 /// # Errors
 /// A database error.
@@ -49,7 +62,7 @@ pub(crate) async fn update_with_timed_lines<'a>(
     ats: &[Millis],
     set: Option<Clause<'a>>,
     filter: Option<Clause<'a>>,
-) -> Result<Option<i64>, ApiError> {
+) -> Result<Option<Matched>, ApiError> {
     let count = lines.len();
     let mut query = QueryBuilder::<Postgres>::new(format!(
         "WITH changed AS (UPDATE jobs SET event_seq = event_seq + {count}"
@@ -93,9 +106,18 @@ pub(crate) async fn update_with_timed_lines<'a>(
         }
         query.push(") AS lines (n, kind, text, at))");
     }
-    query.push(" SELECT cancel_requested FROM changed");
+    // Like `appended`, the floor's subquery reads the lines as they were before the statement.
+    query
+        .push(" SELECT changed.cancel_requested, changed.base, ")
+        .push(if ats.is_empty() {
+            "CAST(NULL AS BIGINT)"
+        } else {
+            "(SELECT last.at FROM job_events last WHERE last.job_id = changed.id \
+         ORDER BY last.seq DESC LIMIT 1)"
+        });
+    query.push(" AS floor FROM changed");
     let matched = query
-        .build_query_scalar::<i64>()
+        .build_query_as::<Matched>()
         .fetch_optional(executor)
         .await?;
     Ok(matched)
