@@ -332,53 +332,33 @@ pub async fn claim(
     device: &DeviceIdentity,
     config: &Config,
 ) -> Result<Option<ClaimedJob>, ApiError> {
-    let limit = config.max_running_per_account;
-    let may_claim = || job_rows::may_claim(store, &device.device_id, &device.account_id, limit);
-    // Claims come with every heartbeat, wake-up and stream connect; most find nothing, and
-    // then they must not wait for a turn or a lock.
-    let Some(running) = may_claim().await? else {
-        return Ok(None);
-    };
-    // For an account's last free slot on PostgreSQL, this replica's claims take turns, and
-    // each looks again once the one before it committed: a burst of claims for one freed
-    // slot stops at that read (see `claim_gates`). With more slots free they go on side by
-    // side; SQLite's one writer takes them in turn anyway.
-    let last_slot = running + 1 >= i64::from(limit);
-    let _turn = if last_slot && store.postgres_pool().is_some() {
-        let (turn, waited) = gates.enter(&device.account_id).await;
-        if waited && may_claim().await?.is_none() {
-            return Ok(None);
-        }
-        Some(turn)
-    } else {
-        None
-    };
-    let now = store.now();
-    let mut tx = store.begin().await?;
-    let Some(job) = job_rows::oldest_queued(&mut tx, &device.device_id).await? else {
-        return Ok(None);
-    };
     let lease_token = credentials::new_lease_token()?;
-    let lease_until = now + secs(config.lease_secs);
-    let attempt = job_rows::claim(&mut tx, &job, &lease_token, lease_until, now).await?;
-    let chain = earlier_runs(&mut tx, &job, now).await?;
-    let continues = earlier_run(&mut tx, &job, &chain).await?;
-    // The run limit is checked last, under the account's lock, so that lock is held for one
-    // count and the commit only: every claim of the account passes through it, and so the
-    // limit holds across devices. The count includes this claim; over the limit, the whole
-    // claim rolls back.
-    tx.lock_account(&device.account_id).await?;
-    let running = job_rows::running_in_account(&mut tx, &device.account_id).await?;
-    if running > i64::from(limit) {
+    let lease_until = store.now() + secs(config.lease_secs);
+    let claimed = match store.postgres_pool() {
+        Some(pool) => {
+            // This replica's claims of one account take turns (see `claim_gates`): a burst
+            // for one freed slot then waits here, not on the account's lock with a
+            // connection each.
+            let _turn = gates.enter(&device.account_id).await;
+            let hash = credentials::hash_token(lease_token.expose());
+            let limit = config.max_running_per_account;
+            let (device_id, account_id) = (&device.device_id, &device.account_id);
+            let now = store.now();
+            job_rows::in_one_call::claim(pool, device_id, account_id, limit, &hash, lease_until, now)
+                .await?
+        }
+        None => claim_in_transaction(store, device, &lease_token, lease_until, config).await?,
+    };
+    let Some(job) = claimed else {
         return Ok(None);
-    }
-    tx.commit().await?;
-    tracing::info!(job_id = %job.id, attempt, "job claimed");
+    };
+    tracing::info!(job_id = %job.id, attempt = job.attempt, "job claimed");
+    let (chain, continues) = chain_of(store, &job).await?;
     let spec = job.spec()?;
     let context = task_context::section(device, &job, &spec, &chain);
     Ok(Some(ClaimedJob {
         id: stored_id(job.id.clone())?,
-        attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
+        attempt: u32::try_from(job.attempt).unwrap_or(u32::MAX),
         lease_token,
         lease_expires_at: to_time(lease_until),
         spec,
@@ -386,6 +366,54 @@ pub async fn claim(
         continues,
         context: Some(context),
     }))
+}
+
+/// A claim on SQLite: its one writer takes them in turn. Answers the row as claimed.
+async fn claim_in_transaction(
+    store: &Store,
+    device: &DeviceIdentity,
+    lease_token: &LeaseToken,
+    lease_until: Millis,
+    config: &Config,
+) -> Result<Option<JobRow>, ApiError> {
+    let limit = config.max_running_per_account;
+    // Claims come with every heartbeat, wake-up and stream connect; most find nothing, and
+    // then they must not wait for the writer.
+    if job_rows::may_claim(store, &device.device_id, &device.account_id, limit)
+        .await?
+        .is_none()
+    {
+        return Ok(None);
+    }
+    let now = store.now();
+    let mut tx = store.begin().await?;
+    let Some(mut job) = job_rows::oldest_queued(&mut tx, &device.device_id).await? else {
+        return Ok(None);
+    };
+    job.attempt = job_rows::claim(&mut tx, &job, lease_token, lease_until, now).await?;
+    // The count includes this claim; over the limit, the whole claim rolls back.
+    tx.lock_account(&device.account_id).await?;
+    let running = job_rows::running_in_account(&mut tx, &device.account_id).await?;
+    if running > i64::from(limit) {
+        return Ok(None);
+    }
+    tx.commit().await?;
+    Ok(Some(job))
+}
+
+/// A claimed job's earlier runs and the one it continues, for its context section: read
+/// only for a job that continues or runs again another (most are alone and read nothing).
+async fn chain_of(
+    store: &Store,
+    job: &JobRow,
+) -> Result<(Vec<EarlierJob>, Option<EarlierRun>), ApiError> {
+    if !task_context::is_chained(job) && job.continues.is_none() {
+        return Ok((Vec::new(), None));
+    }
+    let mut tx = store.begin().await?;
+    let chain = earlier_runs(&mut tx, job, store.now()).await?;
+    let continues = earlier_run(&mut tx, job, &chain).await?;
+    Ok((chain, continues))
 }
 
 /// The earlier runs of a claimed job's chain, newest first, for its context section: one
@@ -562,6 +590,28 @@ pub async fn complete(
         observed,
     } = completion;
     let now = store.now();
+    let plain = matches!(delivery, ReportedDelivery::None)
+        && !matches!(changes, ReportedChanges::Dropped(_))
+        && report_dropped.is_none()
+        && observed.is_none();
+    if let (true, Some(pool)) = (plain, store.postgres_pool()) {
+        let changes_json = match &changes {
+            ReportedChanges::Checked(changes) => Some(serde_json::to_string(changes)?),
+            _ => None,
+        };
+        let ended = job_rows::in_one_call::end(
+            pool,
+            &device.device_id,
+            job_id,
+            lease,
+            &outcome,
+            changes_json,
+            now,
+        );
+        if let Some(ended) = ended.await? {
+            return answer_ended(store, device, ended, config).await;
+        }
+    }
     let mut tx = store.begin().await?;
     let job = job_rows::lock_for_device(&mut tx, &device.device_id, job_id)
         .await?
@@ -644,6 +694,31 @@ pub async fn complete(
     let end = RunEnd {
         first_end: true,
         freed_full_account: still_running + 1 >= i64::from(config.max_running_per_account),
+    };
+    Ok(Completed { job, end })
+}
+
+/// The answer to a run ended in one statement: the job as that statement read it, or
+/// read again in full when it has decisions, evidence or later runs.
+async fn answer_ended(
+    store: &Store,
+    device: &DeviceIdentity,
+    ended: job_rows::in_one_call::Ended,
+    config: &Config,
+) -> Result<Completed, ApiError> {
+    let job_id = stored_id(ended.row.id.clone())?;
+    let state = ended.row.state()?;
+    tracing::info!(job_id = %job_id, outcome = state.as_str(), "job completed");
+    let job = if ended.has_more {
+        jobs::get(store, &device.account_id, &job_id).await?
+    } else {
+        let mut events = ended.events;
+        crate::jobs::timeline::read_all(&mut events);
+        ended.row.into_job(events)?
+    };
+    let end = RunEnd {
+        first_end: true,
+        freed_full_account: ended.going_before >= i64::from(config.max_running_per_account),
     };
     Ok(Completed { job, end })
 }

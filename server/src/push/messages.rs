@@ -128,8 +128,11 @@ async fn job_ended(store: &Store, id: &JobId) -> Result<Option<Outgoing>, ApiErr
     );
     let row = on_read!(store, |pool| {
         sqlx::query_as::<_, Row>(
+        // Most accounts have no browser that wants ends told: then there is nothing to
+        // compose and no subscription to read.
         "SELECT j.account_id, j.title, j.state, j.end_cause, v.name, j.outcome_json FROM jobs j \
-         JOIN devices v ON v.id = j.device_id WHERE j.id = $1"
+         JOIN devices v ON v.id = j.device_id WHERE j.id = $1 AND EXISTS (SELECT 1 \
+         FROM push_subscriptions s WHERE s.account_id = j.account_id AND s.wants_job_ended = 1)"
     )
     .bind(id.as_str())
     .fetch_optional(pool)

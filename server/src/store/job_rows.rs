@@ -32,6 +32,7 @@ use crate::store::ledger::{self, LedgerKind};
 use crate::store::{on_read, on_reads, on_tx, stored_id, ReadSource, Store, Tx};
 
 mod in_one;
+pub(crate) mod in_one_call;
 pub(crate) use in_one::Line;
 use in_one::{update_with_lines, update_with_timed_lines, Clause};
 

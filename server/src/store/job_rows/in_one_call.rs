@@ -1,0 +1,161 @@
+//! A claim and a plain end on PostgreSQL, each one statement in its own transaction: the
+//! claim calls `tether_claim` (migration 0023), the end is one fenced `UPDATE` that also
+//! writes its timeline line and ledger entry, counts the account's going runs and reads the
+//! job's answer.
+//!
+//! On PostgreSQL the number of statements a job costs, not the rows they touch, sets its
+//! CPU: each is a round trip that wakes a backend and the server. Both fall back to the
+//! general path (a transaction of several statements) for what they do not cover.
+
+use sqlx::{PgPool, Postgres, QueryBuilder, Row};
+use tether_protocol::jobs::{JobEvent, JobOutcome, Outcome};
+use tether_protocol::{AccountId, DeviceId, JobId, LeaseToken};
+
+use super::{truncate, EndCause, EventRow, JobRow, JOB_COLUMNS};
+use crate::clock::Millis;
+use crate::credentials;
+use crate::error::ApiError;
+use crate::store::ledger::{self, LedgerKind};
+
+/// Claims the device's oldest claimable job if its account runs fewer than `limit`, under
+/// a new lease (`lease_hash`) until `lease_until`. Answers the row as claimed (state
+/// `running`, its new attempt), `None` when nothing was claimed.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn claim(
+    pool: &PgPool,
+    device_id: &DeviceId,
+    account_id: &AccountId,
+    limit: u32,
+    lease_hash: &str,
+    lease_until: Millis,
+    now: Millis,
+) -> Result<Option<JobRow>, ApiError> {
+    let sql = format!("SELECT {JOB_COLUMNS} FROM tether_claim($1, $2, $3, $4, $5, $6)");
+    let row = sqlx::query_as::<_, JobRow>(&sql)
+        .bind(device_id.as_str())
+        .bind(account_id.as_str())
+        .bind(i64::from(limit))
+        .bind(lease_hash)
+        .bind(lease_until)
+        .bind(now)
+        .fetch_optional(pool)
+        .await?;
+    Ok(row)
+}
+
+/// A run the device ended in one statement.
+pub(crate) struct Ended {
+    /// The row as ended.
+    pub row: JobRow,
+    /// Its timeline, the end's line included.
+    pub events: Vec<JobEvent>,
+    /// The account's going runs just before this end (this one included).
+    pub going_before: i64,
+    /// The job has decisions, evidence, a follow-up or a re-run: its answer needs the
+    /// general read.
+    pub has_more: bool,
+}
+
+/// Ends a run the device holds under `lease` with `outcome`, storing `changes_json` when
+/// given, if the lease is live and the job has no pending decision (those are settled by
+/// the general path). Answers `None` when that did not match (a stale lease, a repeated
+/// completion, a job of another device, a pending decision): nothing was written and the
+/// general path decides.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn end(
+    pool: &PgPool,
+    device_id: &DeviceId,
+    job_id: &JobId,
+    lease: &LeaseToken,
+    outcome: &JobOutcome,
+    changes_json: Option<String>,
+    now: Millis,
+) -> Result<Option<Ended>, ApiError> {
+    let state = outcome.outcome.state();
+    let text = truncate(
+        &format!("Ended {}: {}", state.as_str(), outcome.summary),
+        4096,
+    );
+    let line = text.clone();
+    let entry = ledger::Entry::new(LedgerKind::JobEnded, job_id.as_str(), serde_json::Value::Null);
+    let mut query = QueryBuilder::<Postgres>::new(
+        "WITH changed AS (UPDATE jobs SET event_seq = event_seq + 1, state = ",
+    );
+    query.push_bind(state.as_str());
+    query.push(", outcome_json = ").push_bind(serde_json::to_string(outcome)?);
+    query.push(", ended_at = ").push_bind(now);
+    query.push(", lease_expires_at = NULL, end_cause = ");
+    query.push_bind(EndCause::Device.as_str());
+    // Only the device ends a run other than `interrupted`: it keeps the lease's hash, so
+    // the same completion again is recognised.
+    if outcome.outcome == Outcome::Interrupted {
+        query.push(", lease_token_hash = NULL");
+    }
+    if let Some(json) = changes_json {
+        query.push(", changes_json = ").push_bind(json);
+    }
+    query.push(" WHERE id = ").push_bind(job_id.as_str());
+    query.push(" AND device_id = ").push_bind(device_id.as_str());
+    query.push(" AND state IN ('running', 'waiting') AND lease_expires_at > ");
+    query.push_bind(now);
+    query.push(" AND lease_token_hash = ");
+    query.push_bind(credentials::hash_token(lease.expose()));
+    query.push(
+        " AND NOT EXISTS (SELECT 1 FROM decisions WHERE decisions.job_id = jobs.id \
+         AND decisions.state = 'pending')",
+    );
+    query.push(format!(" RETURNING {JOB_COLUMNS}, event_seq), "));
+    query.push(
+        "line AS (INSERT INTO job_events (job_id, account_id, at, kind, seq, text) \
+         SELECT id, account_id, ",
+    );
+    query.push_bind(now).push(", 'system', event_seq, ").push_bind(text);
+    query.push(" FROM changed), ");
+    query.push(format!(
+        "entry AS (INSERT INTO ledger ({}) SELECT ",
+        ledger::Entry::COLUMNS
+    ));
+    query.push_bind(entry.id).push(", account_id, ").push_bind(now);
+    query.push(", ").push_bind(entry.kind.as_str());
+    query.push(
+        ", id, json_build_object('attempt', attempt, 'deviceId', device_id, 'jobId', id, \
+         'outcome', state)::text FROM changed) ",
+    );
+    // The statement reads the rows as they were before it: the going count still holds
+    // this run, and the timeline lacks the end's line (added below).
+    query.push(format!(
+        "SELECT {JOB_COLUMNS}, event_seq, \
+         (SELECT COUNT(*) FROM jobs going WHERE going.account_id = changed.account_id \
+          AND going.state IN ('running', 'waiting')) AS going_before, \
+         (SELECT COALESCE(json_agg(json_build_object('seq', e.seq, 'at', e.at, \
+          'kind', e.kind, 'text', e.text) ORDER BY e.seq), '[]') \
+          FROM job_events e WHERE e.job_id = changed.id)::text AS events_json, \
+         (EXISTS (SELECT 1 FROM decisions d WHERE d.job_id = changed.id) \
+          OR EXISTS (SELECT 1 FROM evidence v WHERE v.job_id = changed.id) \
+          OR EXISTS (SELECT 1 FROM jobs f WHERE f.continues = changed.id \
+             OR f.rerun_of = changed.id)) AS has_more \
+         FROM changed"
+    ));
+    let Some(found) = query.build().fetch_optional(pool).await? else {
+        return Ok(None);
+    };
+    let row = <JobRow as sqlx::FromRow<_>>::from_row(&found)?;
+    let events_json: String = found.try_get("events_json")?;
+    let mut events: Vec<EventRow> = serde_json::from_str(&events_json)?;
+    events.push(EventRow {
+        seq: found.try_get("event_seq")?,
+        at: now,
+        kind: "system".to_owned(),
+        text: line,
+    });
+    Ok(Some(Ended {
+        row,
+        events: events.into_iter().map(EventRow::into_event).collect(),
+        going_before: found.try_get("going_before")?,
+        has_more: found.try_get("has_more")?,
+    }))
+}
