@@ -286,13 +286,18 @@ impl Watch {
 /// `after` as a page sends it (`?after=`, or `Last-Event-ID`): a seq, 0 or more.
 ///
 /// # Errors
-/// 400 `invalid_field` naming `field` for anything else.
+/// 400 `invalid_request` naming `field` for anything else.
 pub fn parse_after(field: &str, raw: &str) -> Result<i64, ApiError> {
     raw.trim()
         .parse::<i64>()
         .ok()
         .filter(|after| *after >= 0)
-        .ok_or_else(|| ApiError::invalid_field(field, "must be a line's seq: 0 or more."))
+        .ok_or_else(|| {
+            ApiError::new(
+                Code::InvalidRequest,
+                format!("{field}: must be a line's seq, 0 or more."),
+            )
+        })
 }
 
 #[cfg(test)]
@@ -402,7 +407,7 @@ mod tests {
         for hostile in ["-1", "abc", "", "1e3", "99999999999999999999999", "4 2"] {
             assert_eq!(
                 parse_after("after", hostile).unwrap_err().code(),
-                Code::InvalidField,
+                Code::InvalidRequest,
                 "{hostile}"
             );
         }

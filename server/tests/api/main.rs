@@ -31,6 +31,7 @@ mod hostile;
 mod idempotency;
 mod job_log;
 mod job_page;
+mod job_stream;
 mod jobs;
 mod leases;
 mod limits;

@@ -295,6 +295,7 @@ fn fuzz(base: &str, tags: &[&str], headers: &[String], examples: u32) -> Result<
         // Streams that stay open, and the call that would remove the fuzzing device itself.
         .args(["--exclude-path", "/api/decisions/events"])
         .args(["--exclude-path", "/api/spaces/{id}/events"])
+        .args(["--exclude-path", "/api/jobs/{id}/events"])
         .args(["--exclude-path", "/api/devices/self/events"])
         .args(["--exclude-path", "/api/auth/logout"])
         .args(["--exclude-operation-id", "delete_devices_self"])

@@ -405,7 +405,9 @@ both_backends! {
 
             // Every other job and computer route is a 404, as for a stranger.
             for (method, path) in owner_routes(&app, &job_id, &anns.device_id).await {
-                if method == Method::GET && (path == format!("/api/jobs/{job_id}") || path.ends_with("/evidence/kept")) {
+                // The job itself and its live stream (the space view, tested in job_stream).
+                let seen = [format!("/api/jobs/{job_id}"), format!("/api/jobs/{job_id}/events")];
+                if method == Method::GET && (seen.contains(&path) || path.ends_with("/evidence/kept")) {
                     continue;
                 }
                 let res = send(web, &method, &path).await;

@@ -20,6 +20,7 @@ both_backends! {
 
         assert_error(eve.get(&format!("/api/jobs/{job_id}")).await, 404, "not_found").await;
         assert_error(eve.post_empty(&format!("/api/jobs/{job_id}/cancel")).await, 404, "not_found").await;
+        assert_error(eve.get(&format!("/api/jobs/{job_id}/events")).await, 404, "not_found").await;
         assert_error(eve.patch(&device_path, &json!({ "name": "mine" })).await, 404, "not_found").await;
         assert_error(eve.delete(&device_path).await, 404, "not_found").await;
         assert_error(eve.post("/api/jobs", &job_body(&anns.device_id)).await, 404, "not_found").await;
