@@ -153,13 +153,27 @@ pub async fn create(store: &Store, account_id: &AccountId, new: NewJob) -> Resul
         // statement: its device is checked again in it, so a device revoked since the read
         // below gets nothing.
         (true, Some(pool)) => {
-            let capabilities = devices::usable_capabilities(store, account_id, &device_id).await?;
-            check_runnable(&mut spec, capabilities.as_ref(), &job_id)?;
-            let entry = created_entry(&job_id, &device_id, &spec, None, None);
-            let queued =
-                job_rows::queue_alone(pool, &job_id, account_id, &device_id, &spec, now, entry);
-            if !queued.await? {
-                return Err(ApiError::not_found("device"));
+            // Without git the statement checks the engine and folder itself; only a job it
+            // refused reads the device, to say why.
+            let mut stored = false;
+            if spec.git.is_none() {
+                let entry = created_entry(&job_id, &device_id, &spec, None, None);
+                let queued = job_rows::queue_alone(
+                    pool, &job_id, account_id, &device_id, &spec, now, entry, false,
+                );
+                stored = queued.await?;
+            }
+            if !stored {
+                let capabilities =
+                    devices::usable_capabilities(store, account_id, &device_id).await?;
+                check_runnable(&mut spec, capabilities.as_ref(), &job_id)?;
+                let entry = created_entry(&job_id, &device_id, &spec, None, None);
+                let queued = job_rows::queue_alone(
+                    pool, &job_id, account_id, &device_id, &spec, now, entry, true,
+                );
+                if !queued.await? {
+                    return Err(ApiError::not_found("device"));
+                }
             }
             None
         }

@@ -843,6 +843,7 @@ pub(crate) async fn insert_queued(
 ///
 /// # Errors
 /// A database error.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn queue_alone(
     pool: &sqlx::PgPool,
     job_id: &JobId,
@@ -851,10 +852,16 @@ pub(crate) async fn queue_alone(
     spec: &JobSpec,
     now: Millis,
     entry: ledger::Entry,
+    checked: bool,
 ) -> Result<bool, ApiError> {
+    // With `checked` false, the device must also publish the spec's engine and share its
+    // folder, as its last capability report says (what `jobs::create` checks otherwise
+    // with a read first).
     let sql = format!(
         "WITH device AS (SELECT id FROM devices WHERE id = $3 AND account_id = $2 \
-         AND revoked_at IS NULL), \
+         AND revoked_at IS NULL AND ($11 OR ((capabilities_json::jsonb -> 'engines') \
+         @> jsonb_build_array(jsonb_build_object('name', $12::text)) \
+         AND (capabilities_json::jsonb -> 'folders') ? $13))), \
          job AS (INSERT INTO jobs (id, account_id, device_id, title, spec_json, state, created_at) \
          SELECT $1, $2, device.id, $4, $5, 'queued', $6 FROM device RETURNING id), \
          entry AS (INSERT INTO ledger ({}) SELECT $7, $2, $6, $8, $9, $10 FROM job) \
@@ -873,6 +880,9 @@ pub(crate) async fn queue_alone(
         .bind(entry.kind.as_str())
         .bind(&entry.subject)
         .bind(&entry.detail_json)
+        .bind(checked)
+        .bind(&spec.engine)
+        .bind(&spec.folder)
         .fetch_one(pool)
         .await?;
     Ok(stored == 1)
