@@ -344,10 +344,18 @@ pub async fn claim(
             let limit = config.max_running_per_account;
             let (device_id, account_id) = (&device.device_id, &device.account_id);
             let now = store.now();
-            job_rows::in_one_call::claim(pool, device_id, account_id, limit, &hash, lease_until, now)
-                .await?
+            job_rows::in_one_call::claim(
+                pool,
+                device_id,
+                account_id,
+                limit,
+                &hash,
+                lease_until,
+                now,
+            )
+            .await?
         }
-        None => claim_in_transaction(store, device, &lease_token, lease_until, config).await?,
+        None => claim_on_sqlite(store, device, &lease_token, lease_until, config).await?,
     };
     let Some(job) = claimed else {
         return Ok(None);
@@ -368,8 +376,8 @@ pub async fn claim(
     }))
 }
 
-/// A claim on SQLite: its one writer takes them in turn. Answers the row as claimed.
-async fn claim_in_transaction(
+/// A claim on SQLite, after a read that most claims stop at. Answers the row as claimed.
+async fn claim_on_sqlite(
     store: &Store,
     device: &DeviceIdentity,
     lease_token: &LeaseToken,
@@ -377,28 +385,27 @@ async fn claim_in_transaction(
     config: &Config,
 ) -> Result<Option<JobRow>, ApiError> {
     let limit = config.max_running_per_account;
+    let (device_id, account_id) = (&device.device_id, &device.account_id);
     // Claims come with every heartbeat, wake-up and stream connect; most find nothing, and
     // then they must not wait for the writer.
-    if job_rows::may_claim(store, &device.device_id, &device.account_id, limit)
+    if job_rows::may_claim(store, device_id, account_id, limit)
         .await?
         .is_none()
     {
         return Ok(None);
     }
+    let hash = credentials::hash_token(lease_token.expose());
     let now = store.now();
-    let mut tx = store.begin().await?;
-    let Some(mut job) = job_rows::oldest_queued(&mut tx, &device.device_id).await? else {
-        return Ok(None);
-    };
-    job.attempt = job_rows::claim(&mut tx, &job, lease_token, lease_until, now).await?;
-    // The count includes this claim; over the limit, the whole claim rolls back.
-    tx.lock_account(&device.account_id).await?;
-    let running = job_rows::running_in_account(&mut tx, &device.account_id).await?;
-    if running > i64::from(limit) {
-        return Ok(None);
-    }
-    tx.commit().await?;
-    Ok(Some(job))
+    job_rows::in_one_call::claim_sqlite(
+        store,
+        device_id,
+        account_id,
+        limit,
+        &hash,
+        lease_until,
+        now,
+    )
+    .await
 }
 
 /// A claimed job's earlier runs and the one it continues, for its context section: read
@@ -594,21 +601,23 @@ pub async fn complete(
         && !matches!(changes, ReportedChanges::Dropped(_))
         && report_dropped.is_none()
         && observed.is_none();
-    if let (true, Some(pool)) = (plain, store.postgres_pool()) {
+    if plain {
         let changes_json = match &changes {
             ReportedChanges::Checked(changes) => Some(serde_json::to_string(changes)?),
             _ => None,
         };
-        let ended = job_rows::in_one_call::end(
-            pool,
-            &device.device_id,
-            job_id,
-            lease,
-            &outcome,
-            changes_json,
-            now,
-        );
-        if let Some(ended) = ended.await? {
+        let device_id = &device.device_id;
+        let ended = match store.postgres_pool() {
+            Some(pool) => {
+                let end = job_rows::in_one_call::end;
+                end(pool, device_id, job_id, lease, &outcome, changes_json, now).await?
+            }
+            None => {
+                let end = job_rows::in_one_call::end_sqlite;
+                end(store, device_id, job_id, lease, &outcome, changes_json, now).await?
+            }
+        };
+        if let Some(ended) = ended {
             return answer_ended(store, device, ended, config).await;
         }
     }

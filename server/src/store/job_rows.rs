@@ -732,25 +732,6 @@ pub(crate) async fn may_claim(
     Ok((running < i64::from(limit)).then_some(running))
 }
 
-/// The device's oldest queued job, skipping one another claim holds.
-///
-/// # Errors
-/// A database error.
-pub(crate) async fn oldest_queued(
-    tx: &mut Tx,
-    device_id: &DeviceId,
-) -> Result<Option<JobRow>, ApiError> {
-    let sql = format!(
-        "SELECT {JOB_COLUMNS} FROM jobs WHERE {CLAIMABLE} ORDER BY created_at, id LIMIT 1{}",
-        tx.skip_locked_clause()
-    );
-    let row = on_tx!(tx, |conn| sqlx::query_as::<_, JobRow>(&sql)
-        .bind(device_id.as_str())
-        .fetch_optional(conn)
-        .await)?;
-    Ok(row)
-}
-
 /// Running or waiting jobs whose lease expired at or before `now`, oldest expiry first, at
 /// most `limit`, skipping rows another sweeper holds.
 ///
@@ -886,54 +867,6 @@ pub(crate) async fn queue_alone(
         .fetch_one(pool)
         .await?;
     Ok(stored == 1)
-}
-
-/// A queued job becomes `running` as its next attempt under `lease` until `lease_until`.
-/// Returns that attempt.
-///
-/// # Errors
-/// A database error.
-pub(crate) async fn claim(
-    tx: &mut Tx,
-    job: &JobRow,
-    lease: &LeaseToken,
-    lease_until: Millis,
-    now: Millis,
-) -> Result<i64, ApiError> {
-    let attempt = job.attempt + 1;
-    let hash = credentials::hash_token(lease.expose());
-    let text = format!("Claimed by the device (attempt {attempt}).");
-    if let Tx::Postgres(tx) = tx {
-        let set: Clause = Box::new(move |query| {
-            query
-                .push(", state = 'running', attempt = ")
-                .push_bind(attempt);
-            query.push(", lease_token_hash = ").push_bind(hash.clone());
-            query.push(", last_lease_hash = ").push_bind(hash);
-            query.push(", lease_expires_at = ").push_bind(lease_until);
-            query
-                .push(", started_at = COALESCE(started_at, ")
-                .push_bind(now);
-            query.push("), progress_seq = 0");
-        });
-        let lines = [("system", text.as_str())];
-        update_with_lines(&mut **tx, &job.id, now, &lines, Some(set), None).await?;
-        return Ok(attempt);
-    }
-    let sql = "UPDATE jobs SET state = 'running', attempt = $1, lease_token_hash = $2, \
-               last_lease_hash = $2, lease_expires_at = $3, \
-               started_at = COALESCE(started_at, $4), progress_seq = 0 WHERE id = $5";
-    on_tx!(tx, |conn| sqlx::query(sql)
-        .bind(attempt)
-        .bind(&hash)
-        .bind(lease_until)
-        .bind(now)
-        .bind(&job.id)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
-    append_events(tx, job, now, "system", &[text]).await?;
-    Ok(attempt)
 }
 
 /// Stores what each attempt used ([`JobRow::observed_with`]), with a completion.

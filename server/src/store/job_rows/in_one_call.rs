@@ -1,21 +1,27 @@
-//! A claim and a plain end on PostgreSQL, each one statement in its own transaction: the
-//! claim calls `tether_claim` (migration 0023), the end is one fenced `UPDATE` that also
-//! writes its timeline line and ledger entry, counts the account's going runs and reads the
-//! job's answer.
+//! A claim and a plain end in as few statements as each backend allows.
 //!
-//! On PostgreSQL the number of statements a job costs, not the rows they touch, sets its
-//! CPU: each is a round trip that wakes a backend and the server. Both fall back to the
-//! general path (a transaction of several statements) for what they do not cover.
+//! On PostgreSQL each is one statement in its own transaction: the claim calls
+//! `tether_claim` (migration 0023), the end is one fenced `UPDATE` that also writes its
+//! timeline line and ledger entry, counts the account's going runs and reads the job's
+//! answer. On SQLite, whose one writer takes transactions in turn, each is a short write
+//! transaction: the claim's `UPDATE` picks the job and checks the run limit itself, the end's
+//! is fenced, and a line, a ledger entry and one read follow.
+//!
+//! The number of statements a job costs, not the rows they touch, sets its CPU: on
+//! PostgreSQL each is a round trip that wakes a backend and the server, on SQLite a hand-off
+//! to the connection's thread and back. The end falls back to the general path (a
+//! transaction that reads the row first) for what it does not cover.
 
-use sqlx::{PgPool, Postgres, QueryBuilder, Row};
+use sqlx::{PgPool, Postgres, QueryBuilder, Row, Sqlite};
 use tether_protocol::jobs::{JobEvent, JobOutcome, Outcome};
 use tether_protocol::{AccountId, DeviceId, JobId, LeaseToken};
 
-use super::{truncate, EndCause, EventRow, JobRow, JOB_COLUMNS};
+use super::{truncate, EndCause, EventRow, JobRow, CLAIMABLE, JOB_COLUMNS};
 use crate::clock::Millis;
 use crate::credentials;
 use crate::error::ApiError;
 use crate::store::ledger::{self, LedgerKind};
+use crate::store::{Store, Tx};
 
 /// Claims the device's oldest claimable job if its account runs fewer than `limit`, under
 /// a new lease (`lease_hash`) until `lease_until`. Answers the row as claimed (state
@@ -81,12 +87,18 @@ pub(crate) async fn end(
         4096,
     );
     let line = text.clone();
-    let entry = ledger::Entry::new(LedgerKind::JobEnded, job_id.as_str(), serde_json::Value::Null);
+    let entry = ledger::Entry::new(
+        LedgerKind::JobEnded,
+        job_id.as_str(),
+        serde_json::Value::Null,
+    );
     let mut query = QueryBuilder::<Postgres>::new(
         "WITH changed AS (UPDATE jobs SET event_seq = event_seq + 1, state = ",
     );
     query.push_bind(state.as_str());
-    query.push(", outcome_json = ").push_bind(serde_json::to_string(outcome)?);
+    query
+        .push(", outcome_json = ")
+        .push_bind(serde_json::to_string(outcome)?);
     query.push(", ended_at = ").push_bind(now);
     query.push(", lease_expires_at = NULL, end_cause = ");
     query.push_bind(EndCause::Device.as_str());
@@ -99,7 +111,9 @@ pub(crate) async fn end(
         query.push(", changes_json = ").push_bind(json);
     }
     query.push(" WHERE id = ").push_bind(job_id.as_str());
-    query.push(" AND device_id = ").push_bind(device_id.as_str());
+    query
+        .push(" AND device_id = ")
+        .push_bind(device_id.as_str());
     query.push(" AND state IN ('running', 'waiting') AND lease_expires_at > ");
     query.push_bind(now);
     query.push(" AND lease_token_hash = ");
@@ -113,13 +127,19 @@ pub(crate) async fn end(
         "line AS (INSERT INTO job_events (job_id, account_id, at, kind, seq, text) \
          SELECT id, account_id, ",
     );
-    query.push_bind(now).push(", 'system', event_seq, ").push_bind(text);
+    query
+        .push_bind(now)
+        .push(", 'system', event_seq, ")
+        .push_bind(text);
     query.push(" FROM changed), ");
     query.push(format!(
         "entry AS (INSERT INTO ledger ({}) SELECT ",
         ledger::Entry::COLUMNS
     ));
-    query.push_bind(entry.id).push(", account_id, ").push_bind(now);
+    query
+        .push_bind(entry.id)
+        .push(", account_id, ")
+        .push_bind(now);
     query.push(", ").push_bind(entry.kind.as_str());
     query.push(
         ", id, json_build_object('attempt', attempt, 'deviceId', device_id, 'jobId', id, \
@@ -158,4 +178,158 @@ pub(crate) async fn end(
         going_before: found.try_get("going_before")?,
         has_more: found.try_get("has_more")?,
     }))
+}
+
+/// [`claim`] on SQLite: one `UPDATE` picks the device's oldest claimable job and counts the
+/// account's going runs (exact: the writer is this transaction's alone), then its line.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn claim_sqlite(
+    store: &Store,
+    device_id: &DeviceId,
+    account_id: &AccountId,
+    limit: u32,
+    lease_hash: &str,
+    lease_until: Millis,
+    now: Millis,
+) -> Result<Option<JobRow>, ApiError> {
+    let mut tx = store.begin().await?;
+    let Tx::Sqlite(conn) = &mut tx else {
+        return Ok(None);
+    };
+    let sql = format!(
+        "UPDATE jobs SET state = 'running', attempt = attempt + 1, lease_token_hash = $2, \
+         last_lease_hash = $2, lease_expires_at = $3, started_at = COALESCE(started_at, $4), \
+         progress_seq = 0, event_seq = event_seq + 1 \
+         WHERE id = (SELECT id FROM jobs WHERE {CLAIMABLE} ORDER BY created_at, id LIMIT 1) \
+         AND (SELECT COUNT(*) FROM jobs WHERE account_id = $5 \
+              AND state IN ('running', 'waiting')) < $6 \
+         RETURNING {JOB_COLUMNS}, event_seq"
+    );
+    let found = sqlx::query(&sql)
+        .bind(device_id.as_str())
+        .bind(lease_hash)
+        .bind(lease_until)
+        .bind(now)
+        .bind(account_id.as_str())
+        .bind(i64::from(limit))
+        .fetch_optional(&mut **conn)
+        .await?;
+    let Some(found) = found else {
+        return Ok(None);
+    };
+    let row = <JobRow as sqlx::FromRow<_>>::from_row(&found)?;
+    let text = format!("Claimed by the device (attempt {}).", row.attempt);
+    insert_line_sqlite(conn, &row, found.try_get("event_seq")?, now, &text).await?;
+    tx.commit().await?;
+    Ok(Some(row))
+}
+
+/// [`end`] on SQLite, in one short write transaction.
+///
+/// # Errors
+/// A database error.
+pub(crate) async fn end_sqlite(
+    store: &Store,
+    device_id: &DeviceId,
+    job_id: &JobId,
+    lease: &LeaseToken,
+    outcome: &JobOutcome,
+    changes_json: Option<String>,
+    now: Millis,
+) -> Result<Option<Ended>, ApiError> {
+    let state = outcome.outcome.state();
+    let mut tx = store.begin().await?;
+    let Tx::Sqlite(conn) = &mut tx else {
+        return Ok(None);
+    };
+    let mut query =
+        QueryBuilder::<Sqlite>::new("UPDATE jobs SET event_seq = event_seq + 1, state = ");
+    query.push_bind(state.as_str());
+    query
+        .push(", outcome_json = ")
+        .push_bind(serde_json::to_string(outcome)?);
+    query.push(", ended_at = ").push_bind(now);
+    query.push(", lease_expires_at = NULL, end_cause = ");
+    query.push_bind(EndCause::Device.as_str());
+    if outcome.outcome == Outcome::Interrupted {
+        query.push(", lease_token_hash = NULL");
+    }
+    if let Some(json) = changes_json {
+        query.push(", changes_json = ").push_bind(json);
+    }
+    query.push(" WHERE id = ").push_bind(job_id.as_str());
+    query
+        .push(" AND device_id = ")
+        .push_bind(device_id.as_str());
+    query.push(" AND state IN ('running', 'waiting') AND lease_expires_at > ");
+    query.push_bind(now);
+    query.push(" AND lease_token_hash = ");
+    query.push_bind(credentials::hash_token(lease.expose()));
+    query.push(
+        " AND NOT EXISTS (SELECT 1 FROM decisions WHERE decisions.job_id = jobs.id \
+         AND decisions.state = 'pending')",
+    );
+    query.push(format!(" RETURNING {JOB_COLUMNS}, event_seq"));
+    let Some(found) = query.build().fetch_optional(&mut **conn).await? else {
+        return Ok(None);
+    };
+    let row = <JobRow as sqlx::FromRow<_>>::from_row(&found)?;
+    let text = truncate(
+        &format!("Ended {}: {}", state.as_str(), outcome.summary),
+        4096,
+    );
+    insert_line_sqlite(conn, &row, found.try_get("event_seq")?, now, &text).await?;
+    let detail = serde_json::json!({ "jobId": row.id, "deviceId": row.device_id,
+                                     "outcome": state.as_str(), "attempt": row.attempt });
+    let entry = ledger::Entry::new(LedgerKind::JobEnded, &row.id, detail);
+    ledger::record_entry(&mut tx, &row.account_id()?, now, entry).await?;
+    let Tx::Sqlite(conn) = &mut tx else {
+        return Ok(None);
+    };
+    // Read in the transaction, after the writes: the count no longer holds this run.
+    let (going_after, events_json, has_more) = sqlx::query_as::<_, (i64, String, bool)>(
+        "SELECT (SELECT COUNT(*) FROM jobs WHERE account_id = $1 \
+                 AND state IN ('running', 'waiting')), \
+         (SELECT json_group_array(json_object('seq', seq, 'at', at, 'kind', kind, 'text', text)) \
+          FROM (SELECT seq, at, kind, text FROM job_events WHERE job_id = $2 ORDER BY seq)), \
+         EXISTS (SELECT 1 FROM decisions WHERE job_id = $2) \
+          OR EXISTS (SELECT 1 FROM evidence WHERE job_id = $2) \
+          OR EXISTS (SELECT 1 FROM jobs WHERE continues = $2 OR rerun_of = $2)",
+    )
+    .bind(&row.account_id)
+    .bind(&row.id)
+    .fetch_one(&mut **conn)
+    .await?;
+    tx.commit().await?;
+    let events: Vec<EventRow> = serde_json::from_str(&events_json)?;
+    Ok(Some(Ended {
+        row,
+        events: events.into_iter().map(EventRow::into_event).collect(),
+        going_before: going_after + 1,
+        has_more,
+    }))
+}
+
+/// One timeline line at `seq` (the job's `event_seq` as just moved).
+async fn insert_line_sqlite(
+    conn: &mut sqlx::SqliteConnection,
+    row: &JobRow,
+    seq: i64,
+    now: Millis,
+    text: &str,
+) -> Result<(), ApiError> {
+    sqlx::query(
+        "INSERT INTO job_events (job_id, account_id, at, kind, seq, text) \
+         VALUES ($1, $2, $3, 'system', $4, $5)",
+    )
+    .bind(&row.id)
+    .bind(&row.account_id)
+    .bind(now)
+    .bind(seq)
+    .bind(text)
+    .execute(conn)
+    .await?;
+    Ok(())
 }
