@@ -11,7 +11,9 @@
 #   devices; claims at 200 jobs/s and complete lifecycles at 1,000 jobs/s (200 devices over
 #   20 accounts); a growing fleet (100 → 1,000 → 10,000 devices) at 20 jobs/s;
 # - revocation under load (SQLite); two replicas on one PostgreSQL + Redis at 200 and 1,000
-#   jobs/s, one of them killed with SIGKILL under load, and revocation across them.
+#   jobs/s, one of them killed with SIGKILL under load, and revocation across them;
+# - streaming output: 1,000 running jobs each sending 20 lines/s with 500 browsers watching
+#   job pages (PostgreSQL, one replica), and 200 jobs with 100 watchers on SQLite.
 # Every row gives the CPU seconds the load generator (tether-loadtest or wrk) and the server
 # used, so a reader can tell which side saturated. PostgreSQL and Redis are started privately
 # from the machine's binaries on loopback and removed afterwards; wrk comes from Debian
@@ -24,6 +26,7 @@ QUICK=${QUICK:-0}
 cargo build --release -p tether-server -p tether-loadtest --bins
 SERVER=target/release/tether-server
 LOAD=target/release/tether-loadtest
+STREAM=target/release/tether-stream
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 WORK=$(mktemp -d)
@@ -173,6 +176,35 @@ start_server revoke
 row --server "$URL" --devices 300 --devices-per-account 10 --rate 20 --duration "$SECS" --job-ms 2000 --revoke 30 --server-pid "$PID" --label "SQLite revoke 30 of 300"
 kill -9 "$PID"
 
+echo "== streaming output: jobs sending lines while browsers watch (PostgreSQL, one replica; SQLite)"
+# tether-stream: every job claimed by its own device sends 20 lines/s in the agent's batches
+# (one per 250 ms); watchers follow job pages on their event streams. On its own database, and
+# with the heartbeat at its default pace so heartbeats stay a small part of the load.
+# stream_row ARGS…: one tether-stream row, or a row saying why the run failed.
+stream_row() {
+  local out label=run previous=""
+  for arg in "$@"; do [ "$previous" = --label ] && label=$arg; previous=$arg; done
+  if ! out=$("$STREAM" "$@" 2>&1); then
+    echo "| $label | failed: $(grep -m1 '^Error' <<<"$out" | tr '|' '/') |" | tee -a "$OUT.stream"
+    return 0
+  fi
+  grep '^| ' <<<"$out" | tail -1 | tee -a "$OUT.stream"
+}
+if [ "$QUICK" = 1 ]; then STREAM_PG=(200 100); STREAM_LITE=(100 50); STREAM_SECS=15
+else STREAM_PG=(1000 500); STREAM_LITE=(200 100); STREAM_SECS=60; fi
+: > "$OUT.stream"
+run_pg "$PGBIN/createdb" -h 127.0.0.1 -p "$PGPORT" -U tether stream
+start_server stream-pg TETHER_DATABASE_URL="postgres://tether@127.0.0.1:$PGPORT/stream" TETHER_HEARTBEAT_SECS=30
+stream_row --server "$URL" --jobs "${STREAM_PG[0]}" --watchers "${STREAM_PG[1]}" --lines-per-sec 20 \
+  --duration "$STREAM_SECS" --server-pid "$PID" --database-pid "$(head -1 "$PGDATA/postmaster.pid")" \
+  --label "PostgreSQL ${STREAM_PG[0]} jobs × 20 lines/s, ${STREAM_PG[1]} watchers"
+kill -9 "$PID"
+start_server stream-sqlite TETHER_HEARTBEAT_SECS=30
+stream_row --server "$URL" --jobs "${STREAM_LITE[0]}" --watchers "${STREAM_LITE[1]}" --lines-per-sec 20 \
+  --duration "$STREAM_SECS" --server-pid "$PID" \
+  --label "SQLite ${STREAM_LITE[0]} jobs × 20 lines/s, ${STREAM_LITE[1]} watchers"
+kill -9 "$PID"
+
 echo "== two replicas, PostgreSQL + Redis"
 start_redis
 start_server replica-a TETHER_DATABASE_URL="$PGURL" TETHER_REDIS_URL="$REDISURL" TETHER_HEARTBEAT_SECS=30; URL_A=$URL; PID_A=$PID
@@ -204,6 +236,14 @@ row --server "$URL_A" --server "$URL_B" --devices 300 --devices-per-account 10 -
   "$LOAD" --print-header
   cat "$OUT.rows"
   if [ -s "$OUT.notes" ]; then echo; cat "$OUT.notes"; fi
+  if [ -s "$OUT.stream" ]; then
+    echo
+    echo "## Streaming output (tether-stream, ${STREAM_SECS} s of sending)"
+    echo
+    "$STREAM" --print-header
+    cat "$OUT.stream"
+  fi
 } > "$OUT"
 rm -f "$OUT.rows" "$OUT.notes" "$OUT.wrk"
+rm -f "$OUT.stream"
 cat "$OUT"

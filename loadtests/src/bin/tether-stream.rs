@@ -273,8 +273,9 @@ async fn open_watchers(
         let Some(first) = waiting.first() else {
             return Ok(watchers);
         };
-        if Instant::now() >= deadline {
-            let why = first.seen().errors.first().cloned().unwrap_or_default();
+        let why = first.seen().errors.first().cloned().unwrap_or_default();
+        // A 404 is the answer of a server without the route: waiting will not change it.
+        if Instant::now() >= deadline || why.contains("404") {
             anyhow::bail!(
                 "{} of {} watchers could not open GET /api/jobs/{{id}}/events: {why}",
                 waiting.len(),
