@@ -107,6 +107,10 @@ async fn browser_pairs_assigns_and_follows_a_job() {
         .text("[data-field=outcome]")
         .await
         .contains("exit code 0"));
+    // It followed the job on its stream (GET /api/jobs/{id}/events), which ended with it.
+    let streamed = "performance.getEntriesByType('resource')\
+        .some((entry) => /^\\/api\\/jobs\\/[^/]+\\/events$/.test(new URL(entry.name).pathname))";
+    assert_eq!(browser.eval(streamed).await, json!(true));
     browser.screenshot("job").await;
     // The Computers list on a phone: the card in words, the secrets folded, nothing wider
     // than the screen.
@@ -140,4 +144,38 @@ async fn browser_pairs_assigns_and_follows_a_job() {
             .await,
         json!(false)
     );
+
+    // A browser without EventSource follows a job by polling it, to the same end.
+    let no_streams = json!({ "source": "delete window.EventSource;" });
+    browser.page_call("Page.enable", json!({})).await;
+    browser
+        .page_call("Page.addScriptToEvaluateOnNewDocument", no_streams)
+        .await;
+    browser.desktop_viewport().await;
+    browser.goto(&format!("{base}/assign")).await;
+    browser
+        .eval("document.querySelector('select[name=engine]').value = 'greet'")
+        .await;
+    browser.fill("input[name=title]", "Say hello again").await;
+    browser.fill("textarea[name=prompt]", "polled").await;
+    browser
+        .click("form[data-api='/api/jobs'] button[type=submit]")
+        .await;
+    browser
+        .wait_for("location.pathname.startsWith('/jobs/') && !('EventSource' in window)")
+        .await;
+    browser
+        .wait_for("document.querySelector('[data-field=state]').textContent === 'succeeded'")
+        .await;
+    browser
+        .wait_for("document.querySelector('.log-rows').textContent.includes('asked: polled')")
+        .await;
+    let followed =
+        "performance.getEntriesByType('resource').map((entry) => new URL(entry.name).pathname)\
+        .filter((path) => /^\\/api\\/jobs\\/[^/]+(\\/events)?$/.test(path))\
+        .map((path) => path.endsWith('/events') ? 'stream' : 'poll')";
+    let followed = browser.eval(followed).await;
+    let followed = followed.as_array().unwrap();
+    assert!(followed.contains(&json!("poll")), "{followed:?}");
+    assert!(!followed.contains(&json!("stream")), "{followed:?}");
 }

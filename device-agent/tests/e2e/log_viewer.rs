@@ -426,10 +426,12 @@ async fn a_running_log_follows_its_end_until_the_reader_scrolls_up() {
             json!(true),
             "not following again (phone: {phone})"
         );
-        let last = browser
-            .eval("Math.max(...[...document.querySelectorAll('.log-line')].map((r) => Number(r.dataset.line)))")
-            .await;
-        assert_eq!(last, browser.eval(lines).await, "the newest line is drawn");
+        // Read in one go: lines arrive as they are printed, so two reads may straddle some.
+        let drawn = format!(
+            "[Math.max(...[...document.querySelectorAll('.log-line')].map((r) => Number(r.dataset.line))), {lines}]"
+        );
+        let drawn = browser.eval(&drawn).await;
+        assert_eq!(drawn[0], drawn[1], "the newest line is drawn");
     }
     // It fails while watched: the last lines come, the error is marked, Cancel goes.
     let job_id = job.id.to_string();

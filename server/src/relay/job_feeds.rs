@@ -106,27 +106,28 @@ impl Hub {
     /// others' through Redis. A hint: a failure is logged, and watchers read what they miss.
     pub async fn publish_job(&self, job_id: &JobId, news: JobNews) {
         let news = Arc::new(news);
-        if let Bus::Redis(bus) = &self.inner.bus {
-            let outgoing = Outgoing {
-                from: &self.inner.replica,
-                news: &news,
-            };
-            let published = match serde_json::to_string(&outgoing) {
-                Ok(payload) => bus
-                    .query::<i64>(
-                        redis::cmd("PUBLISH")
-                            .arg(channel(job_id.as_str()))
-                            .arg(payload),
-                    )
-                    .await
-                    .map(drop),
-                Err(error) => Err(ApiError::from(error)),
-            };
-            if let Err(error) = published {
-                tracing::warn!(job_id = %job_id, %error, "job news not published");
-            }
+        self.deliver_job(job_id.as_str(), news.clone());
+        let Bus::Redis(bus) = &self.inner.bus else {
+            return;
+        };
+        let outgoing = Outgoing {
+            from: &self.inner.replica,
+            news: &news,
+        };
+        let published = match serde_json::to_string(&outgoing) {
+            Ok(payload) => bus
+                .query::<i64>(
+                    redis::cmd("PUBLISH")
+                        .arg(channel(job_id.as_str()))
+                        .arg(payload),
+                )
+                .await
+                .map(drop),
+            Err(error) => Err(ApiError::from(error)),
+        };
+        if let Err(error) = published {
+            tracing::warn!(job_id = %job_id, %error, "job news not published");
         }
-        self.deliver_job(job_id.as_str(), news);
     }
 
     /// Hands news published on Redis by another replica to this replica's watchers.

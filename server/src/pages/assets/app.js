@@ -98,7 +98,7 @@ const FINAL = ["succeeded", "failed", "blocked", "cancelled", "interrupted"];
 // The summary, unless it only repeats the state (as outcome_text in pages/jobs.rs), a
 // sentence a line (as sentences there).
 function outcomeText(job) {
-  const summary = (job.outcome?.summary || "").trim();
+  const summary = (job.summary ?? job.outcome?.summary ?? "").trim();
   if (summary.replace(/\.+$/, "").toLowerCase() === job.state) return "";
   return summary.replace(/([.!?])(?: +|(?=\p{Lu}))/gu, "$1\n");
 }
@@ -272,6 +272,8 @@ function appendLine(timeline, line) {
   document.querySelector(".timeline-empty")?.remove();
 }
 
+// The job page follows its job: a stream of its new lines and state
+// (`GET /api/jobs/{id}/events`), or, where there is none or it fails, a poll of the job.
 function followJob(root) {
   const url = root.dataset.jobLive;
   const state = root.querySelector("[data-field=state]");
@@ -279,49 +281,98 @@ function followJob(root) {
   const attempt = root.querySelector("[data-field=attempt]");
   let lastSeq = Number(root.dataset.lastSeq || 0);
   let delay = 1000;
+  let stream = null;
+  let streamFailures = 0;
+
+  // Lines past the last one shown go on the timeline, and to the log (assets/log.js).
+  const takeLines = (lines) => {
+    // Looked up each time: a change of state renders the region again.
+    const timeline = root.querySelector("[data-timeline]");
+    const fresh = lines.filter((line) => line.seq > lastSeq);
+    for (const line of fresh) {
+      if (timeline) appendLine(timeline, line);
+      lastSeq = line.seq;
+    }
+    if (fresh.length) document.dispatchEvent(new CustomEvent("tether:lines", { detail: fresh }));
+  };
+
+  // The header from `job` (the job, or a stream's `job` event, whose outcome is its
+  // `summary`); a new state renders the regions again. Says whether the job ended.
+  const takeState = async (job) => {
+    const changed = job.state !== root.dataset.state;
+    state.textContent = job.state;
+    state.className = `badge state-${job.state}`;
+    root.dataset.state = job.state;
+    attempt.textContent = `attempt ${job.attempt}`;
+    attempt.hidden = job.attempt < 2;
+    outcome.textContent = outcomeText(job);
+    const waiting = document.querySelector("[data-field=queued-because]");
+    if (waiting) {
+      waiting.textContent = job.state === "queued" ? job.queuedBecause || "" : "";
+      waiting.hidden = !waiting.textContent;
+    }
+    const ended = FINAL.includes(job.state);
+    // Ended: Cancel goes at once, before the regions are read again.
+    if (ended) root.querySelectorAll("[data-while-active]").forEach((node) => node.remove());
+    if (changed) {
+      await refreshRegions().catch(() => location.reload());
+      lastSeq = Math.max(lastSeq, Number(document.getElementById("job-run")?.dataset.lastSeq || 0));
+      // The log reads what it missed, and marks the error the header now links to.
+      document.dispatchEvent(new CustomEvent("tether:state", { detail: job.state }));
+    }
+    if (ended) root.querySelectorAll("[data-while-active]").forEach((node) => node.remove());
+    return ended;
+  };
+
+  // Events are taken one after another: a state's refresh finishes before later lines.
+  let taking = Promise.resolve();
+  const inTurn = (work) => { taking = taking.then(work).catch(() => {}); };
+
   const tick = async () => {
     try {
       const job = await api("GET", url);
-      // Looked up each time: a change of state renders the region again.
-      const timeline = root.querySelector("[data-timeline]");
-      const fresh = job.events.filter((e) => e.seq > lastSeq);
-      for (const line of fresh) {
-        if (timeline) appendLine(timeline, line);
-        lastSeq = line.seq;
-      }
-      // The log (assets/log.js) takes the same lines.
-      if (fresh.length) document.dispatchEvent(new CustomEvent("tether:lines", { detail: fresh }));
-      const changed = job.state !== root.dataset.state;
-      state.textContent = job.state;
-      state.className = `badge state-${job.state}`;
-      root.dataset.state = job.state;
-      attempt.textContent = `attempt ${job.attempt}`;
-      attempt.hidden = job.attempt < 2;
-      outcome.textContent = outcomeText(job);
-      const waiting = document.querySelector("[data-field=queued-because]");
-      if (waiting) {
-        waiting.textContent = job.state === "queued" ? job.queuedBecause || "" : "";
-        waiting.hidden = !waiting.textContent;
-      }
+      takeLines(job.events);
       delay = 1000;
-      // Ended: Cancel goes at once, before the regions are read again.
-      if (FINAL.includes(job.state)) root.querySelectorAll("[data-while-active]").forEach((node) => node.remove());
-      if (changed) {
-        await refreshRegions().catch(() => location.reload());
-        lastSeq = Math.max(lastSeq, Number(document.getElementById("job-run")?.dataset.lastSeq || 0));
-        // The log reads what it missed, and marks the error the header now links to.
-        document.dispatchEvent(new CustomEvent("tether:state", { detail: job.state }));
-      }
-      if (FINAL.includes(job.state)) {
-        root.querySelectorAll("[data-while-active]").forEach((node) => node.remove());
-        return;
-      }
+      if (await takeState(job)) return;
+      // The server answers again: try its stream once more, unless it keeps failing.
+      if (streamFailures < 3 && openStream()) return;
     } catch (error) {
       delay = Math.min(delay * 2, 15000);
     }
     setTimeout(tick, delay);
   };
-  if (!FINAL.includes(root.dataset.state)) setTimeout(tick, 500);
+
+  // Opens the stream after the last line shown; false where the browser has none.
+  function openStream() {
+    if (!("EventSource" in window)) return false;
+    const source = new EventSource(`${url}/events?after=${lastSeq}`);
+    stream = source;
+    source.addEventListener("lines", (event) => inTurn(() => takeLines(JSON.parse(event.data).events)));
+    source.addEventListener("job", (event) => {
+      const job = JSON.parse(event.data);
+      // After the final state the server ends the stream: that is no failure.
+      if (FINAL.includes(job.state)) {
+        source.close();
+        stream = null;
+      } else {
+        streamFailures = 0;
+      }
+      inTurn(() => takeState(job));
+    });
+    source.addEventListener("error", () => {
+      // The stream ended or failed (a reload of the server, a proxy, a sign-out): the
+      // page polls, with its backoff, and comes back to a stream once the server answers.
+      if (stream !== source) return;
+      source.close();
+      stream = null;
+      if (FINAL.includes(root.dataset.state)) return;
+      streamFailures += 1;
+      setTimeout(tick, delay);
+    });
+    return true;
+  }
+
+  if (!FINAL.includes(root.dataset.state) && !openStream()) setTimeout(tick, 500);
 }
 
 // Times arrive in UTC; show them in the browser's own zone.

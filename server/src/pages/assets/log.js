@@ -301,8 +301,13 @@
 
   const atEnd = () => scroller.scrollTop + scroller.clientHeight >= scroller.scrollHeight - rowHeight;
 
+  // Where toEnd last left the scroll: a reader who moved up from it since is reading, even
+  // before the browser tells the scroll listener (lines may come in between).
+  let endTop = 0;
+
   function toEnd() {
     scroller.scrollTop = scroller.scrollHeight;
+    endTop = scroller.scrollTop;
     following = true;
     jump.hidden = true;
     render(true);
@@ -326,6 +331,7 @@
   scroller.addEventListener("scroll", () => {
     // Reading back up stops following; reaching the end again resumes it.
     following = atEnd();
+    if (following) endTop = scroller.scrollTop;
     jump.hidden = following || !total;
     requestAnimationFrame(() => render(false));
   }, { passive: true });
@@ -444,7 +450,7 @@
       matches.sort((a, b) => a - b);
       showCount();
     }
-    if (following) toEnd(); else render(true);
+    if (following && scroller.scrollTop >= endTop - 1) toEnd(); else render(true);
   }
 
   async function loadEarlier(before) {
