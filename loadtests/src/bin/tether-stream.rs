@@ -176,9 +176,11 @@ async fn main() -> anyhow::Result<()> {
 
     wait_received(&watchers, &watched, &sent, Duration::from_secs(10)).await;
     let mut errors = tally.errors();
-    add(&mut errors, "heartbeat failed", keeper.stop().await);
+    let heartbeats_failed = keeper.stop().await;
     let completions_failed = fleet::complete_all(&http, &server, &fleet.jobs).await;
-    add(&mut errors, "complete failed", completions_failed as u64);
+    for (why, count) in heartbeats_failed.iter().chain(&completions_failed) {
+        add(&mut errors, why, *count);
+    }
     let seen = finish_watchers(watchers, Duration::from_secs(15)).await;
     let _ = stop.send(true);
     for one in &seen {

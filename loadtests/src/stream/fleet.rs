@@ -2,8 +2,8 @@
 //! one job assigned to each device and claimed by it, leases kept by heartbeats listing the
 //! run as the real agent's do, and every job completed at the end.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -147,21 +147,32 @@ pub async fn device_call(
         request = request.header("x-tether-lease", lease);
     }
     let answer = request.send().await?;
-    if !answer.status().is_success() {
-        bail!(
-            "{path} answered {}: {}",
-            answer.status(),
-            answer.text().await?
-        );
+    let status = answer.status();
+    if !status.is_success() {
+        let body: Value = answer.json().await.unwrap_or_default();
+        bail!("{path} answered {status} {}", body["error"]["code"]);
     }
     Ok(answer)
+}
+
+/// An error in a few words that do not name the job, so the report's counts group.
+pub fn error_kind(error: &anyhow::Error) -> String {
+    match error.downcast_ref::<reqwest::Error>() {
+        Some(error) if error.is_timeout() => "timeout".to_owned(),
+        Some(error) if error.is_connect() => "connect".to_owned(),
+        Some(_) => "transport".to_owned(),
+        None => error
+            .to_string()
+            .split_once(" answered ")
+            .map_or_else(|| error.to_string(), |(_, why)| why.to_owned()),
+    }
 }
 
 /// The heartbeats that keep the fleet's leases, as the real agent sends them.
 pub struct LeaseKeeper {
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
-    failed: Arc<AtomicU64>,
+    failed: Arc<Mutex<BTreeMap<String, u64>>>,
 }
 
 impl LeaseKeeper {
@@ -174,7 +185,7 @@ impl LeaseKeeper {
         secs: u64,
     ) -> LeaseKeeper {
         let (stop, mut stopped) = watch::channel(false);
-        let failed = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(Mutex::new(BTreeMap::new()));
         let period = Duration::from_secs(secs.max(1));
         let gap = period / u32::try_from(jobs.len().max(1)).unwrap_or(u32::MAX);
         let (http, server, jobs) = (http.clone(), server.to_owned(), jobs.to_vec());
@@ -190,11 +201,11 @@ impl LeaseKeeper {
                 let (http, server, failures) = (http.clone(), server.clone(), failures.clone());
                 tokio::spawn(async move {
                     let body = heartbeat_body(&job.device, Some(&job));
-                    if device_call(&http, &server, &job.device, "heartbeat", None, &body)
-                        .await
-                        .is_err()
-                    {
-                        failures.fetch_add(1, Ordering::Relaxed);
+                    let beat = device_call(&http, &server, &job.device, "heartbeat", None, &body);
+                    if let Err(error) = beat.await {
+                        let why = format!("heartbeat: {}", error_kind(&error));
+                        let mut failures = failures.lock().unwrap_or_else(PoisonError::into_inner);
+                        *failures.entry(why).or_default() += 1;
                     }
                 });
             }
@@ -202,25 +213,40 @@ impl LeaseKeeper {
         LeaseKeeper { stop, task, failed }
     }
 
-    /// Stops heartbeating; returns how many heartbeats failed.
-    pub async fn stop(self) -> u64 {
+    /// Stops heartbeating; returns the heartbeats that failed, by why.
+    pub async fn stop(self) -> BTreeMap<String, u64> {
         let _ = self.stop.send(true);
         let _ = self.task.await;
-        self.failed.load(Ordering::Relaxed)
+        std::mem::take(&mut *self.failed.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
 
-/// Completes every job (`succeeded`); returns how many completions failed.
-pub async fn complete_all(http: &reqwest::Client, server: &str, jobs: &[RunningJob]) -> usize {
+/// Completes every job (`succeeded`); returns the completions that failed, by why.
+pub async fn complete_all(
+    http: &reqwest::Client,
+    server: &str,
+    jobs: &[RunningJob],
+) -> BTreeMap<String, u64> {
     let body = json!({"outcome": "succeeded", "summary": "streamed", "exitCode": 0});
-    stream::iter(jobs)
+    let failures: Vec<String> = stream::iter(jobs)
         .map(|job| {
             let path = format!("jobs/{}/complete", job.id);
             let body = &body;
-            async move { device_call(http, server, &job.device, &path, Some(&job.lease), body).await }
+            async move {
+                let answer =
+                    device_call(http, server, &job.device, &path, Some(&job.lease), body).await;
+                answer
+                    .err()
+                    .map(|error| format!("complete: {}", error_kind(&error)))
+            }
         })
         .buffer_unordered(32)
-        .filter(|answer| std::future::ready(answer.is_err()))
-        .count()
-        .await
+        .filter_map(std::future::ready)
+        .collect()
+        .await;
+    let mut counts = BTreeMap::new();
+    for failure in failures {
+        *counts.entry(failure).or_default() += 1;
+    }
+    counts
 }

@@ -13,7 +13,7 @@ use tether_protocol::jobs::JobState;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::fleet::RunningJob;
+use crate::fleet::{error_kind, RunningJob};
 use crate::output::{parse_line, RunClock};
 use crate::sse::{SseEvent, SseReader};
 
@@ -129,7 +129,7 @@ async fn follow(
         tokio::select! {
             outcome = read_stream(&http, &server, &job, after, &clock, &seen) => {
                 if let Err(error) = outcome {
-                    lock().errors.push(error.to_string());
+                    lock().errors.push(format!("stream: {}", error_kind(&error)));
                 }
             }
             _ = stop.changed() => return,
