@@ -104,7 +104,8 @@ async fn events(
         due: None,
         ended: false,
     };
-    // The catch-up: the job's header now, then its lines from the database, then the header.
+    // The catch-up: the job is read as it is now, and its lines from the database go out
+    // before it does.
     feed.reread().await;
     Ok(event_streams::respond(feed))
 }
