@@ -16,8 +16,8 @@ use tether_server::sweeper;
 
 use crate::both_backends;
 use crate::helpers::{
-    assert_error, next_frame, query_i64, spawn_app, spawn_app_with, Backend, DeviceClient, TestApp,
-    WebClient,
+    assert_error, next_frame, query_i64, spawn_app, spawn_app_with, Backend, DeviceClient,
+    SseStream, TestApp, WebClient,
 };
 use crate::redis;
 
@@ -134,45 +134,18 @@ async fn ledger_kinds(app: &TestApp, web: &WebClient) -> Vec<ledger::LedgerEntry
 }
 
 /// An open `GET /api/decisions/events` stream.
-struct Sse {
-    res: Response,
-    buffer: String,
-}
+struct Sse(SseStream);
 
 impl Sse {
     async fn open(web: &WebClient) -> Sse {
-        let res = web.get("/api/decisions/events").await;
-        assert_eq!(res.status(), StatusCode::OK);
-        assert_eq!(res.headers()["content-type"], "text/event-stream");
-        Sse {
-            res,
-            buffer: String::new(),
-        }
+        Sse(SseStream::new(web.get("/api/decisions/events").await))
     }
 
     /// The data of the next event within `within`, skipping comments; `None` when none came.
     async fn next(&mut self, within: Duration) -> Option<Value> {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            if let Some(end) = self.buffer.find("\n\n") {
-                let block: String = self.buffer.drain(..end + 2).collect();
-                let data = block.lines().find_map(|line| line.strip_prefix("data: "));
-                if let Some(data) = data {
-                    assert!(
-                        block.starts_with("event: decisions\n")
-                            || block.contains("\nevent: decisions\n"),
-                        "{block}"
-                    );
-                    return Some(serde_json::from_str(data).unwrap());
-                }
-                continue;
-            }
-            let chunk = tokio::time::timeout_at(deadline, self.res.chunk())
-                .await
-                .ok()?
-                .ok()??;
-            self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
-        }
+        let event = self.0.next(within).await.ok()??;
+        assert_eq!(event.name, "decisions", "{event:?}");
+        Some(event.data)
     }
 }
 

@@ -571,6 +571,62 @@ pub async fn closed_within(events: &mut Events, within: Duration) -> Option<u16>
     }
 }
 
+/// An open server-sent event stream, read as EventSource reads one.
+pub struct SseStream {
+    res: Response,
+    buffer: String,
+}
+
+/// One server-sent event: its name, its `id:` when it has one, and its JSON data.
+#[derive(Debug)]
+pub struct SseEvent {
+    pub name: String,
+    pub id: Option<String>,
+    pub data: Value,
+}
+
+impl SseStream {
+    /// The stream `res` answered, checked to be a 200 `text/event-stream`.
+    pub fn new(res: Response) -> SseStream {
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(res.headers()["content-type"], "text/event-stream");
+        SseStream {
+            res,
+            buffer: String::new(),
+        }
+    }
+
+    /// The next event, comments and `retry:` skipped; `Err(())` when the stream ended;
+    /// `Ok(None)` when none came within `within`.
+    pub async fn next(&mut self, within: Duration) -> Result<Option<SseEvent>, ()> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let field = |name: &str| {
+                    block
+                        .lines()
+                        .find_map(|line| line.strip_prefix(name))
+                        .map(str::to_owned)
+                };
+                if let Some(data) = field("data: ") {
+                    return Ok(Some(SseEvent {
+                        name: field("event: ").unwrap_or_else(|| "message".to_owned()),
+                        id: field("id: "),
+                        data: serde_json::from_str(&data).unwrap(),
+                    }));
+                }
+                continue;
+            }
+            match tokio::time::timeout_at(deadline, self.res.chunk()).await {
+                Err(_) => return Ok(None),
+                Ok(Ok(Some(chunk))) => self.buffer.push_str(std::str::from_utf8(&chunk).unwrap()),
+                Ok(_) => return Err(()),
+            }
+        }
+    }
+}
+
 /// Runs SQL on the test's database directly (to age a row, say).
 pub async fn exec_sql(store: &Store, sql: &str) {
     match store.begin().await.unwrap() {

@@ -13,7 +13,8 @@ use sha2::{Digest, Sha256};
 
 use crate::both_backends;
 use crate::helpers::{
-    assert_error, job_body, spawn_app, spawn_app_with, Backend, DeviceClient, TestApp, WebClient,
+    assert_error, job_body, spawn_app, spawn_app_with, Backend, DeviceClient, SseStream, TestApp,
+    WebClient,
 };
 use crate::redis;
 
@@ -479,41 +480,22 @@ both_backends! {
 }
 
 /// An open `GET /api/spaces/{id}/events` stream.
-struct SpaceStream {
-    res: Response,
-    buffer: String,
-}
+struct SpaceStream(SseStream);
 
 impl SpaceStream {
     async fn open(web: &WebClient, space_id: &str) -> SpaceStream {
         let res = web.get(&format!("/api/spaces/{space_id}/events")).await;
-        assert_eq!(res.status(), StatusCode::OK);
-        assert_eq!(res.headers()["content-type"], "text/event-stream");
-        SpaceStream {
-            res,
-            buffer: String::new(),
-        }
+        SpaceStream(SseStream::new(res))
     }
 
     /// The next `jobs` event's data; `Err(())` when the stream ended; `Ok(None)` when nothing
     /// came within `within`.
     async fn next(&mut self, within: Duration) -> Result<Option<Value>, ()> {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            if let Some(end) = self.buffer.find("\n\n") {
-                let block: String = self.buffer.drain(..end + 2).collect();
-                if let Some(data) = block.lines().find_map(|line| line.strip_prefix("data: ")) {
-                    assert!(block.contains("event: jobs\n"), "{block}");
-                    return Ok(Some(serde_json::from_str(data).unwrap()));
-                }
-                continue;
-            }
-            match tokio::time::timeout_at(deadline, self.res.chunk()).await {
-                Err(_) => return Ok(None),
-                Ok(Ok(Some(chunk))) => self.buffer.push_str(std::str::from_utf8(&chunk).unwrap()),
-                Ok(_) => return Err(()),
-            }
-        }
+        let Some(event) = self.0.next(within).await? else {
+            return Ok(None);
+        };
+        assert_eq!(event.name, "jobs", "{event:?}");
+        Ok(Some(event.data))
     }
 }
 
