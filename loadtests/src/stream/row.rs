@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use crate::audit::Audit;
 use crate::usage::Spent;
 
-/// A generator busier than this share of one core, or waking later than half a batch
-/// period at p99, is named saturated: its own delays are then in the latencies.
+/// A generator busier than this share of one core is named saturated: its own delays are
+/// then in the latencies.
 const GENERATOR_BUSY_CORES: f64 = 0.9;
 
 /// p50/p95/p99/max of samples in microseconds, in milliseconds.
@@ -123,10 +123,20 @@ impl Row {
             .spent
             .generator
             .is_some_and(|cpu| cpu / secs >= GENERATOR_BUSY_CORES);
-        if busy || self.lag.p99 > self.lag_limit_ms {
+        if busy {
+            notes.push("generator saturated".to_owned());
+        }
+        // Waking late without being busy: the machine had no core free for it, and receipts
+        // were timed late by as much.
+        if self.lag.p99 > self.lag_limit_ms {
             notes.push(format!(
-                "generator saturated (wake-up lag p99 {:.1} ms)",
-                self.lag.p99
+                "generator woke late: p99 {:.0} ms{}",
+                self.lag.p99,
+                if busy {
+                    ""
+                } else {
+                    " (not busy: no core free)"
+                }
             ));
         }
         let audit = &self.audit;
