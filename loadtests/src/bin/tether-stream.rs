@@ -124,6 +124,8 @@ async fn main() -> anyhow::Result<()> {
     );
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(4096)
+        // Below actix-web's 5 s keep-alive, so an idle connection is dropped here first.
+        .pool_idle_timeout(Duration::from_secs(4))
         .timeout(Duration::from_secs(30))
         .build()?;
     let server = options.server.trim_end_matches('/').to_owned();

@@ -129,7 +129,8 @@ fn heartbeat_body(device: &Device, running: Option<&RunningJob>) -> Value {
 }
 
 /// `POST /api/devices/self/{path}` as `device`, under `lease` when given; a non-2xx answer
-/// is an error.
+/// is an error. Sent again, like the agent does, when no answer came: a pooled connection
+/// the server closed for idling fails the first try.
 pub async fn device_call(
     http: &reqwest::Client,
     server: &str,
@@ -138,15 +139,24 @@ pub async fn device_call(
     lease: Option<&str>,
     body: &Value,
 ) -> anyhow::Result<reqwest::Response> {
-    let mut request = http
-        .post(format!("{server}/api/devices/self/{path}"))
-        .bearer_auth(&device.token)
-        .header("x-tether-protocol", "1")
-        .json(body);
-    if let Some(lease) = lease {
-        request = request.header("x-tether-lease", lease);
-    }
-    let answer = request.send().await?;
+    let mut attempt = 0;
+    let answer = loop {
+        let mut request = http
+            .post(format!("{server}/api/devices/self/{path}"))
+            .bearer_auth(&device.token)
+            .header("x-tether-protocol", "1")
+            .json(body);
+        if let Some(lease) = lease {
+            request = request.header("x-tether-lease", lease);
+        }
+        match request.send().await {
+            Err(error) if attempt < 2 && !error.is_timeout() => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            answer => break answer?,
+        }
+    };
     let status = answer.status();
     if !status.is_success() {
         let body: Value = answer.json().await.unwrap_or_default();
