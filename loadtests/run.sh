@@ -3,6 +3,8 @@
 #
 #   loadtests/run.sh [OUT.md]        (default: loadtests/results.md)
 #   QUICK=1 loadtests/run.sh         smaller fleets, for a first look
+#   ONLY=cost loadtests/run.sh       only the cost-per-job comparison (no ceilings, no wrk);
+#                                    COST_RATES="200" picks its rates (default "200 1000")
 #
 # Scenarios, each figure beside a ceiling measured in the same run:
 # - the ceilings: a bare actix-web JSON endpoint (`tether-ceiling`) under the same wrk load as
@@ -13,15 +15,57 @@
 # - revocation under load (SQLite); two replicas on one PostgreSQL + Redis at 200 and 1,000
 #   jobs/s, one of them killed with SIGKILL under load, and revocation across them;
 # - streaming output: 1,000 running jobs each sending 20 lines/s with 500 browsers watching
-#   job pages (PostgreSQL, one replica), and 200 jobs with 100 watchers on SQLite.
+#   job pages (PostgreSQL, one replica), and 200 jobs with 100 watchers on SQLite;
+# - cost per job lifecycle on PostgreSQL at 200 and 1,000 jobs/s: Tether (server + database
+#   CPU ms per job, statements and transactions per job) beside graphile-worker (npm) doing the
+#   same four steps on a fresh database of the same PostgreSQL (loadtests/graphile).
 # Every row gives the CPU seconds the load generator (tether-loadtest or wrk) and the server
 # used, so a reader can tell which side saturated. PostgreSQL and Redis are started privately
 # from the machine's binaries on loopback and removed afterwards; wrk comes from Debian
 # (apt-get install wrk).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# pg_window PGBIN PORT DB DIR start|settled: the window hook of the cost rows
+# (tether-loadtest's and bench.mjs's --window-hook), which counts PostgreSQL's statements and
+# transactions in DB from the window's start until every job is done. At `start`: wait for the
+# counters to settle, reset pg_stat_statements and note pg_stat_database's transactions. At
+# `settled`: note the statements (top-level, and with nested ones: track=all) and the top 15
+# by calls, wait for the counters again and note the transactions; print the counts. It
+# connects to the `postgres` database, so its own statements and transactions are not DB's.
+# A backend publishes its transaction counts at most once a second, and an idle one only
+# after 10 s: hence the STATS_FLUSH_SECS wait on each side.
+STATS_FLUSH_SECS=11
+pg_window() {
+  local bin=$1 port=$2 db=$3 dir=$4 phase=$5
+  local psql=("$bin/psql" -h 127.0.0.1 -p "$port" -U tether -d postgres -XAtq -v ON_ERROR_STOP=1)
+  local xacts="SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = '$db'"
+  local mine="FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = '$db')"
+  case $phase in
+    start)
+      sleep "$STATS_FLUSH_SECS"
+      "${psql[@]}" -c "SELECT pg_stat_statements_reset()" >/dev/null
+      "${psql[@]}" -c "$xacts" > "$dir/xacts-start" ;;
+    settled)
+      "${psql[@]}" -F ' ' -c "SELECT coalesce(sum(calls) FILTER (WHERE toplevel), 0), coalesce(sum(calls), 0) $mine" > "$dir/statements"
+      "${psql[@]}" -F $'\t' -c "SELECT calls, round(mean_exec_time::numeric, 3), toplevel,
+          replace(left(regexp_replace(query, '\s+', ' ', 'g'), 100), '|', '\|') $mine ORDER BY calls DESC LIMIT 15" > "$dir/top"
+      sleep "$STATS_FLUSH_SECS"
+      "${psql[@]}" -c "SELECT coalesce(sum(calls), 0) $mine" > "$dir/statements-after"
+      "${psql[@]}" -c "$xacts" > "$dir/xacts-settled"
+      local toplevel all
+      read -r toplevel all < "$dir/statements"
+      echo "statements=$all toplevel=$toplevel transactions=$(( $(cat "$dir/xacts-settled") - $(cat "$dir/xacts-start") ))" \
+           "flush_wait_statements=$(( $(cat "$dir/statements-after") - all ))" | tee "$dir/counts" ;;
+    *) echo "pg_window: start or settled, not $phase" >&2; return 2 ;;
+  esac
+}
+if [ "${1:-}" = --pg-window ]; then shift; pg_window "$@"; exit; fi
+
 OUT=${1:-loadtests/results.md}
 QUICK=${QUICK:-0}
+ONLY=${ONLY:-}
+if [ "$ONLY" = cost ] && [ -z "${1:-}" ]; then OUT=loadtests/results-cost.md; fi
 
 cargo build --release -p tether-server -p tether-loadtest --bins
 SERVER=target/release/tether-server
@@ -49,7 +93,13 @@ start_postgres() {
   mkdir -p "$PGDATA"; [ "$(id -u)" = 0 ] && chown postgres "$WORK" "$PGDATA"
   run_pg "$PGBIN/initdb" -D "$PGDATA" -U tether --auth=trust >/dev/null
   run_pg "$PGBIN/pg_ctl" -D "$PGDATA" -l "$PGDATA/log" -w \
-    -o "-p $PGPORT -k $PGDATA -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=on -c synchronous_commit=on" start >/dev/null
+    -o "-p $PGPORT -k $PGDATA -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=on -c synchronous_commit=on -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all" start >/dev/null
+  PGPID=$(head -1 "$PGDATA/postmaster.pid")
+  # pg_stat_statements in template1 (so in every database made from now on) and in postgres,
+  # where pg_window reads it.
+  for db in template1 postgres; do
+    "$PGBIN/psql" -h 127.0.0.1 -p "$PGPORT" -U tether -d "$db" -Xq -c 'CREATE EXTENSION pg_stat_statements' >/dev/null
+  done
   run_pg "$PGBIN/createdb" -h 127.0.0.1 -p "$PGPORT" -U tether tether
   PGURL="postgres://tether@127.0.0.1:$PGPORT/tether"
 }
@@ -118,8 +168,172 @@ pair_for_wrk() {
   "$LOAD" --server "$1" --devices "$2" --devices-per-account 10 --wrk-out "$3" >/dev/null
 }
 
+# ---- Cost per job lifecycle, same PostgreSQL ------------------------------------------------
+# Tether and graphile-worker (loadtests/graphile) doing the same four steps per job: a web user
+# creates it, a worker claims it, sends one progress batch of one line and completes it; each on
+# a fresh database of the private PostgreSQL, at the same rate for the same time. A row gives
+# the CPU ms per job of the application (Tether's server; graphile's node, which adds too) and
+# of the database (the postmaster's process tree), and PostgreSQL statements and transactions
+# per job (pg_window); the statements with the most calls go into the profile under the table.
+GRAPHILE=unknown
+GRAPHILE_CONCURRENCY=${GRAPHILE_CONCURRENCY:-16}
+COST_RATES=${COST_RATES:-200 1000}
+
+# graphile_installed: `npm ci` of loadtests/graphile, once per run (offline, npm's cache will
+# do); false when it failed.
+graphile_installed() {
+  if [ "$GRAPHILE" = unknown ]; then
+    if (cd loadtests/graphile && timeout 600 npm ci --prefer-offline --no-audit --no-fund) >"$WORK/npm-ci.log" 2>&1
+    then GRAPHILE=installed; else GRAPHILE=missing; fi
+  fi
+  [ "$GRAPHILE" = installed ]
+}
+
+# fresh_database NAME: an empty database (with pg_stat_statements, from template1).
+fresh_database() {
+  run_pg "$PGBIN/dropdb" -h 127.0.0.1 -p "$PGPORT" -U tether --if-exists "$1" 2>/dev/null
+  run_pg "$PGBIN/createdb" -h 127.0.0.1 -p "$PGPORT" -U tether "$1"
+}
+
+# pg_window_hook DB DIR: the --window-hook command that runs pg_window for DB into DIR.
+pg_window_hook() { echo "bash loadtests/run.sh --pg-window $PGBIN $PGPORT $1 $2"; }
+
+# cost_profile LABEL DIR JOBS: what pg_window counted in DIR, per job, and its top
+# statements, for the results' profile section.
+cost_profile() {
+  local label=$1 dir=$2 jobs=$3
+  [ -s "$dir/counts" ] && [ "${jobs:-0}" -gt 0 ] || return 0
+  {
+    echo "#### $label"
+    echo
+    tr ' ' '\n' < "$dir/counts" | awk -F= -v jobs="$jobs" -v wait="$STATS_FLUSH_SECS" '
+      { n[$1] = $2 }
+      END {
+        printf "%d jobs done. Statements: %d top-level (%.1f per job), %d with nested ones (%.1f per job). ", jobs, n["toplevel"], n["toplevel"] / jobs, n["statements"], n["statements"] / jobs
+        printf "Transactions: %d (%.1f per job), read %d s after the last job was done, in which %d more statements ran (%.2f per job; counted in the transactions only).\n", n["transactions"], n["transactions"] / jobs, wait, n["flush_wait_statements"], n["flush_wait_statements"] / jobs
+      }'
+    echo
+    echo "| calls | per job | mean ms | top-level | statement (first 100 characters) |"
+    echo "|---|---|---|---|---|"
+    awk -F'\t' -v jobs="$jobs" '{ printf "| %d | %.2f | %s | %s | `%s` |\n", $1, $1 / jobs, $2, ($3 == "t" ? "yes" : "nested"), $4 }' "$dir/top"
+    echo
+  } >> "$OUT.profile"
+}
+
+# tether_cost_row REPORT_JSON COUNTS: tether-loadtest's --json report as a cost-table row.
+tether_cost_row() {
+  python3 - "$1" "$2" <<'PY'
+import json, os, sys
+report = json.load(open(sys.argv[1]))
+counts = dict(pair.split("=") for pair in open(sys.argv[2]).read().split()) if os.path.exists(sys.argv[2]) else {}
+done = report["succeeded"]
+cpu, secs = report["cpuMsPerJob"], report["cpuSecs"]
+def ms(value, digits=2):
+    return "-" if value is None else f"{value:.{digits}f}"
+def per_job(key):
+    return int(counts[key]) / done if key in counts and done else None
+claim, finish = report["assignToClaimMs"], report["assignToDoneMs"]
+errors = sum(report["errors"].values())
+statements = "-" if per_job("toplevel") is None else f'{per_job("toplevel"):.1f} ({per_job("statements"):.1f})'
+print(" | ".join([
+    f'| {report["label"]}',
+    f'{done} / {report["jobs"]}' + (f" ({errors} errors)" if errors else ""),
+    f'{report["jobsPerSec"]:.0f}',
+    " / ".join(f"{claim[q]:.1f}" for q in ("p50", "p95", "p99", "max")),
+    f'{finish["p50"]:.1f} / {finish["p99"]:.1f}',
+    ms(cpu["server"]), ms(cpu["database"]), ms(cpu["total"]),
+    statements, ms(per_job("transactions"), 1),
+    f'{report["lost"]} / {report["rerun"] + report["duplicatedClaims"]}',
+    f'{ms(secs["generator"], 1)} / {secs["window"]:.0f} |',
+]))
+PY
+}
+
+# cost_rows RATE SECS: the Tether row and right after it the graphile-worker row, at RATE
+# jobs/s for SECS s, each on its own fresh database.
+cost_rows() {
+  local rate=$1 secs=$2 label db dir out row
+  label="Tether $rate jobs/s"; db=cost_tether_$rate; dir=$WORK/$db-counts
+  mkdir -p "$dir"; fresh_database "$db"
+  start_server "$db" TETHER_DATABASE_URL="postgres://tether@127.0.0.1:$PGPORT/$db" TETHER_HEARTBEAT_SECS=30
+  if "$LOAD" --server "$URL" --devices 200 --devices-per-account 10 --rate "$rate" --duration "$secs" \
+      --server-pid "$PID" --database-pid "$PGPID" --window-hook "$(pg_window_hook "$db" "$dir")" \
+      --json --label "$label" >"$dir/report.json" 2>"$dir/log"; then
+    tether_cost_row "$dir/report.json" "$dir/counts" | tee -a "$OUT.cost"
+    cost_profile "$label" "$dir" "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["succeeded"])' "$dir/report.json")"
+  else
+    echo "| $label | failed: $(grep -m1 '^Error' "$dir/log" | tr '|' '/') |" | tee -a "$OUT.cost"
+  fi
+  kill -9 "$PID"
+
+  label="graphile-worker $rate jobs/s"; db=cost_graphile_$rate; dir=$WORK/$db-counts
+  if ! graphile_installed; then
+    echo "| $label | graphile-worker not installed: npm ci failed ($(tail -1 "$WORK/npm-ci.log" | tr '|' '/')) |" | tee -a "$OUT.cost"
+    return 0
+  fi
+  mkdir -p "$dir"; fresh_database "$db"
+  # Its exit status says whether a job was lost or ran twice; the row says so too.
+  out=$(node loadtests/graphile/bench.mjs --connection "postgres://tether@127.0.0.1:$PGPORT/$db" \
+      --rate "$rate" --duration "$secs" --concurrency "$GRAPHILE_CONCURRENCY" --lines 1 --label "$label" \
+      --database-pid "$PGPID" --window-hook "$(pg_window_hook "$db" "$dir")" 2>"$dir/log") || true
+  row=$(grep '^| ' <<<"$out" | tail -1)
+  if [ -z "$row" ]; then
+    echo "| $label | failed: $( { grep -m1 -i 'error' "$dir/log" || tail -1 "$dir/log"; } | tr '|' '/') |" | tee -a "$OUT.cost"
+    return 0
+  fi
+  echo "$row" | tee -a "$OUT.cost"
+  cost_profile "$label" "$dir" "$(awk -F'|' '{ split($3, done, "/"); print done[1] + 0 }' <<<"$row")"
+}
+
+# cost_section: the cost rows at each of COST_RATES (1,000 jobs/s and more for the lifecycle
+# rows' LIFECYCLE_SECS, less for SECS), on the private PostgreSQL.
+cost_section() {
+  echo "== cost per job lifecycle, same PostgreSQL: Tether and graphile-worker"
+  local rate
+  for rate in $COST_RATES; do
+    if [ "$rate" -ge 1000 ]; then cost_rows "$rate" "$LIFECYCLE_SECS"; else cost_rows "$rate" "$SECS"; fi
+  done
+}
+
+# cost_results: the cost table and its profile, for the results file.
+cost_results() {
+  [ -s "$OUT.cost" ] || return 0
+  echo
+  echo "## Cost per job lifecycle, same PostgreSQL"
+  echo
+  echo "Each row on a fresh database of the same PostgreSQL (fsync and synchronous_commit on; pg_stat_statements loaded, track=all)."
+  echo "The four steps: a web user creates a job, a worker claims it, sends one progress batch of one line, completes it."
+  echo "Tether: tether-loadtest (200 devices over 20 accounts, heartbeats every 30 s) against tether-server; CPU of the server."
+  echo "graphile-worker $(node -p 'require("./loadtests/graphile/package.json").dependencies["graphile-worker"]' 2>/dev/null || echo '?'):"
+  echo "loadtests/graphile/bench.mjs (add_job from its own pool, run() with concurrency $GRAPHILE_CONCURRENCY, one INSERT into job_lines per job); CPU of the node process, which both adds and works."
+  echo "CPU, statements and transactions from the window's start until every job was done, per job done; database CPU is the postmaster's process tree (see loadtests/README.md, and the profile below)."
+  echo
+  node loadtests/graphile/bench.mjs --print-header 2>/dev/null || echo "(node is missing: the columns are those of loadtests/graphile/bench.mjs's header)"
+  cat "$OUT.cost"
+  if [ -s "$OUT.profile" ]; then
+    echo
+    echo "### Profile: PostgreSQL statements per job lifecycle"
+    echo
+    cat "$OUT.profile"
+  fi
+}
+
 if [ "$QUICK" = 1 ]; then SECS=10; WRK_SECS=10; GROWTH="100 1000"; LIFECYCLE_SECS=10
 else SECS=20; WRK_SECS=20; GROWTH="100 1000 10000"; LIFECYCLE_SECS=30; fi
+: > "$OUT.cost"; : > "$OUT.profile"
+if [ "$ONLY" = cost ]; then
+  start_postgres
+  cost_section
+  {
+    echo "# Load test results: cost per job"
+    echo
+    echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -sr); run on $(date -u +%Y-%m-%d)."
+    cost_results
+  } > "$OUT"
+  rm -f "$OUT.cost" "$OUT.profile"
+  cat "$OUT"
+  exit 0
+fi
 command -v wrk >/dev/null || { echo "wrk is needed: apt-get install wrk"; exit 1; }
 
 : > "$OUT.rows"; : > "$OUT.notes"; : > "$OUT.wrk"
@@ -170,6 +384,9 @@ for backend in SQLite PostgreSQL; do
     kill -9 "$PID"
   done
 done
+
+# On the private PostgreSQL while nothing else uses it (the replicas below stay up to the end).
+cost_section
 
 echo "== SQLite: revocation under load"
 start_server revoke
@@ -236,6 +453,7 @@ row --server "$URL_A" --server "$URL_B" --devices 300 --devices-per-account 10 -
   "$LOAD" --print-header
   cat "$OUT.rows"
   if [ -s "$OUT.notes" ]; then echo; cat "$OUT.notes"; fi
+  cost_results
   if [ -s "$OUT.stream" ]; then
     echo
     echo "## Streaming output (tether-stream, ${STREAM_SECS} s of sending)"
@@ -245,5 +463,6 @@ row --server "$URL_A" --server "$URL_B" --devices 300 --devices-per-account 10 -
   fi
 } > "$OUT"
 rm -f "$OUT.rows" "$OUT.notes" "$OUT.wrk"
+rm -f "$OUT.cost" "$OUT.profile"
 rm -f "$OUT.stream"
 cat "$OUT"

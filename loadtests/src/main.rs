@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 
-use crate::report::{CpuUse, Recorder, Report, RevocationSummary, NOTICE_LIMIT};
+use crate::report::{CpuUse, JobCost, Recorder, Report, RevocationSummary, NOTICE_LIMIT};
 use crate::setup::{Account, Device};
 
 /// Command-line options.
@@ -52,6 +52,16 @@ struct Options {
     /// The server's process id, to read its memory (Linux `/proc`).
     #[arg(long)]
     server_pid: Option<u32>,
+    /// The database server's process id (PostgreSQL's postmaster), to read the CPU its
+    /// process tree used in the window: the CPU cell then gives server, database and total
+    /// CPU milliseconds per job.
+    #[arg(long)]
+    database_pid: Option<u32>,
+    /// A shell command run with `start` appended just before the window opens, and with
+    /// `settled` appended once every job is done (before the audit reads them back); the run
+    /// waits for it. loadtests/run.sh counts PostgreSQL's statements and transactions with it.
+    #[arg(long, value_name = "COMMAND")]
+    window_hook: Option<String>,
     /// Print the report as one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -136,7 +146,9 @@ async fn main() -> anyhow::Result<()> {
     );
     let rss_before = options.server_pid.and_then(report::rss_bytes);
 
+    run_window_hook(options.window_hook.as_deref(), "start").await?;
     recorder.start_window();
+    let database_at_start = options.database_pid.and_then(report::process_tree_cpu_secs);
     let cpu_at_start = (
         report::cpu_secs(None),
         options
@@ -160,6 +172,10 @@ async fn main() -> anyhow::Result<()> {
         web::assign_at_rate(&http, servers, &devices, &accounts, load, recorder.clone()).await;
     let window = recorder.stop_window();
     let spent = |before: Option<f64>, now: Option<f64>| Some(now? - before?);
+    let database_secs = spent(
+        database_at_start,
+        options.database_pid.and_then(report::process_tree_cpu_secs),
+    );
     let cpu = CpuUse {
         window_secs: window.1.as_secs_f64(),
         generator_secs: spent(cpu_at_start.0, report::cpu_secs(None)),
@@ -172,6 +188,20 @@ async fn main() -> anyhow::Result<()> {
     };
     revoking.await?;
     let settled = web::wait_settled(&recorder, &assigned, Duration::from_secs(60)).await;
+    let job_cost = JobCost {
+        server_secs: spent(
+            cpu_at_start.1,
+            options
+                .server_pid
+                .and_then(|pid| report::cpu_secs(Some(pid))),
+        ),
+        database_secs: spent(
+            database_at_start,
+            options.database_pid.and_then(report::process_tree_cpu_secs),
+        ),
+        jobs: settled,
+    };
+    run_window_hook(options.window_hook.as_deref(), "settled").await?;
     revocation::wait_noticed(&recorder, NOTICE_LIMIT).await;
     let audit = web::audit(&http, servers, &accounts, &assigned, &recorder).await?;
     let revocation = if revoked.is_empty() {
@@ -201,7 +231,8 @@ async fn main() -> anyhow::Result<()> {
         rss,
         revocation,
         cpu,
-    );
+    )
+    .with_costs(database_secs, job_cost);
     if options.json {
         println!("{}", report.to_json());
     } else {
@@ -211,6 +242,25 @@ async fn main() -> anyhow::Result<()> {
             println!("\n{line}");
         }
     }
+    Ok(())
+}
+
+/// Runs `--window-hook`'s command with `phase` appended and waits for it; its output goes
+/// to stderr, so a `--json` report stays alone on stdout.
+async fn run_window_hook(command: Option<&str>, phase: &str) -> anyhow::Result<()> {
+    let Some(command) = command else {
+        return Ok(());
+    };
+    let status = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{command} {phase}"))
+        .stdout(std::io::stderr())
+        .status()
+        .await?;
+    anyhow::ensure!(
+        status.success(),
+        "the window hook failed at {phase}: {status}"
+    );
     Ok(())
 }
 

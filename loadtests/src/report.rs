@@ -266,6 +266,23 @@ pub struct Report {
     rss_mib: Option<f64>,
     revocation: Option<RevocationSummary>,
     cpu: CpuUse,
+    /// CPU seconds the database server's process tree used in the window (PostgreSQL's
+    /// postmaster and its backends, `--database-pid`); unset when it was not given.
+    database_secs: Option<f64>,
+    /// What the jobs cost, for the CPU cell's milliseconds per job.
+    job_cost: JobCost,
+}
+
+/// CPU seconds the server and the database used from the window's start until every job
+/// was done, and the jobs done by then: the cost per job. Counted to the last completion
+/// rather than to the window's end, so that a server that falls behind is charged for the
+/// jobs it finishes after the window, and not only for those it finished in it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JobCost {
+    pub server_secs: Option<f64>,
+    /// The database server's process tree ([`process_tree_cpu_secs`]).
+    pub database_secs: Option<f64>,
+    pub jobs: usize,
 }
 
 /// CPU seconds spent during the assignment window by the load generator itself and by the
@@ -303,6 +320,66 @@ pub fn cpu_secs(pid: Option<u32>) -> Option<f64> {
     let ticks = |index: usize| fields.get(index)?.parse::<u64>().ok();
     // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
     Some((ticks(11)? + ticks(12)?) as f64 / 100.0)
+}
+
+/// CPU seconds a process tree has used so far (Linux `/proc`): the process's own user and
+/// system time, the time of the children it has reaped (`cutime` and `cstime`: a PostgreSQL
+/// backend that ended lands there), and the user and system time of its live children. For
+/// PostgreSQL's postmaster that is the whole database server: backends, autovacuum, the
+/// WAL writer and the checkpointer.
+pub fn process_tree_cpu_secs(pid: u32) -> Option<f64> {
+    let live: f64 = child_pids(pid)
+        .into_iter()
+        .filter_map(|child| cpu_secs(Some(child)))
+        .sum();
+    // The parent is read last: a child that ends in between is then counted in its
+    // cutime/cstime (at worst twice, for the instant it takes) rather than not at all.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = |index: usize| fields.get(index)?.parse::<u64>().ok();
+    // utime, stime, cutime and cstime: fields 14 to 17 of the line, 12 to 15 after the name.
+    let own = ticks(11)? + ticks(12)? + ticks(13)? + ticks(14)?;
+    Some(own as f64 / 100.0 + live)
+}
+
+/// The live children of a process: from `/proc/PID/task/*/children` where the kernel has
+/// it, else by scanning `/proc` for processes whose parent is `pid`.
+fn child_pids(pid: u32) -> Vec<u32> {
+    let listed: Option<Vec<u32>> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()
+        .and_then(|tasks| {
+            let lists: Vec<String> = tasks
+                .flatten()
+                .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+                .collect();
+            (!lists.is_empty()).then(|| {
+                lists
+                    .iter()
+                    .flat_map(|list| list.split_whitespace())
+                    .filter_map(|child| child.parse().ok())
+                    .collect()
+            })
+        });
+    if let Some(children) = listed {
+        return children;
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|candidate| {
+            std::fs::read_to_string(format!("/proc/{candidate}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    // The parent's pid is the second field after the name.
+                    let parent = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?;
+                    parent.parse::<u32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
 }
 
 impl Report {
@@ -361,11 +438,55 @@ impl Report {
             rss_mib: rss.map(|bytes| bytes as f64 / 1024.0 / 1024.0),
             revocation,
             cpu,
+            database_secs: None,
+            job_cost: JobCost::default(),
         }
     }
 
+    /// The report with the CPU seconds the database server used in the window
+    /// ([`process_tree_cpu_secs`] of its postmaster) and what the jobs cost.
+    pub fn with_costs(self, database_secs: Option<f64>, job_cost: JobCost) -> Report {
+        Report {
+            database_secs,
+            job_cost,
+            ..self
+        }
+    }
+
+    /// CPU milliseconds per job done ([`JobCost`]): the server's, the database's and their
+    /// sum (unset where a side was not measured; on SQLite the database is inside the
+    /// server, so the server's figure is the whole cost).
+    fn cpu_ms_per_job(&self) -> (Option<f64>, Option<f64>, Option<f64>) {
+        let jobs = self.job_cost.jobs;
+        let per_job = |secs: Option<f64>| {
+            secs.filter(|_| jobs > 0)
+                .map(|secs| secs * 1000.0 / jobs as f64)
+        };
+        let server = per_job(self.job_cost.server_secs);
+        let database = per_job(self.job_cost.database_secs);
+        (
+            server,
+            database,
+            server
+                .zip(database)
+                .map(|(server, database)| server + database),
+        )
+    }
+
+    fn cpu_cell(&self) -> String {
+        let (server, database, total) = self.cpu_ms_per_job();
+        let ms = |value: Option<f64>| value.map_or("-".to_owned(), |v| format!("{v:.2}"));
+        format!(
+            "{}; {} / {} / {} ms/job",
+            self.cpu.cell(),
+            ms(server),
+            ms(database),
+            ms(total)
+        )
+    }
+
     pub fn table_header() -> &'static str {
-        "| run | devices | connect s | assign→claim ms p50/p95/p99/max | assign→done ms p50/p95/p99/max | heartbeat ms p50/p95/p99/max | heartbeats/s | jobs/s | jobs ok/assigned | lost | rerun | dup claims | errors | RSS MiB | RSS/device KiB | CPU s load / server of window s |\n\
+        "| run | devices | connect s | assign→claim ms p50/p95/p99/max | assign→done ms p50/p95/p99/max | heartbeat ms p50/p95/p99/max | heartbeats/s | jobs/s | jobs ok/assigned | lost | rerun | dup claims | errors | RSS MiB | RSS/device KiB | CPU s load / server of window s; CPU ms per job done server / database / total |\n\
          |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     }
 
@@ -389,7 +510,7 @@ impl Report {
             errors,
             self.rss_mib.map_or("-".to_owned(), |mib| format!("{mib:.0}")),
             self.rss_per_device_kib.map_or("-".to_owned(), |kib| format!("{kib:.1}")),
-            self.cpu.cell(),
+            self.cpu_cell(),
         )
     }
 
@@ -420,6 +541,7 @@ impl Report {
     }
 
     pub fn to_json(&self) -> String {
+        let (server_ms, database_ms, total_ms) = self.cpu_ms_per_job();
         let cell =
             |p: &Percentiles| json!({"p50": p.p50, "p95": p.p95, "p99": p.p99, "max": p.max});
         let revocation = self.revocation.as_ref().map(|revocation| {
@@ -446,7 +568,10 @@ impl Report {
             "rssMib": self.rss_mib, "rssPerDeviceKib": self.rss_per_device_kib,
             "revocation": revocation,
             "cpuSecs": { "window": self.cpu.window_secs, "generator": self.cpu.generator_secs,
-                         "server": self.cpu.server_secs },
+                         "server": self.cpu.server_secs, "database": self.database_secs },
+            "jobCost": { "jobs": self.job_cost.jobs, "serverSecs": self.job_cost.server_secs,
+                         "databaseSecs": self.job_cost.database_secs },
+            "cpuMsPerJob": { "server": server_ms, "database": database_ms, "total": total_ms },
         })
         .to_string()
     }
@@ -476,5 +601,42 @@ mod cpu_tests {
         assert!(spin > 0);
         assert!(cpu_secs(None).unwrap_or(0.0) > before);
         assert_eq!(cpu_secs(Some(u32::MAX)), None);
+    }
+
+    #[test]
+    fn a_process_tree_counts_its_reaped_and_live_children() {
+        // Shell arithmetic only: no grandchildren, whose time would reach the child's cutime
+        // only when it ends.
+        let spin = "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done";
+        let me = std::process::id();
+        let before = process_tree_cpu_secs(me).unwrap_or(-1.0);
+        assert!(before >= cpu_secs(None).unwrap_or(f64::MAX));
+        // A child that spins and is reaped: its time lands in our cutime/cstime.
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(spin)
+            .status();
+        assert!(status.is_ok_and(|status| status.success()));
+        let after = process_tree_cpu_secs(me).unwrap_or(0.0);
+        assert!(after - before >= 0.05, "{before} → {after}");
+        // A live child's time is counted too.
+        let child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("{spin}; sleep 30"))
+            .spawn();
+        let Ok(mut child) = child else {
+            panic!("sh did not start");
+        };
+        let started = std::time::Instant::now();
+        while cpu_secs(Some(child.id())).unwrap_or(0.0) < 0.1 && started.elapsed().as_secs() < 20 {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let listed = child_pids(me).contains(&child.id());
+        let live = process_tree_cpu_secs(me).unwrap_or(0.0);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(listed);
+        assert!(live - after >= 0.05, "{after} → {live}");
+        assert_eq!(process_tree_cpu_secs(u32::MAX), None);
     }
 }
