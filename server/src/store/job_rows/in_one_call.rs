@@ -12,11 +12,12 @@
 //! to the connection's thread and back. The end falls back to the general path (a
 //! transaction that reads the row first) for what it does not cover.
 
-use sqlx::{PgPool, Postgres, QueryBuilder, Row, Sqlite};
+use serde_json::Value;
+use sqlx::{PgPool, Row};
 use tether_protocol::jobs::{JobEvent, JobOutcome, Outcome};
 use tether_protocol::{AccountId, DeviceId, JobId, LeaseToken};
 
-use super::{truncate, EndCause, EventRow, JobRow, CLAIMABLE, JOB_COLUMNS};
+use super::{truncate, EventRow, JobRow, CLAIMABLE, JOB_COLUMNS};
 use crate::clock::Millis;
 use crate::credentials;
 use crate::error::ApiError;
@@ -64,6 +65,59 @@ pub(crate) struct Ended {
     pub has_more: bool,
 }
 
+/// The fenced end of a run, the same on both backends: `$1` state, `$2` outcome, `$3` now,
+/// `$4` whether the lease's hash goes (an `interrupted` end), `$5` the changes (or null),
+/// `$6` job, `$7` device, `$8` the lease's hash. It matches only a live lease of this
+/// device on a job with no pending decision.
+const END_UPDATE: &str = "UPDATE jobs SET event_seq = event_seq + 1, state = $1, \
+    outcome_json = $2, ended_at = $3, lease_expires_at = NULL, end_cause = 'device', \
+    lease_token_hash = CASE WHEN $4 THEN NULL ELSE lease_token_hash END, \
+    changes_json = COALESCE($5, changes_json) \
+    WHERE id = $6 AND device_id = $7 AND state IN ('running', 'waiting') \
+    AND lease_expires_at > $3 AND lease_token_hash = $8 \
+    AND NOT EXISTS (SELECT 1 FROM decisions WHERE decisions.job_id = jobs.id \
+    AND decisions.state = 'pending')";
+
+/// What an end writes, worked out once for either backend.
+struct EndWrite {
+    state: &'static str,
+    outcome_json: String,
+    /// Only the device ends a run other than `interrupted`: it keeps the lease's hash, so
+    /// the same completion again is recognised.
+    drops_lease: bool,
+    changes_json: Option<String>,
+    /// The end's timeline line.
+    line: String,
+}
+
+impl EndWrite {
+    fn new(outcome: &JobOutcome, changes_json: Option<String>) -> Result<EndWrite, ApiError> {
+        let state = outcome.outcome.state().as_str();
+        Ok(EndWrite {
+            state,
+            outcome_json: serde_json::to_string(outcome)?,
+            drops_lease: outcome.outcome == Outcome::Interrupted,
+            changes_json,
+            line: truncate(&format!("Ended {state}: {}", outcome.summary), 4096),
+        })
+    }
+}
+
+/// Binds [`END_UPDATE`]'s `$1`…`$8` onto a query of either backend.
+macro_rules! bind_end {
+    ($query:expr, $end:expr, $job_id:expr, $device_id:expr, $lease:expr, $now:expr) => {
+        $query
+            .bind($end.state)
+            .bind(&$end.outcome_json)
+            .bind($now)
+            .bind($end.drops_lease)
+            .bind($end.changes_json.as_deref())
+            .bind($job_id.as_str())
+            .bind($device_id.as_str())
+            .bind(credentials::hash_token($lease.expose()))
+    };
+}
+
 /// Ends a run the device holds under `lease` with `outcome`, storing `changes_json` when
 /// given, if the lease is live and the job has no pending decision (those are settled by
 /// the general path). Answers `None` when that did not match (a stale lease, a repeated
@@ -81,74 +135,18 @@ pub(crate) async fn end(
     changes_json: Option<String>,
     now: Millis,
 ) -> Result<Option<Ended>, ApiError> {
-    let state = outcome.outcome.state();
-    let text = truncate(
-        &format!("Ended {}: {}", state.as_str(), outcome.summary),
-        4096,
-    );
-    let line = text.clone();
-    let entry = ledger::Entry::new(
-        LedgerKind::JobEnded,
-        job_id.as_str(),
-        serde_json::Value::Null,
-    );
-    let mut query = QueryBuilder::<Postgres>::new(
-        "WITH changed AS (UPDATE jobs SET event_seq = event_seq + 1, state = ",
-    );
-    query.push_bind(state.as_str());
-    query
-        .push(", outcome_json = ")
-        .push_bind(serde_json::to_string(outcome)?);
-    query.push(", ended_at = ").push_bind(now);
-    query.push(", lease_expires_at = NULL, end_cause = ");
-    query.push_bind(EndCause::Device.as_str());
-    // Only the device ends a run other than `interrupted`: it keeps the lease's hash, so
-    // the same completion again is recognised.
-    if outcome.outcome == Outcome::Interrupted {
-        query.push(", lease_token_hash = NULL");
-    }
-    if let Some(json) = changes_json {
-        query.push(", changes_json = ").push_bind(json);
-    }
-    query.push(" WHERE id = ").push_bind(job_id.as_str());
-    query
-        .push(" AND device_id = ")
-        .push_bind(device_id.as_str());
-    query.push(" AND state IN ('running', 'waiting') AND lease_expires_at > ");
-    query.push_bind(now);
-    query.push(" AND lease_token_hash = ");
-    query.push_bind(credentials::hash_token(lease.expose()));
-    query.push(
-        " AND NOT EXISTS (SELECT 1 FROM decisions WHERE decisions.job_id = jobs.id \
-         AND decisions.state = 'pending')",
-    );
-    query.push(format!(" RETURNING {JOB_COLUMNS}, event_seq), "));
-    query.push(
-        "line AS (INSERT INTO job_events (job_id, account_id, at, kind, seq, text) \
-         SELECT id, account_id, ",
-    );
-    query
-        .push_bind(now)
-        .push(", 'system', event_seq, ")
-        .push_bind(text);
-    query.push(" FROM changed), ");
-    query.push(format!(
-        "entry AS (INSERT INTO ledger ({}) SELECT ",
-        ledger::Entry::COLUMNS
-    ));
-    query
-        .push_bind(entry.id)
-        .push(", account_id, ")
-        .push_bind(now);
-    query.push(", ").push_bind(entry.kind.as_str());
-    query.push(
-        ", id, json_build_object('attempt', attempt, 'deviceId', device_id, 'jobId', id, \
-         'outcome', state)::text FROM changed) ",
-    );
+    let end = EndWrite::new(outcome, changes_json)?;
+    let entry = ledger::Entry::new(LedgerKind::JobEnded, job_id.as_str(), Value::Null);
     // The statement reads the rows as they were before it: the going count still holds
     // this run, and the timeline lacks the end's line (added below).
-    query.push(format!(
-        "SELECT {JOB_COLUMNS}, event_seq, \
+    let sql = format!(
+        "WITH changed AS ({END_UPDATE} RETURNING {JOB_COLUMNS}, event_seq), \
+         line AS (INSERT INTO job_events (job_id, account_id, at, kind, seq, text) \
+          SELECT id, account_id, $3, 'system', event_seq, $9 FROM changed), \
+         entry AS (INSERT INTO ledger ({}) SELECT $10, account_id, $3, $11, id, \
+          json_build_object('attempt', attempt, 'deviceId', device_id, 'jobId', id, \
+          'outcome', state)::text FROM changed) \
+         SELECT {JOB_COLUMNS}, event_seq, \
          (SELECT COUNT(*) FROM jobs going WHERE going.account_id = changed.account_id \
           AND going.state IN ('running', 'waiting')) AS going_before, \
          (SELECT COALESCE(json_agg(json_build_object('seq', e.seq, 'at', e.at, \
@@ -158,9 +156,17 @@ pub(crate) async fn end(
           OR EXISTS (SELECT 1 FROM evidence v WHERE v.job_id = changed.id) \
           OR EXISTS (SELECT 1 FROM jobs f WHERE f.continues = changed.id \
              OR f.rerun_of = changed.id)) AS has_more \
-         FROM changed"
-    ));
-    let Some(found) = query.build().fetch_optional(pool).await? else {
+         FROM changed",
+        ledger::Entry::COLUMNS
+    );
+    let query = bind_end!(sqlx::query(&sql), end, job_id, device_id, lease, now);
+    let found = query
+        .bind(&end.line)
+        .bind(&entry.id)
+        .bind(entry.kind.as_str())
+        .fetch_optional(pool)
+        .await?;
+    let Some(found) = found else {
         return Ok(None);
     };
     let row = <JobRow as sqlx::FromRow<_>>::from_row(&found)?;
@@ -170,7 +176,7 @@ pub(crate) async fn end(
         seq: found.try_get("event_seq")?,
         at: now,
         kind: "system".to_owned(),
-        text: line,
+        text: end.line,
     });
     Ok(Some(Ended {
         row,
@@ -239,50 +245,20 @@ pub(crate) async fn end_sqlite(
     changes_json: Option<String>,
     now: Millis,
 ) -> Result<Option<Ended>, ApiError> {
-    let state = outcome.outcome.state();
+    let end = EndWrite::new(outcome, changes_json)?;
     let mut tx = store.begin().await?;
     let Tx::Sqlite(conn) = &mut tx else {
         return Ok(None);
     };
-    let mut query =
-        QueryBuilder::<Sqlite>::new("UPDATE jobs SET event_seq = event_seq + 1, state = ");
-    query.push_bind(state.as_str());
-    query
-        .push(", outcome_json = ")
-        .push_bind(serde_json::to_string(outcome)?);
-    query.push(", ended_at = ").push_bind(now);
-    query.push(", lease_expires_at = NULL, end_cause = ");
-    query.push_bind(EndCause::Device.as_str());
-    if outcome.outcome == Outcome::Interrupted {
-        query.push(", lease_token_hash = NULL");
-    }
-    if let Some(json) = changes_json {
-        query.push(", changes_json = ").push_bind(json);
-    }
-    query.push(" WHERE id = ").push_bind(job_id.as_str());
-    query
-        .push(" AND device_id = ")
-        .push_bind(device_id.as_str());
-    query.push(" AND state IN ('running', 'waiting') AND lease_expires_at > ");
-    query.push_bind(now);
-    query.push(" AND lease_token_hash = ");
-    query.push_bind(credentials::hash_token(lease.expose()));
-    query.push(
-        " AND NOT EXISTS (SELECT 1 FROM decisions WHERE decisions.job_id = jobs.id \
-         AND decisions.state = 'pending')",
-    );
-    query.push(format!(" RETURNING {JOB_COLUMNS}, event_seq"));
-    let Some(found) = query.build().fetch_optional(&mut **conn).await? else {
+    let sql = format!("{END_UPDATE} RETURNING {JOB_COLUMNS}, event_seq");
+    let query = bind_end!(sqlx::query(&sql), end, job_id, device_id, lease, now);
+    let Some(found) = query.fetch_optional(&mut **conn).await? else {
         return Ok(None);
     };
     let row = <JobRow as sqlx::FromRow<_>>::from_row(&found)?;
-    let text = truncate(
-        &format!("Ended {}: {}", state.as_str(), outcome.summary),
-        4096,
-    );
-    insert_line_sqlite(conn, &row, found.try_get("event_seq")?, now, &text).await?;
+    insert_line_sqlite(conn, &row, found.try_get("event_seq")?, now, &end.line).await?;
     let detail = serde_json::json!({ "jobId": row.id, "deviceId": row.device_id,
-                                     "outcome": state.as_str(), "attempt": row.attempt });
+                                     "outcome": end.state, "attempt": row.attempt });
     let entry = ledger::Entry::new(LedgerKind::JobEnded, &row.id, detail);
     ledger::record_entry(&mut tx, &row.account_id()?, now, entry).await?;
     let Tx::Sqlite(conn) = &mut tx else {
