@@ -129,103 +129,174 @@ async fn main() -> anyhow::Result<()> {
         .timeout(Duration::from_secs(30))
         .build()?;
     let server = options.server.trim_end_matches('/').to_owned();
-    let started = Instant::now();
-    let timeout_minutes = options.duration / 60 + 30;
-    let fleet = fleet::start(
-        &http,
-        &server,
-        options.jobs,
-        options.runs_per_account,
-        timeout_minutes,
-    )
-    .await?;
-    eprintln!(
-        "{} jobs running in {:.1} s",
-        fleet.jobs.len(),
-        started.elapsed().as_secs_f64()
-    );
-    let keeper = LeaseKeeper::start(&http, &server, &fleet.jobs, fleet.heartbeat_secs);
-    let clock = RunClock::start();
-    let (stop, stopped) = watch::channel(false);
-    let watched = watched_indices(fleet.jobs.len(), options.watchers);
-    let watchers = open_watchers(&server, &fleet.jobs, &watched, clock, stopped).await?;
-    eprintln!("{} watchers following their jobs", watchers.len());
+    let run = Run::start(&options, http, server).await?;
+    let window = run.send(&options).await;
+    let row = run.wind_down(&options, window).await;
+    println!("{}", Row::header());
+    println!("{}", row.markdown());
+    Ok(())
+}
 
-    let pace = Pace {
-        lines_per_sec: options.lines_per_sec,
-        batches_per_sec: options.batches_per_sec,
-        line_bytes: options.line_bytes,
-    };
-    let tally = Arc::new(SendTally::default());
-    let sending = Sending {
-        http: http.clone(),
-        server: server.clone(),
-        pace,
-        clock,
-        deadline: Instant::now() + Duration::from_secs(options.duration),
-        tally: tally.clone(),
-    };
-    let before = Usage::read(options.server_pid, options.database_pid);
-    let sent = sender::send_all(&sending, &fleet.jobs).await;
-    let spent = Usage::read(options.server_pid, options.database_pid).since(&before);
-    let rss_bytes = options.server_pid.and_then(report::rss_bytes);
-    let load_average = usage::load_average();
-    eprintln!(
-        "{} lines accepted in {:.1} s",
-        tally.lines_accepted.load(Ordering::Relaxed),
-        spent.secs
-    );
+/// A run under way: its jobs running, their leases kept, their watchers following.
+struct Run {
+    http: reqwest::Client,
+    server: String,
+    fleet: fleet::Fleet,
+    keeper: LeaseKeeper,
+    clock: RunClock,
+    /// Indices of the watched jobs, in the order of `watchers`.
+    watched: Vec<usize>,
+    watchers: Vec<Watcher>,
+    stop: watch::Sender<bool>,
+}
 
-    wait_received(&watchers, &watched, &sent, Duration::from_secs(10)).await;
-    let mut errors = tally.errors();
-    let heartbeats_failed = keeper.stop().await;
-    let completions_failed = fleet::complete_all(&http, &server, &fleet.jobs).await;
-    for (why, count) in heartbeats_failed.iter().chain(&completions_failed) {
-        add(&mut errors, why, *count);
+/// What the sending window did.
+struct Window {
+    sent: Vec<JobSent>,
+    tally: Arc<SendTally>,
+    spent: usage::Spent,
+    rss_bytes: Option<u64>,
+    load_average: Option<f64>,
+}
+
+impl Run {
+    /// Every job claimed and held, every watcher's stream open.
+    async fn start(
+        options: &Options,
+        http: reqwest::Client,
+        server: String,
+    ) -> anyhow::Result<Run> {
+        let started = Instant::now();
+        let timeout_minutes = options.duration / 60 + 30;
+        let fleet = fleet::start(
+            &http,
+            &server,
+            options.jobs,
+            options.runs_per_account,
+            timeout_minutes,
+        )
+        .await?;
+        eprintln!(
+            "{} jobs running in {:.1} s",
+            fleet.jobs.len(),
+            started.elapsed().as_secs_f64()
+        );
+        let keeper = LeaseKeeper::start(&http, &server, &fleet.jobs, fleet.heartbeat_secs);
+        let clock = RunClock::start();
+        let (stop, stopped) = watch::channel(false);
+        let watched = watched_indices(fleet.jobs.len(), options.watchers);
+        let watchers = open_watchers(&server, &fleet.jobs, &watched, clock, stopped).await?;
+        eprintln!("{} watchers following their jobs", watchers.len());
+        Ok(Run {
+            http,
+            server,
+            fleet,
+            keeper,
+            clock,
+            watched,
+            watchers,
+            stop,
+        })
     }
-    let seen = finish_watchers(watchers, Duration::from_secs(15)).await;
-    let _ = stop.send(true);
-    for one in &seen {
-        for error in &one.errors {
-            add(&mut errors, error, 1);
+
+    /// Every job sends its lines for `--duration`; each side's CPU is read around it.
+    async fn send(&self, options: &Options) -> Window {
+        let tally = Arc::new(SendTally::default());
+        let sending = Sending {
+            http: self.http.clone(),
+            server: self.server.clone(),
+            pace: Pace {
+                lines_per_sec: options.lines_per_sec,
+                batches_per_sec: options.batches_per_sec,
+                line_bytes: options.line_bytes,
+            },
+            clock: self.clock,
+            deadline: Instant::now() + Duration::from_secs(options.duration),
+            tally: tally.clone(),
+        };
+        let before = Usage::read(options.server_pid, options.database_pid);
+        let sent = sender::send_all(&sending, &self.fleet.jobs).await;
+        let spent = Usage::read(options.server_pid, options.database_pid).since(&before);
+        eprintln!(
+            "{} lines accepted in {:.1} s",
+            tally.lines_accepted.load(Ordering::Relaxed),
+            spent.secs
+        );
+        Window {
+            sent,
+            tally,
+            spent,
+            rss_bytes: options.server_pid.and_then(report::rss_bytes),
+            load_average: usage::load_average(),
         }
     }
-    let audited: Vec<audit::Watched> = watched
-        .iter()
-        .zip(&seen)
-        .map(|(index, seen)| audit::Watched {
-            job: &fleet.jobs[*index],
-            sent: &sent[*index],
-            seen,
-        })
-        .collect();
-    let audit = audit::audit(&http, &server, &audited).await;
 
-    let row = Row {
-        label: options.label,
-        jobs: fleet.jobs.len(),
+    /// Lets the watchers catch up, completes every job, lets each stream end on its job's
+    /// final state, and audits the watched jobs; the row.
+    async fn wind_down(self, options: &Options, window: Window) -> Row {
+        wait_received(
+            &self.watchers,
+            &self.watched,
+            &window.sent,
+            Duration::from_secs(10),
+        )
+        .await;
+        let mut errors = window.tally.errors();
+        let heartbeats_failed = self.keeper.stop().await;
+        let completions_failed =
+            fleet::complete_all(&self.http, &self.server, &self.fleet.jobs).await;
+        for (why, count) in heartbeats_failed.iter().chain(&completions_failed) {
+            add(&mut errors, why, *count);
+        }
+        let seen = finish_watchers(self.watchers, Duration::from_secs(15)).await;
+        let _ = self.stop.send(true);
+        for error in seen.iter().flat_map(|one| &one.errors) {
+            add(&mut errors, error, 1);
+        }
+        let audited: Vec<audit::Watched> = self
+            .watched
+            .iter()
+            .zip(&seen)
+            .map(|(index, seen)| audit::Watched {
+                job: &self.fleet.jobs[*index],
+                sent: &window.sent[*index],
+                seen,
+            })
+            .collect();
+        let audit = audit::audit(&self.http, &self.server, &audited).await;
+        row(options, self.fleet.jobs.len(), window, &seen, errors, audit)
+    }
+}
+
+/// The run's row, from what the window sent and what the watchers saw.
+fn row(
+    options: &Options,
+    jobs: usize,
+    window: Window,
+    seen: &[Seen],
+    errors: BTreeMap<String, u64>,
+    audit: audit::Audit,
+) -> Row {
+    let tally = &window.tally;
+    let latencies = seen.iter().flat_map(|one| one.latencies.iter().copied());
+    Row {
+        label: options.label.clone(),
+        jobs,
         watchers: seen.len(),
-        target_per_sec: options.lines_per_sec * fleet.jobs.len() as f64,
+        target_per_sec: options.lines_per_sec * jobs as f64,
         lines_sent: tally.lines_sent.load(Ordering::Relaxed),
         lines_accepted: tally.lines_accepted.load(Ordering::Relaxed),
         lines_rejected: tally.lines_rejected.load(Ordering::Relaxed),
         errors,
         progress: Millis::of(tally.call_micros()),
-        latency: Millis::of(
-            seen.iter()
-                .flat_map(|one| one.latencies.iter().copied())
-                .collect(),
-        ),
+        latency: Millis::of(latencies.collect()),
         lag: Millis::of(tally.lag_micros()),
         lag_limit_ms: 500.0 / options.batches_per_sec.max(0.001),
         audit,
-        spent,
-        rss_bytes,
-        load_average,
-    };
-    println!("{}", Row::header());
-    println!("{}", row.markdown());
-    Ok(())
+        spent: window.spent,
+        rss_bytes: window.rss_bytes,
+        load_average: window.load_average,
+    }
 }
 
 fn add(errors: &mut BTreeMap<String, u64>, what: &str, count: u64) {

@@ -63,7 +63,7 @@ pub struct Row {
 
 impl Row {
     pub fn header() -> &'static str {
-        "| run | jobs | watchers | lines/s target / sent / accepted | rejected lines / errors | progress ms p50/p99 | send→receive ms p50/p95/p99/max | stream lost / dup / seq gaps | stored lost / dup | CPU s per 1,000 lines server / database / generator | server RSS MiB | load avg | notes |\n\
+        "| run | jobs | watchers | lines/s target / sent / accepted | rejected lines / errors | progress ms p50/p99 | send→receive ms p50/p95/p99/max | stream lost / dup / seq gaps+repeats | stored lost / dup | CPU s per 1,000 lines server / database / generator | server RSS MiB | load avg | notes |\n\
          |---|---|---|---|---|---|---|---|---|---|---|---|---|"
     }
 
