@@ -91,9 +91,8 @@ impl Application {
                  its own loopback services. It is for tests only."
             );
         }
-        let listener = TcpListener::bind(&config.listen)
+        let listener = routes::listener::bind(&config.listen)
             .with_context(|| format!("binding {}", config.listen))?;
-        listener.set_nonblocking(true)?;
         let port = listener.local_addr()?.port();
         let metrics_listener = match config.metrics_listen.as_deref() {
             Some(address) => {
@@ -190,7 +189,7 @@ impl Application {
             Some(listener) => Some(metrics_server(self.state.clone(), listener)?),
             None => None,
         };
-        let server = HttpServer::new(move || {
+        let app = move || {
             App::new()
                 .app_data(state.clone())
                 .app_data(routes::json_config())
@@ -236,15 +235,13 @@ impl Application {
                     }
                     .instrument(span)
                 })
-        })
-        .workers(workers)
-        .max_connections(self.worker_connections)
-        .on_connect(move |_, data| {
-            data.insert(connections.slot());
-        })
-        .disable_signals()
-        .listen(self.listener)?
-        .run();
+        };
+        let settings = routes::listener::Settings {
+            workers,
+            worker_connections: self.worker_connections,
+            connections,
+        };
+        let server = routes::listener::serve(self.listener, app, settings)?;
         let handle = server.handle();
         let metrics_handle = metrics_server.as_ref().map(actix_web::dev::Server::handle);
         let metrics_served = async {

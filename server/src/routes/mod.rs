@@ -33,6 +33,7 @@ mod job_stream;
 mod jobs;
 mod lease;
 pub(crate) mod links;
+pub mod listener;
 pub mod openapi;
 mod pairing;
 mod passkeys;
@@ -41,6 +42,7 @@ mod secrets;
 mod spaces;
 mod table;
 mod tokens;
+mod upgrades;
 
 pub use input::{
     error_bodies, json_config, not_found, path_config, query_config, wants_page, JSON_LIMIT_BYTES,
