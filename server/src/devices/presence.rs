@@ -11,7 +11,9 @@
 //! A single server also remembers which devices it last counted with an empty queue, so an
 //! idle fleet's heartbeats read nothing at all: jobs are queued only by creation, and the
 //! routes that create one call `queue_changed` before they answer. With several replicas a
-//! job may be created on another one, so there the count is always read.
+//! job may be created on another one, so there the count is always read. A single server
+//! likewise trusts the report it wrote for an hour rather than a minute: no other replica
+//! writes one behind its back.
 //!
 //! **Invariant:** a contact time reaches the database at most one flush interval late, which
 //! is far inside the online window; losing a replica loses at most that interval of contact
@@ -27,14 +29,20 @@ use crate::clock::Millis;
 use crate::error::ApiError;
 use crate::store::{on_tx, Store};
 
-/// A report this replica wrote is trusted as the stored one for this long; after it, the
-/// next heartbeat writes its report again (another replica may have written a newer one).
+/// With other replicas, a report this replica wrote is trusted as the stored one for this
+/// long; after it, the next heartbeat writes its report again (another replica may have
+/// written a newer one).
 const REPORT_TRUSTED_FOR_MS: Millis = 60_000;
+/// The only replica writes every report itself, so it trusts the one it wrote until the
+/// device sends another; an hour is a last bound. (At 60 s, an idle fleet wrote every
+/// device's unchanged report every other heartbeat: 1,700 writes a second for 100,000.)
+const REPORT_TRUSTED_ALONE_FOR_MS: Millis = 3_600_000;
 /// Devices per flush statement (well under both backends' bind-parameter limits).
 const FLUSH_CHUNK: usize = 500;
 /// An empty queue is believed for this long without counting again (a last bound: every
-/// creation forgets it at once).
-const EMPTY_QUEUE_TRUSTED_FOR_MS: Millis = 30_000;
+/// creation forgets it at once). Well over the heartbeat interval: at 30 s, a heartbeat 30 s
+/// after the count found it just expired, and every heartbeat counted again.
+const EMPTY_QUEUE_TRUSTED_FOR_MS: Millis = 300_000;
 
 /// This replica's view of device presence. Cheap to clone.
 #[derive(Clone, Default)]
@@ -48,8 +56,9 @@ struct Inner {
     unwritten: HashMap<String, Millis>,
     /// The digest of the report this replica last wrote per device, and when.
     written: HashMap<String, (ReportDigest, Millis)>,
-    /// Whether empty queues are remembered at all (only when this is the only replica).
-    remembers_queues: bool,
+    /// Whether this is the only replica: it then remembers empty queues, and trusts the
+    /// reports it wrote longer.
+    only_replica: bool,
     /// Devices counted with no queued job, and when.
     empty_queues: HashMap<String, Millis>,
     /// Counts queue changes: a count read before one must not be remembered after it.
@@ -68,7 +77,7 @@ impl Presence {
     /// `only_replica`: no other replica creates jobs, so empty queues may be remembered.
     pub fn new(only_replica: bool) -> Presence {
         let presence = Presence::default();
-        presence.lock().remembers_queues = only_replica;
+        presence.lock().only_replica = only_replica;
         presence
     }
 
@@ -90,7 +99,7 @@ impl Presence {
     /// queued meanwhile.
     pub fn counted_queue(&self, device_id: &str, queued: i64, generation: u64, now: Millis) {
         let mut inner = self.lock();
-        if queued == 0 && inner.remembers_queues && inner.queue_generation == generation {
+        if queued == 0 && inner.only_replica && inner.queue_generation == generation {
             inner.empty_queues.insert(device_id.to_owned(), now);
         } else {
             inner.empty_queues.remove(device_id);
@@ -107,8 +116,14 @@ impl Presence {
     /// Whether the device's report must be written now: it is not the one this replica
     /// wrote last, or that write is too old to trust.
     pub fn needs_report(&self, device_id: &str, report: &ReportDigest, now: Millis) -> bool {
-        match self.lock().written.get(device_id) {
-            Some((written, at)) => written != report || now - at >= REPORT_TRUSTED_FOR_MS,
+        let inner = self.lock();
+        let trusted_for = if inner.only_replica {
+            REPORT_TRUSTED_ALONE_FOR_MS
+        } else {
+            REPORT_TRUSTED_FOR_MS
+        };
+        match inner.written.get(device_id) {
+            Some((written, at)) => written != report || now - at >= trusted_for,
             None => true,
         }
     }
@@ -220,7 +235,7 @@ mod tests {
 
     #[test]
     fn a_report_is_written_when_new_changed_or_stale() {
-        let presence = Presence::new(true);
+        let presence = Presence::new(false);
         let report = digest(r#"{"engines":[]}"#);
         assert!(presence.needs_report("d1", &report, 1_000));
         presence.wrote_report("d1", report, 1_000);
@@ -229,6 +244,16 @@ mod tests {
         assert!(presence.needs_report("d1", &report, 1_000 + REPORT_TRUSTED_FOR_MS));
         presence.forget("d1");
         assert!(presence.needs_report("d1", &report, 2_000));
+    }
+
+    #[test]
+    fn the_only_replica_trusts_the_report_it_wrote_for_longer() {
+        let presence = Presence::new(true);
+        let report = digest(r#"{"engines":[]}"#);
+        presence.wrote_report("d1", report, 1_000);
+        assert!(!presence.needs_report("d1", &report, 1_000 + REPORT_TRUSTED_FOR_MS));
+        assert!(presence.needs_report("d1", &digest(r#"{"engines":["x"]}"#), 2_000));
+        assert!(presence.needs_report("d1", &report, 1_000 + REPORT_TRUSTED_ALONE_FOR_MS));
     }
 
     #[test]
