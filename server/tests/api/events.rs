@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
+use futures_util::{SinkExt, StreamExt};
 use reqwest::StatusCode;
 use serde_json::json;
 use tether_protocol::frames::ServerFrame;
@@ -92,6 +92,33 @@ both_backends! {
         assert_eq!(closed_within(&mut silent, Duration::from_secs(2)).await, Some(1001));
         // Its registration went with it: a new stream is the one served.
         let mut events = device.events().await;
+        let _job = ann.create_job(&device.device_id).await;
+        assert_eq!(next_frame(&mut events, SOON).await, Some(ServerFrame::Wake));
+    }
+
+    async fn a_device_that_pings_is_not_pinged(backend) {
+        let app = spawn_app_with(backend, |config| {
+            config.events_ping_secs = 1;
+            config.events_idle_secs = 3;
+        }).await;
+        let ann = app.user("ann@example.com").await;
+        let device = app.device(&ann, "install-1").await;
+
+        // The agent pings its stream itself: the server only answers, and never closes it.
+        let mut events = device.events().await;
+        let started = Instant::now();
+        let mut pongs = 0;
+        while started.elapsed() < Duration::from_millis(3500) {
+            events.send(Message::Ping(b"agent".to_vec().into())).await.unwrap();
+            let deadline = tokio::time::Instant::now() + Duration::from_millis(400);
+            while let Ok(Some(message)) = tokio::time::timeout_at(deadline, events.next()).await {
+                match message.unwrap() {
+                    Message::Pong(_) => pongs += 1,
+                    other => panic!("a device that pings was sent {other:?}"),
+                }
+            }
+        }
+        assert!(pongs >= 7, "{pongs}");
         let _job = ann.create_job(&device.device_id).await;
         assert_eq!(next_frame(&mut events, SOON).await, Some(ServerFrame::Wake));
     }
