@@ -76,6 +76,10 @@ struct Options {
     /// Simulated idle devices.
     #[arg(long, default_value_t = 1000)]
     devices: usize,
+    /// Run the largest fleet the server can hold when --devices cannot fit it (without it,
+    /// such a run is refused).
+    #[arg(long)]
+    fit: bool,
     /// Devices per account (each account costs a sign-up, a password hash).
     #[arg(long, default_value_t = 1000)]
     devices_per_account: usize,
@@ -115,7 +119,7 @@ struct Options {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let options = Options::parse();
+    let mut options = Options::parse();
     if options.print_header {
         println!("{}", Summary::table_header());
         return Ok(());
@@ -126,7 +130,9 @@ async fn main() -> anyhow::Result<()> {
     let Some(pid) = options.server_pid else {
         bail!("--server-pid is needed");
     };
-    let summary = run(&options, ServerProcess { pid }).await?;
+    let server = ServerProcess { pid };
+    options.devices = fleet_size(&server, options.devices, options.fit)?;
+    let summary = run(&options, server).await?;
     println!("{}", Summary::table_header());
     println!("{}", summary.table_row());
     println!();
@@ -139,7 +145,6 @@ async fn main() -> anyhow::Result<()> {
 
 async fn run(options: &Options, server: ServerProcess) -> anyhow::Result<Summary> {
     let open_files = raise_open_files_limit();
-    check_server_fits(&server, options.devices)?;
     let workers = options
         .workers
         .max(workers_needed(options.devices, open_files));
@@ -229,21 +234,30 @@ fn connections_needed(devices: usize) -> u64 {
     (devices + devices / 6 + 64) as u64
 }
 
-fn check_server_fits(server: &ServerProcess, devices: usize) -> anyhow::Result<()> {
+/// The fleet to run: `requested`, or with `fit` the largest the server can hold when that is
+/// fewer. A fleet that does not fit without `fit` is refused, saying what it needs.
+fn fleet_size(server: &ServerProcess, requested: usize, fit: bool) -> anyhow::Result<usize> {
     let cap = server.connection_cap()?;
-    let needed = connections_needed(devices);
-    if needed > cap {
-        let fits = (0..=devices)
-            .rev()
-            .find(|n| connections_needed(*n) <= cap)
-            .unwrap_or(0);
-        bail!(
-            "{devices} devices need about {needed} connections at the server, which serves {cap} \
-             (TETHER_MAX_CONNECTIONS, at most three quarters of its open-files limit less 256: \
-             give it N × 1.5 + 512 descriptors or more). The largest fleet that fits it: {fits}."
-        );
+    let needed = connections_needed(requested);
+    if needed <= cap {
+        return Ok(requested);
     }
-    Ok(())
+    let fits = (0..=requested)
+        .rev()
+        .find(|n| connections_needed(*n) <= cap)
+        .unwrap_or(0);
+    let why = format!(
+        "{requested} devices need about {needed} connections at the server, which serves {cap} \
+         (TETHER_MAX_CONNECTIONS, at most three quarters of its open-files limit less 256; \
+         {requested} devices need TETHER_MAX_CONNECTIONS ≥ {needed} and an open-files limit \
+         ≥ {}). The largest fleet that fits this server: {fits}.",
+        needed * 4 / 3 + 256
+    );
+    if !fit {
+        bail!("{why}");
+    }
+    eprintln!("{why} Running {fits} (--fit).");
+    Ok(fits)
 }
 
 /// Generator processes for `devices`: each device may hold two connections at once (its
