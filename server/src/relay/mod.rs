@@ -36,6 +36,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -51,7 +52,7 @@ use tether_protocol::files::{FileAnswer, FileOp};
 use tether_protocol::frames::ServerFrame;
 use tether_protocol::jobs::{Evidence, JobEvent};
 use tether_protocol::{AccountId, Code, DecisionId, DeviceId, JobId};
-use tokio::sync::{broadcast, mpsc, oneshot, Notify};
+use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::credentials;
 use crate::devices::device_tokens::DeviceTokens;
@@ -279,42 +280,69 @@ struct RelayEnvelope {
     answer: Answer,
 }
 
-/// The frames waiting for one open stream, at most [`STREAM_BUFFER`], and the wake-up of its
+/// The frames waiting for one open stream, at most [`STREAM_BUFFER`], and the waker of its
 /// reader.
 ///
 /// Every connected device holds one for as long as it is connected, almost always empty: it
 /// costs about a hundred bytes then and allocates only while frames wait. (A tokio channel
-/// allocates a block of 32 frames up front, about 3 KiB per connected device.)
+/// allocates a block of 32 frames up front, about 3 KiB per connected device.) Its reader
+/// polls it ([`EventStream::poll_frame`]), so the stream can be served by the connection's
+/// own task.
 #[derive(Default)]
 struct Mailbox {
     /// A std mutex: it is never held across an await.
-    frames: Mutex<VecDeque<ServerFrame>>,
-    /// Holds a permit when a frame arrived while nobody waited, so none is missed.
-    arrived: Notify,
+    waiting: Mutex<Waiting>,
+}
+
+#[derive(Default)]
+struct Waiting {
+    frames: VecDeque<ServerFrame>,
+    /// The reader that found no frame, woken by the next one.
+    reader: Option<Waker>,
+    /// Set once a frame was dropped because [`STREAM_BUFFER`] frames already waited.
+    dropped: bool,
 }
 
 impl Mailbox {
     /// Queues `frame` unless [`STREAM_BUFFER`] frames already wait; says whether it did.
     fn offer(&self, frame: ServerFrame) -> bool {
-        {
-            let mut frames = self.frames.lock().unwrap_or_else(PoisonError::into_inner);
-            if frames.len() >= STREAM_BUFFER {
+        let reader = {
+            let mut waiting = self.lock();
+            if waiting.frames.len() >= STREAM_BUFFER {
+                waiting.dropped = true;
                 return false;
             }
-            frames.push_back(frame);
+            waiting.frames.push_back(frame);
+            waiting.reader.take()
+        };
+        if let Some(reader) = reader {
+            reader.wake();
         }
-        self.arrived.notify_one();
         true
     }
 
-    /// The oldest waiting frame; an emptied queue gives its memory back.
-    fn take(&self) -> Option<ServerFrame> {
-        let mut frames = self.frames.lock().unwrap_or_else(PoisonError::into_inner);
-        let frame = frames.pop_front();
-        if frames.is_empty() {
-            frames.shrink_to_fit();
+    /// The oldest waiting frame, or the reader is woken by the next; an emptied queue gives
+    /// its memory back.
+    fn poll_take(&self, cx: &mut std::task::Context<'_>) -> Poll<ServerFrame> {
+        let mut waiting = self.lock();
+        let Some(frame) = waiting.frames.pop_front() else {
+            if !waiting
+                .reader
+                .as_ref()
+                .is_some_and(|reader| reader.will_wake(cx.waker()))
+            {
+                waiting.reader = Some(cx.waker().clone());
+            }
+            return Poll::Pending;
+        };
+        if waiting.frames.is_empty() {
+            waiting.frames.shrink_to_fit();
         }
-        frame
+        Poll::Ready(frame)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Waiting> {
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -328,15 +356,22 @@ pub struct EventStream {
 }
 
 impl EventStream {
-    /// The next frame for this stream, in the order they were sent; waits while there is
-    /// none. Cancel-safe: a frame stays queued until this returns it.
+    /// The next frame for this stream, in the order they were sent, or `Pending` (and the
+    /// task woken by the next). A frame stays queued until this returns it.
+    pub fn poll_frame(&self, cx: &mut std::task::Context<'_>) -> Poll<ServerFrame> {
+        self.mailbox.poll_take(cx)
+    }
+
+    /// Whether a frame for this stream may have been lost: one was dropped from its full
+    /// mailbox, or frames come through Redis (published while this replica's subscriber was
+    /// away, they are gone). In process, every frame sent after the stream opened reaches it.
+    pub fn may_have_missed_frames(&self) -> bool {
+        matches!(self.hub.inner.bus, Bus::Redis(_)) || self.mailbox.lock().dropped
+    }
+
+    /// The next frame for this stream; waits while there is none. Cancel-safe.
     pub async fn next_frame(&self) -> ServerFrame {
-        loop {
-            if let Some(frame) = self.mailbox.take() {
-                return frame;
-            }
-            self.mailbox.arrived.notified().await;
-        }
+        std::future::poll_fn(|cx| self.poll_frame(cx)).await
     }
 }
 
