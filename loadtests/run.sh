@@ -16,6 +16,8 @@
 #   jobs/s, one of them killed with SIGKILL under load, and revocation across them;
 # - streaming output: 1,000 running jobs each sending 20 lines/s with 500 browsers watching
 #   job pages (PostgreSQL, one replica), and 200 jobs with 100 watchers on SQLite;
+# - an idle fleet of IDLE_DEVICES (default 100,000) on one replica and the connect storm of all
+#   of them, or the largest fleet the machine's open-files limit fits, extrapolated;
 # - cost per job lifecycle on PostgreSQL at 200 and 1,000 jobs/s: Tether (server + database
 #   CPU ms per job, statements and transactions per job) beside graphile-worker (npm) doing the
 #   same four steps on a fresh database of the same PostgreSQL (loadtests/graphile).
@@ -422,6 +424,22 @@ stream_row --server "$URL" --jobs "${STREAM_LITE[0]}" --watchers "${STREAM_LITE[
   --label "SQLite ${STREAM_LITE[0]} jobs × 20 lines/s, ${STREAM_LITE[1]} watchers"
 kill -9 "$PID"
 
+echo "== an idle fleet on one replica (PostgreSQL) and its connect storm"
+# tether-idle pairs the fleet, then every device connects at once with the agent's backoff and
+# jitter, then a steady window. A fleet past what this machine's open-files limit lets one
+# server hold runs at the largest size that fits (--fit) and is extrapolated per device.
+IDLE_DEVICES=${IDLE_DEVICES:-100000}; [ "$QUICK" = 1 ] && IDLE_DEVICES=2000
+: > "$OUT.idle"
+run_pg "$PGBIN/createdb" -h 127.0.0.1 -p "$PGPORT" -U tether idle
+start_server idle TETHER_DATABASE_URL="postgres://tether@127.0.0.1:$PGPORT/idle" TETHER_HEARTBEAT_SECS=30
+if ! target/release/tether-idle --server "$URL" --server-pid "$PID" --devices "$IDLE_DEVICES" --fit \
+    --label "PostgreSQL, $IDLE_DEVICES asked" >"$OUT.idle" 2>"$WORK/idle.log"; then
+  echo "tether-idle failed: $(grep -m1 '^Error' "$WORK/idle.log")" >> "$OUT.idle"
+fi
+grep -h 'Running\|storm:' "$WORK/idle.log" >> "$OUT.idle" || true
+cat "$OUT.idle"
+kill -9 "$PID"
+
 echo "== two replicas, PostgreSQL + Redis"
 start_redis
 start_server replica-a TETHER_DATABASE_URL="$PGURL" TETHER_REDIS_URL="$REDISURL" TETHER_HEARTBEAT_SECS=30; URL_A=$URL; PID_A=$PID
@@ -461,8 +479,14 @@ row --server "$URL_A" --server "$URL_B" --devices 300 --devices-per-account 10 -
     "$STREAM" --print-header
     cat "$OUT.stream"
   fi
+  if [ -s "$OUT.idle" ]; then
+    echo
+    echo "## An idle fleet on one replica (tether-idle, PostgreSQL)"
+    echo
+    cat "$OUT.idle"
+  fi
 } > "$OUT"
-rm -f "$OUT.rows" "$OUT.notes" "$OUT.wrk"
+rm -f "$OUT.rows" "$OUT.notes" "$OUT.wrk" "$OUT.idle"
 rm -f "$OUT.cost" "$OUT.profile"
 rm -f "$OUT.stream"
 cat "$OUT"

@@ -9,8 +9,9 @@
 //! per few hundred devices, every `presence_flush_ms`.
 //!
 //! A single server also remembers which devices it last counted with an empty queue, so an
-//! idle fleet's heartbeats read nothing at all: jobs are queued only by creation, and the
-//! routes that create one call `queue_changed` before they answer. With several replicas a
+//! idle fleet's heartbeats read nothing at all, and neither does the claim a device makes
+//! after each run when its last claim took the only queued job: jobs are queued only by
+//! creation, and the routes that create one call `queue_changed` before they answer. With several replicas a
 //! job may be created on another one, so there the count is always read. A single server
 //! likewise trusts the report it wrote for an hour rather than a minute: no other replica
 //! writes one behind its back.

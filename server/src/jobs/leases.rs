@@ -35,6 +35,7 @@ use crate::jobs::claim_gates::ClaimGates;
 use crate::jobs::delivery::{self, ReportedDelivery};
 use crate::jobs::live::NewLines;
 use crate::jobs::task_context::{self, EarlierJob};
+use crate::store::job_rows::in_one_call::Claimed;
 use crate::store::job_rows::{self, truncate, EndCause, JobRow, OpenDecisions};
 use crate::store::ledger::{self, LedgerKind};
 use crate::store::{stored_id, InTx, Store, Tx};
@@ -329,9 +330,17 @@ fn heartbeat_answer(
 pub async fn claim(
     store: &Store,
     gates: &ClaimGates,
+    presence: &Presence,
     device: &DeviceIdentity,
     config: &Config,
 ) -> Result<Option<ClaimedJob>, ApiError> {
+    let device_id = device.device_id.as_str();
+    // A device asks again after every run; when its last claim took the only queued job
+    // (and nothing was queued since), there is nothing to read.
+    if presence.queue_known_empty(device_id, store.now()) {
+        return Ok(None);
+    }
+    let generation = presence.queue_generation();
     let lease_token = credentials::new_lease_token()?;
     let lease_until = store.now() + secs(config.lease_secs);
     let claimed = match store.postgres_pool() {
@@ -357,9 +366,12 @@ pub async fn claim(
         }
         None => claim_on_sqlite(store, device, &lease_token, lease_until, config).await?,
     };
-    let Some(job) = claimed else {
+    let Some(Claimed { row: job, drained }) = claimed else {
         return Ok(None);
     };
+    if drained {
+        presence.counted_queue(device_id, 0, generation, store.now());
+    }
     tracing::info!(job_id = %job.id, attempt = job.attempt, "job claimed");
     let (chain, continues) = chain_of(store, &job).await?;
     let spec = job.spec()?;
@@ -383,7 +395,7 @@ async fn claim_on_sqlite(
     lease_token: &LeaseToken,
     lease_until: Millis,
     config: &Config,
-) -> Result<Option<JobRow>, ApiError> {
+) -> Result<Option<Claimed>, ApiError> {
     let limit = config.max_running_per_account;
     let (device_id, account_id) = (&device.device_id, &device.account_id);
     // Claims come with every heartbeat, wake-up and stream connect; most find nothing, and

@@ -127,7 +127,15 @@ async fn claim(
     state: web::Data<AppState>,
     device: DeviceIdentity,
 ) -> Result<HttpResponse, ApiError> {
-    match leases::claim(&state.store, &state.claim_gates, &device, &state.config).await? {
+    match leases::claim(
+        &state.store,
+        &state.claim_gates,
+        &state.presence,
+        &device,
+        &state.config,
+    )
+    .await?
+    {
         Some(job) => {
             state.notices.job_changed(&job.id).await;
             Ok(HttpResponse::Ok()

@@ -24,9 +24,26 @@ use crate::error::ApiError;
 use crate::store::ledger::{self, LedgerKind};
 use crate::store::{Store, Tx};
 
+/// A job a claim took.
+pub(crate) struct Claimed {
+    /// The row as claimed (state `running`, its new attempt).
+    pub row: JobRow,
+    /// Nothing else was queued for the device when it was claimed: its next claim has
+    /// nothing to find unless a job is queued meanwhile.
+    pub drained: bool,
+}
+
+/// The `drained` column: whether the device (`$1`) has no queued job besides the one the
+/// claiming statement names `claimed`.
+fn drained_column(claimed: &str) -> String {
+    format!(
+        "NOT EXISTS (SELECT 1 FROM jobs queued WHERE queued.device_id = $1 \
+         AND queued.state = 'queued' AND queued.id <> {claimed}.id) AS drained"
+    )
+}
+
 /// Claims the device's oldest claimable job if its account runs fewer than `limit`, under
-/// a new lease (`lease_hash`) until `lease_until`. Answers the row as claimed (state
-/// `running`, its new attempt), `None` when nothing was claimed.
+/// a new lease (`lease_hash`) until `lease_until`. `None` when nothing was claimed.
 ///
 /// # Errors
 /// A database error.
@@ -38,9 +55,14 @@ pub(crate) async fn claim(
     lease_hash: &str,
     lease_until: Millis,
     now: Millis,
-) -> Result<Option<JobRow>, ApiError> {
-    let sql = format!("SELECT {JOB_COLUMNS} FROM tether_claim($1, $2, $3, $4, $5, $6)");
-    let row = sqlx::query_as::<_, JobRow>(&sql)
+) -> Result<Option<Claimed>, ApiError> {
+    // The outer statement's snapshot predates the claim, so the claimed job still reads as
+    // queued there: hence `<> claimed.id`.
+    let sql = format!(
+        "SELECT {JOB_COLUMNS}, {} FROM tether_claim($1, $2, $3, $4, $5, $6) claimed",
+        drained_column("claimed")
+    );
+    let found = sqlx::query(&sql)
         .bind(device_id.as_str())
         .bind(account_id.as_str())
         .bind(i64::from(limit))
@@ -49,7 +71,20 @@ pub(crate) async fn claim(
         .bind(now)
         .fetch_optional(pool)
         .await?;
-    Ok(row)
+    found.map(|found| claimed(&found)).transpose()
+}
+
+fn claimed<R>(found: &R) -> Result<Claimed, ApiError>
+where
+    R: sqlx::Row,
+    JobRow: for<'r> sqlx::FromRow<'r, R>,
+    for<'c> &'c str: sqlx::ColumnIndex<R>,
+    bool: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(Claimed {
+        row: <JobRow as sqlx::FromRow<R>>::from_row(found)?,
+        drained: found.try_get("drained")?,
+    })
 }
 
 /// A run the device ended in one statement.
@@ -154,8 +189,8 @@ pub(crate) async fn end(
           FROM job_events e WHERE e.job_id = changed.id)::text AS events_json, \
          (EXISTS (SELECT 1 FROM decisions d WHERE d.job_id = changed.id) \
           OR EXISTS (SELECT 1 FROM evidence v WHERE v.job_id = changed.id) \
-          OR EXISTS (SELECT 1 FROM jobs f WHERE f.continues = changed.id \
-             OR f.rerun_of = changed.id)) AS has_more \
+          OR EXISTS (SELECT 1 FROM jobs f WHERE f.continues = changed.id) \
+          OR EXISTS (SELECT 1 FROM jobs f WHERE f.rerun_of = changed.id)) AS has_more \
          FROM changed",
         ledger::Entry::COLUMNS
     );
@@ -199,7 +234,7 @@ pub(crate) async fn claim_sqlite(
     lease_hash: &str,
     lease_until: Millis,
     now: Millis,
-) -> Result<Option<JobRow>, ApiError> {
+) -> Result<Option<Claimed>, ApiError> {
     let mut tx = store.begin().await?;
     let Tx::Sqlite(conn) = &mut tx else {
         return Ok(None);
@@ -211,7 +246,9 @@ pub(crate) async fn claim_sqlite(
          WHERE id = (SELECT id FROM jobs WHERE {CLAIMABLE} ORDER BY created_at, id LIMIT 1) \
          AND (SELECT COUNT(*) FROM jobs WHERE account_id = $5 \
               AND state IN ('running', 'waiting')) < $6 \
-         RETURNING {JOB_COLUMNS}, event_seq"
+         RETURNING {JOB_COLUMNS}, event_seq, {}",
+        // SQLite's RETURNING sees the updated row by its table's name only.
+        drained_column("jobs")
     );
     let found = sqlx::query(&sql)
         .bind(device_id.as_str())
@@ -225,11 +262,11 @@ pub(crate) async fn claim_sqlite(
     let Some(found) = found else {
         return Ok(None);
     };
-    let row = <JobRow as sqlx::FromRow<_>>::from_row(&found)?;
-    let text = format!("Claimed by the device (attempt {}).", row.attempt);
-    insert_line_sqlite(conn, &row, found.try_get("event_seq")?, now, &text).await?;
+    let claimed = claimed(&found)?;
+    let text = format!("Claimed by the device (attempt {}).", claimed.row.attempt);
+    insert_line_sqlite(conn, &claimed.row, found.try_get("event_seq")?, now, &text).await?;
     tx.commit().await?;
-    Ok(Some(row))
+    Ok(Some(claimed))
 }
 
 /// [`end`] on SQLite, in one short write transaction.
@@ -272,7 +309,8 @@ pub(crate) async fn end_sqlite(
           FROM (SELECT seq, at, kind, text FROM job_events WHERE job_id = $2 ORDER BY seq)), \
          EXISTS (SELECT 1 FROM decisions WHERE job_id = $2) \
           OR EXISTS (SELECT 1 FROM evidence WHERE job_id = $2) \
-          OR EXISTS (SELECT 1 FROM jobs WHERE continues = $2 OR rerun_of = $2)",
+          OR EXISTS (SELECT 1 FROM jobs WHERE continues = $2) \
+          OR EXISTS (SELECT 1 FROM jobs WHERE rerun_of = $2)",
     )
     .bind(&row.account_id)
     .bind(&row.id)
