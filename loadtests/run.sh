@@ -5,6 +5,8 @@
 #   QUICK=1 loadtests/run.sh         smaller fleets, for a first look
 #   ONLY=cost loadtests/run.sh       only the cost-per-job comparison (no ceilings, no wrk);
 #                                    COST_RATES="200" picks its rates (default "200 1000")
+#   ONLY=replicas loadtests/run.sh   the cost rows at 200 jobs/s and the same on two replicas
+#                                    with Redis: the capacity model's check
 #
 # Scenarios, each figure beside a ceiling measured in the same run:
 # - the ceilings: a bare actix-web JSON endpoint (`tether-ceiling`) under the same wrk load as
@@ -64,10 +66,24 @@ pg_window() {
 }
 if [ "${1:-}" = --pg-window ]; then shift; pg_window "$@"; exit; fi
 
+# cpu_window DIR PID… start|settled: each PID's CPU seconds so far (/proc/PID/stat, utime +
+# stime), one per line into DIR/cpu-start or DIR/cpu-settled: the two-replica row's
+# --window-hook, which tether-loadtest runs just before its window and once every job is done.
+cpu_window() {
+  local dir=$1 phase=${*: -1} ticks pid
+  ticks=$(getconf CLK_TCK)
+  for pid in "${@:2:$#-2}"; do
+    # The fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+    sed 's/.*) //' "/proc/$pid/stat" | awk -v ticks="$ticks" '{ print ($12 + $13) / ticks }'
+  done > "$dir/cpu-$phase"
+}
+if [ "${1:-}" = --cpu-window ]; then shift; cpu_window "$@"; exit; fi
+
 OUT=${1:-loadtests/results.md}
 QUICK=${QUICK:-0}
 ONLY=${ONLY:-}
 if [ "$ONLY" = cost ] && [ -z "${1:-}" ]; then OUT=loadtests/results-cost.md; fi
+if [ "$ONLY" = replicas ] && [ -z "${1:-}" ]; then OUT=loadtests/results-replicas.md; fi
 
 cargo build --release -p tether-server -p tether-loadtest --bins
 SERVER=target/release/tether-server
@@ -109,7 +125,7 @@ start_postgres() {
 start_redis() {
   REDISPORT=$(free_port)
   redis-server --port "$REDISPORT" --bind 127.0.0.1 --save '' --appendonly no >/dev/null &
-  PIDS+=($!)
+  REDISPID=$!; PIDS+=("$REDISPID")
   REDISURL="redis://127.0.0.1:$REDISPORT"
   for _ in $(seq 50); do redis-cli -p "$REDISPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 }
@@ -297,6 +313,59 @@ cost_section() {
   done
 }
 
+# replicas_section: the capacity model's check (docs/CAPACITY.md). The Tether cost row's
+# lifecycle at 200 jobs/s, on two replicas of one PostgreSQL with Redis between them: CPU per
+# job of each replica, of Redis and of PostgreSQL, to set beside the one-replica row.
+replicas_section() {
+  echo "== two replicas, the capacity model's check"
+  local db=replicas dir=$WORK/replicas url url_a pid_a
+  mkdir -p "$dir"; fresh_database "$db"; [ -n "${REDISPID:-}" ] || start_redis
+  url="postgres://tether@127.0.0.1:$PGPORT/$db"
+  start_server replicas-a TETHER_DATABASE_URL="$url" TETHER_REDIS_URL="$REDISURL" TETHER_HEARTBEAT_SECS=30
+  url_a=$URL; pid_a=$PID
+  start_server replicas-b TETHER_DATABASE_URL="$url" TETHER_REDIS_URL="$REDISURL" TETHER_HEARTBEAT_SECS=30
+  if "$LOAD" --server "$url_a" --server "$URL" --devices 200 --devices-per-account 10 --rate 200 \
+      --duration "$SECS" --database-pid "$PGPID" \
+      --window-hook "bash loadtests/run.sh --cpu-window $dir $pid_a $PID $REDISPID" \
+      --json --label "2 replicas 200 jobs/s" >"$dir/report.json" 2>"$dir/log"; then
+    python3 - "$dir" <<'PY' | tee -a "$OUT.replicas"
+import json, sys
+folder = sys.argv[1]
+report = json.load(open(f"{folder}/report.json"))
+done = report["succeeded"]
+start, end = ([float(v) for v in open(f"{folder}/cpu-{phase}").read().split()] for phase in ("start", "settled"))
+replica_a, replica_b, redis = ((after - before) * 1000 / done for before, after in zip(start, end))
+database = report["cpuMsPerJob"]["database"]
+claim = report["assignToClaimMs"]
+print(" | ".join([
+    f'| {report["label"]}', f'{done} / {report["jobs"]}',
+    f'{claim["p50"]:.1f} / {claim["p99"]:.1f}',
+    f"{replica_a:.2f} + {replica_b:.2f} = {replica_a + replica_b:.2f}", f"{redis:.2f}",
+    f"{database:.2f}", f"{replica_a + replica_b + redis + database:.2f}",
+    f'{report["lost"]} / {report["rerun"] + report["duplicatedClaims"]}',
+    f'{report["cpuSecs"]["generator"]:.1f} / {report["cpuSecs"]["window"]:.0f} |',
+]))
+PY
+  else
+    echo "| 2 replicas 200 jobs/s | failed: $(grep -m1 '^Error' "$dir/log" | tr '|' '/') |" | tee -a "$OUT.replicas"
+  fi
+  kill -9 "$pid_a" "$PID"
+}
+
+# replicas_results: the two-replica table, for the results file.
+replicas_results() {
+  [ -s "$OUT.replicas" ] || return 0
+  echo
+  echo "## Two replicas, the capacity model's check"
+  echo
+  echo "The Tether row of the cost table's lifecycle at 200 jobs/s, with devices spread over two replicas of one PostgreSQL and Redis between them."
+  echo "CPU from the window's start until every job was done, per job done; compare the sum with the one-replica Tether row above (docs/CAPACITY.md)."
+  echo
+  echo "| run | jobs done / added | add→start ms p50 / p99 | replicas A + B CPU ms/job | Redis ms/job | database ms/job | total ms/job | lost / twice | generator CPU s / window s |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+  cat "$OUT.replicas"
+}
+
 # cost_results: the cost table and its profile, for the results file.
 cost_results() {
   [ -s "$OUT.cost" ] || return 0
@@ -322,17 +391,20 @@ cost_results() {
 
 if [ "$QUICK" = 1 ]; then SECS=10; WRK_SECS=10; GROWTH="100 1000"; LIFECYCLE_SECS=10
 else SECS=20; WRK_SECS=20; GROWTH="100 1000 10000"; LIFECYCLE_SECS=30; fi
-: > "$OUT.cost"; : > "$OUT.profile"
-if [ "$ONLY" = cost ]; then
+: > "$OUT.cost"; : > "$OUT.profile"; : > "$OUT.replicas"
+if [ "$ONLY" = cost ] || [ "$ONLY" = replicas ]; then
   start_postgres
+  if [ "$ONLY" = replicas ]; then COST_RATES=200; fi
   cost_section
+  if [ "$ONLY" = replicas ]; then replicas_section; fi
   {
     echo "# Load test results: cost per job"
     echo
     echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -sr); run on $(date -u +%Y-%m-%d)."
     cost_results
+    replicas_results
   } > "$OUT"
-  rm -f "$OUT.cost" "$OUT.profile"
+  rm -f "$OUT.cost" "$OUT.profile" "$OUT.replicas"
   cat "$OUT"
   exit 0
 fi
@@ -389,6 +461,7 @@ done
 
 # On the private PostgreSQL while nothing else uses it (the replicas below stay up to the end).
 cost_section
+replicas_section
 
 echo "== SQLite: revocation under load"
 start_server revoke
@@ -441,7 +514,7 @@ cat "$OUT.idle"
 kill -9 "$PID"
 
 echo "== two replicas, PostgreSQL + Redis"
-start_redis
+[ -n "${REDISPID:-}" ] || start_redis
 start_server replica-a TETHER_DATABASE_URL="$PGURL" TETHER_REDIS_URL="$REDISURL" TETHER_HEARTBEAT_SECS=30; URL_A=$URL; PID_A=$PID
 start_server replica-b TETHER_DATABASE_URL="$PGURL" TETHER_REDIS_URL="$REDISURL" TETHER_HEARTBEAT_SECS=30; URL_B=$URL; PID_B=$PID
 row --server "$URL_A" --server "$URL_B" --devices 200 --devices-per-account 10 --rate 200 --duration "$SECS" --label "2 replicas 200 jobs/s"
@@ -472,6 +545,7 @@ row --server "$URL_A" --server "$URL_B" --devices 300 --devices-per-account 10 -
   cat "$OUT.rows"
   if [ -s "$OUT.notes" ]; then echo; cat "$OUT.notes"; fi
   cost_results
+  replicas_results
   if [ -s "$OUT.stream" ]; then
     echo
     echo "## Streaming output (tether-stream, ${STREAM_SECS} s of sending)"
@@ -487,6 +561,6 @@ row --server "$URL_A" --server "$URL_B" --devices 300 --devices-per-account 10 -
   fi
 } > "$OUT"
 rm -f "$OUT.rows" "$OUT.notes" "$OUT.wrk" "$OUT.idle"
-rm -f "$OUT.cost" "$OUT.profile"
+rm -f "$OUT.cost" "$OUT.profile" "$OUT.replicas"
 rm -f "$OUT.stream"
 cat "$OUT"
