@@ -506,10 +506,11 @@ IDLE_DEVICES=${IDLE_DEVICES:-100000}; [ "$QUICK" = 1 ] && IDLE_DEVICES=2000
 run_pg "$PGBIN/createdb" -h 127.0.0.1 -p "$PGPORT" -U tether idle
 start_server idle TETHER_DATABASE_URL="postgres://tether@127.0.0.1:$PGPORT/idle" TETHER_HEARTBEAT_SECS=30
 if ! target/release/tether-idle --server "$URL" --server-pid "$PID" --devices "$IDLE_DEVICES" --fit \
-    --label "PostgreSQL, $IDLE_DEVICES asked" >"$OUT.idle" 2>"$WORK/idle.log"; then
-  echo "tether-idle failed: $(grep -m1 '^Error' "$WORK/idle.log")" >> "$OUT.idle"
+    --label "PostgreSQL, $IDLE_DEVICES asked" >"$OUT.idle" 2>"$WORK/idle-run.log"; then
+  echo "tether-idle failed: $(grep -m1 '^Error' "$WORK/idle-run.log")" >> "$OUT.idle"
 fi
-grep -h 'Running\|storm:' "$WORK/idle.log" >> "$OUT.idle" || true
+# What it ran (--fit) and where the storm stood when it last said.
+{ grep -h 'Running' "$WORK/idle-run.log"; grep 'storm:' "$WORK/idle-run.log" | tail -1; } >> "$OUT.idle" || true
 cat "$OUT.idle"
 kill -9 "$PID"
 
