@@ -11,10 +11,10 @@
 //! A single server also remembers which devices it last counted with an empty queue, so an
 //! idle fleet's heartbeats read nothing at all, and neither does the claim a device makes
 //! after each run when its last claim took the only queued job: jobs are queued only by
-//! creation, and the routes that create one call `queue_changed` before they answer. With several replicas a
-//! job may be created on another one, so there the count is always read. A single server
-//! likewise trusts the report it wrote for an hour rather than a minute: no other replica
-//! writes one behind its back.
+//! creation, and the routes that create one call `queue_changed` before they answer. With
+//! several replicas a job may be created on another one, so there the count is always read.
+//! A single server likewise trusts the report it wrote for an hour rather than a minute: no
+//! other replica writes one behind its back.
 //!
 //! **Invariant:** a contact time reaches the database at most one flush interval late, which
 //! is far inside the online window; losing a replica loses at most that interval of contact

@@ -36,6 +36,43 @@ both_backends! {
         assert_eq!(queued(device.heartbeat(&[]).await.json().await.unwrap()), Some(1));
     }
 
+    async fn a_claim_after_the_last_queued_job_finds_each_job_queued_after_it(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let device = app.device(&ann, "install-1").await;
+        let done = json!({ "outcome": "succeeded", "summary": "ok" });
+        // Claims the next job, checks it is `expected` and ends it (the run limit stays free).
+        let claim_and_end = |expected: String| {
+            let (device, done) = (&device, &done);
+            async move {
+                let claimed = device.claim_job().await;
+                assert_eq!(claimed.id.as_str(), expected);
+                let lease = claimed.lease_token.expose();
+                let res = device.complete(&expected, lease, done).await;
+                assert_eq!(res.status(), StatusCode::OK);
+            }
+        };
+        let first = ann.create_job(&device.device_id).await;
+        claim_and_end(first.id.to_string()).await;
+        // That claim took the only queued job: the next finds nothing (answered from the
+        // server's memory), until another is queued.
+        assert_eq!(device.claim().await.status(), StatusCode::NO_CONTENT);
+        let second = ann.create_job(&device.device_id).await;
+        claim_and_end(second.id.to_string()).await;
+        // Two queued at once: the first claim leaves one behind, so the next reads it.
+        let third = ann.create_job(&device.device_id).await;
+        let fourth = ann.create_job(&device.device_id).await;
+        claim_and_end(third.id.to_string()).await;
+        claim_and_end(fourth.id.to_string()).await;
+        assert_eq!(device.claim().await.status(), StatusCode::NO_CONTENT);
+        // A re-run is queued as well.
+        let res = ann.post_empty(&format!("/api/jobs/{}/rerun", first.id)).await;
+        assert_eq!(res.status(), StatusCode::CREATED);
+        let rerun: Value = res.json().await.unwrap();
+        claim_and_end(rerun["id"].as_str().unwrap().to_owned()).await;
+        assert_eq!(device.claim().await.status(), StatusCode::NO_CONTENT);
+    }
+
     async fn heartbeat_claim_progress_complete(backend) {
         let app = spawn_app(backend).await;
         let ann = app.user("ann@example.com").await;
