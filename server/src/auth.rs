@@ -174,7 +174,7 @@ async fn caller_from_request(req: &HttpRequest) -> Result<Caller, ApiError> {
         if !token.starts_with(USER_TOKEN_PREFIX) {
             return Err(unauthorized());
         }
-        let resolved = api_tokens::authenticate(&state.store, &token)
+        let resolved = api_tokens::authenticate(&state.store, state.hub.api_tokens(), &token)
             .await?
             .ok_or_else(unauthorized)?;
         return Ok(caller(resolved, Via::ApiToken));

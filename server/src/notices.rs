@@ -15,7 +15,7 @@
 use tether_protocol::decisions::DecisionChange;
 use tether_protocol::frames::ServerFrame;
 use tether_protocol::jobs::{Job, JobState};
-use tether_protocol::{AccountId, DecisionId, DeviceId, JobId, SpaceId};
+use tether_protocol::{AccountId, DecisionId, DeviceId, JobId, SpaceId, UserId};
 
 use crate::clock::Millis;
 use crate::devices::presence::Presence;
@@ -161,6 +161,12 @@ impl Notices {
     /// A computer was paired again: its old token ends on every replica.
     pub async fn device_paired_again(&self, device_id: &DeviceId) {
         self.hub.forget_device_token(device_id).await;
+    }
+
+    /// One of the user's API tokens was revoked, or all of them with a password change: every
+    /// replica forgets the user's tokens, so the next request with one reads it again.
+    pub async fn api_tokens_changed(&self, user_id: &UserId) {
+        self.hub.forget_api_tokens(user_id).await;
     }
 
     /// Sessions of the account ended (signed out elsewhere, one ended, a password change):

@@ -2,10 +2,15 @@
 //! listed without their secret, revoked one by one.
 //!
 //! A token is stored as its SHA-256 (compared in constant time) and shown once. Its last use
-//! is written at most once per [`LAST_USED_EVERY_SECS`] per token, so a script's requests do
-//! not each cost a write. Tokens are independent of browser sessions: signing out ends the
+//! is written at most once per [`LAST_USED_EVERY_SECS`] per token, and a token checked
+//! recently is believed from the replica's memory ([`ApiTokenMemory`], which forgets a
+//! user's tokens when one is revoked or the password changes), so a script's requests do
+//! not each cost a read or a write. Tokens are independent of browser sessions: signing out ends the
 //! session, not the tokens; a password change revokes them all unless its person keeps them
 //! ([`revoke_all_in`]).
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use tether_protocol::auth::{ApiToken, CreatedToken, Me, NewTokenParams, MAX_TOKEN_DAYS};
@@ -17,6 +22,7 @@ use crate::clock::{secs, to_time, Millis};
 use crate::credentials;
 use crate::error::ApiError;
 use crate::store::{on_read, on_tx, stored_id, Store, Tx};
+use crate::token_memory::{Remembered, TokenMemory};
 
 /// A token's last use is written at most this often.
 pub const LAST_USED_EVERY_SECS: u64 = 60;
@@ -159,39 +165,95 @@ pub(crate) async fn revoke_all_in(
     Ok(revoked)
 }
 
-/// The caller behind an API token, if it exists and has not expired; notes its use.
+/// An API token this replica checked, as [`TokenMemory`] keeps it: whom it signs in, until
+/// when, and when its use was last written.
+#[derive(Clone)]
+pub struct KnownApiToken {
+    resolved: Resolved,
+    token_id: String,
+    expires_at: Option<Millis>,
+    /// Shared by every copy handed out, so a script's requests write one use a minute.
+    last_noted: Arc<AtomicI64>,
+}
+
+impl Remembered for KnownApiToken {
+    /// A password change ends all of a user's tokens, so they are kept under the user.
+    fn owner(&self) -> &str {
+        self.resolved.me.user.id.as_str()
+    }
+}
+
+/// The API tokens a replica checked recently.
+pub type ApiTokenMemory = TokenMemory<KnownApiToken>;
+
+/// The caller behind an API token, if it exists and has not expired; notes its use. A token
+/// checked recently is answered from `memory`.
 ///
 /// # Errors
 /// A database error.
-pub async fn authenticate(store: &Store, token: &str) -> Result<Option<Resolved>, ApiError> {
+pub async fn authenticate(
+    store: &Store,
+    memory: &ApiTokenMemory,
+    token: &str,
+) -> Result<Option<Resolved>, ApiError> {
     let token_hash = credentials::hash_token(token);
     let now = store.now();
+    let known = match memory.get(&token_hash) {
+        Some(known) => known,
+        None => {
+            let generation = memory.generation();
+            let Some(known) = read_token(store, &token_hash, now).await? else {
+                return Ok(None);
+            };
+            memory.remember(token_hash, known.clone(), generation);
+            known
+        }
+    };
+    if known.expires_at.is_some_and(|at| at <= now) {
+        return Ok(None);
+    }
+    let last = known.last_noted.load(Ordering::Relaxed);
+    if now - last >= secs(LAST_USED_EVERY_SECS)
+        && known
+            .last_noted
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        note_use(store, &known.token_id, now).await;
+    }
+    Ok(Some(known.resolved))
+}
+
+async fn read_token(
+    store: &Store,
+    token_hash: &str,
+    now: Millis,
+) -> Result<Option<KnownApiToken>, ApiError> {
     let sql = format!(
         "SELECT {CALLER_COLUMNS}, t.token_hash AS token_hash, NULL AS csrf_token, \
-         t.id AS token_id, t.last_used_at AS last_used_at \
+         t.id AS token_id, t.last_used_at AS last_used_at, t.expires_at AS expires_at \
          FROM api_tokens t JOIN users u ON u.id = t.user_id JOIN accounts a ON a.id = u.account_id \
          WHERE t.token_hash = $1 AND (t.expires_at IS NULL OR t.expires_at > $2)"
     );
     let row = on_read!(store, |pool| sqlx::query_as::<_, AuthRow>(&sql)
-        .bind(&token_hash)
+        .bind(token_hash)
         .bind(now)
         .fetch_optional(pool)
         .await)?;
     let Some(row) =
-        row.filter(|row| credentials::hashes_match(&row.caller.token_hash, &token_hash))
+        row.filter(|row| credentials::hashes_match(&row.caller.token_hash, token_hash))
     else {
         return Ok(None);
     };
-    if row
-        .last_used_at
-        .is_none_or(|at| now - at >= secs(LAST_USED_EVERY_SECS))
-    {
-        note_use(store, &row.token_id, now).await;
-    }
     let resolved = row.caller.into_resolved()?;
-    Ok(Some(Resolved {
-        csrf_token: None,
-        ..resolved
+    Ok(Some(KnownApiToken {
+        resolved: Resolved {
+            csrf_token: None,
+            ..resolved
+        },
+        token_id: row.token_id,
+        expires_at: row.expires_at,
+        last_noted: Arc::new(AtomicI64::new(row.last_used_at.unwrap_or(0))),
     }))
 }
 
@@ -224,6 +286,7 @@ struct AuthRow {
     caller: CallerRow,
     token_id: String,
     last_used_at: Option<Millis>,
+    expires_at: Option<Millis>,
 }
 
 #[derive(sqlx::FromRow)]

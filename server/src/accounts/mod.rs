@@ -39,6 +39,7 @@ pub struct NewSession {
 }
 
 /// Who is calling, as resolved from a session or an API token.
+#[derive(Clone)]
 pub struct Resolved {
     pub me: Me,
     /// Present for sessions only: the token cookie-authenticated changes must echo.

@@ -1,4 +1,4 @@
-//! The devices wing: paired computers (here), their tokens (`device_tokens`), pairing
+//! The devices wing: paired computers (here, with the memory of their tokens), pairing
 //! (`pairing`), when each was last heard from (`presence`) and the sealed-secret relay
 //! (`secrets`).
 //!
@@ -11,7 +11,6 @@
 //!
 //! **Invariant:** a device of another account is `not_found`, never `forbidden`.
 
-pub mod device_tokens;
 pub mod pairing;
 pub mod presence;
 pub mod secrets;
@@ -29,6 +28,7 @@ use crate::error::ApiError;
 use crate::store::job_rows;
 use crate::store::ledger::{self, LedgerKind};
 use crate::store::{on_read, on_reads, on_tx, stored_id, ReadSource, Store, Tx};
+use crate::token_memory::{Remembered, TokenMemory};
 
 /// A paired device that proved who it is (its token resolved, not revoked). Every domain
 /// function a device calls takes one, so none can act for a device it has not authenticated.
@@ -38,6 +38,15 @@ pub struct DeviceIdentity {
     pub account_id: AccountId,
     pub name: String,
 }
+
+impl Remembered for DeviceIdentity {
+    fn owner(&self) -> &str {
+        self.device_id.as_str()
+    }
+}
+
+/// The device tokens a replica checked recently.
+pub type DeviceTokens = TokenMemory<DeviceIdentity>;
 
 /// A checked new name for a device: trimmed, 1 to 100 characters, no control characters.
 #[derive(Debug, Clone, PartialEq, Eq)]

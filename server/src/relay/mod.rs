@@ -15,8 +15,8 @@
 //!   channel. A relayed request is a `SET tether:relay:{id} … NX EX` naming the device and
 //!   the waiting replica; the answer, posted to any replica, takes the key with `GETDEL` and
 //!   is published to the waiting replica's channel. Every replica also subscribes to
-//!   `tether:tokens`, where a replica that ended a device's token names the device, so all
-//!   of them forget it (see `device_tokens`).
+//!   `tether:tokens`, where a replica that ended a token names its owner (a device, or the
+//!   user whose API tokens changed), so all of them forget it (see `token_memory`).
 //!
 //! An owner's request about a held evidence file (`evidence.request`) is relayed the same
 //! way under its single-use upload id: the ticket also binds the account, job, evidence id
@@ -51,11 +51,12 @@ use tether_protocol::evidence::{EvidenceAction, PreviewReady};
 use tether_protocol::files::{FileAnswer, FileOp};
 use tether_protocol::frames::ServerFrame;
 use tether_protocol::jobs::{Evidence, JobEvent};
-use tether_protocol::{AccountId, Code, DecisionId, DeviceId, JobId};
+use tether_protocol::{AccountId, Code, DecisionId, DeviceId, JobId, UserId};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::credentials;
-use crate::devices::device_tokens::DeviceTokens;
+use crate::accounts::api_tokens::ApiTokenMemory;
+use crate::devices::DeviceTokens;
 use crate::error::ApiError;
 use crate::store::job_rows;
 use crate::store::Store;
@@ -88,8 +89,8 @@ struct Inner {
     /// across an await.
     local: Mutex<Local>,
     bus: Bus,
-    /// The device tokens this replica checked recently.
-    tokens: DeviceTokens,
+    /// The tokens this replica checked recently.
+    tokens: Tokens,
 }
 
 #[derive(Default)]
@@ -457,7 +458,7 @@ impl Hub {
 
     fn with_bus(bus: Bus) -> Hub {
         // With Redis the memory is trusted once the subscriber hears the other replicas.
-        let tokens = DeviceTokens::new(matches!(bus, Bus::InProcess));
+        let tokens = Tokens::new(matches!(bus, Bus::InProcess));
         Hub {
             inner: Arc::new(Inner {
                 replica: credentials::random_token(""),
@@ -470,23 +471,34 @@ impl Hub {
 
     /// The device tokens this replica checked recently.
     pub fn device_tokens(&self) -> &DeviceTokens {
-        &self.inner.tokens
+        &self.inner.tokens.devices
+    }
+
+    /// The API tokens this replica checked recently.
+    pub fn api_tokens(&self) -> &ApiTokenMemory {
+        &self.inner.tokens.api
     }
 
     /// Forgets `device_id`'s token on every replica (it was revoked, removed or paired
     /// again); on this one before it returns.
     pub async fn forget_device_token(&self, device_id: &DeviceId) {
-        self.inner.tokens.forget(device_id.as_str());
+        self.forget_tokens_of(device_id.as_str()).await;
+    }
+
+    /// Forgets `user_id`'s API tokens on every replica (one was revoked, or the password
+    /// changed); on this one before it returns.
+    pub async fn forget_api_tokens(&self, user_id: &UserId) {
+        self.forget_tokens_of(user_id.as_str()).await;
+    }
+
+    async fn forget_tokens_of(&self, owner: &str) {
+        self.inner.tokens.forget(owner);
         if let Bus::Redis(bus) = &self.inner.bus {
             let published = bus
-                .query::<i64>(
-                    redis::cmd("PUBLISH")
-                        .arg(tokens_channel())
-                        .arg(device_id.as_str()),
-                )
+                .query::<i64>(redis::cmd("PUBLISH").arg(tokens_channel()).arg(owner))
                 .await;
             if let Err(error) = published {
-                tracing::warn!(device_id = %device_id, %error, "token change not published");
+                tracing::warn!(owner, %error, "token change not published");
             }
         }
     }
@@ -1331,7 +1343,7 @@ impl Hub {
             self.deliver_to_pipe(pipe, payload);
         } else if name == "tokens" {
             match std::str::from_utf8(payload) {
-                Ok(device_id) => self.inner.tokens.forget(device_id),
+                Ok(owner) => self.inner.tokens.forget(owner),
                 // Cannot tell whose token ended: forget them all.
                 Err(_) => self.inner.tokens.set_trusted(true),
             }
@@ -1440,6 +1452,32 @@ fn job_channel(job_id: &str) -> String {
 /// The Redis channel of pipe `name` ([`Hub::open_pipe`]).
 fn pipe_channel(name: &str) -> String {
     format!("{KEY_PREFIX}pipe:{name}")
+}
+
+/// Both memories of checked tokens; owners (device and user ids) never collide, so a forget
+/// is applied to both.
+struct Tokens {
+    devices: DeviceTokens,
+    api: ApiTokenMemory,
+}
+
+impl Tokens {
+    fn new(trusted: bool) -> Tokens {
+        Tokens {
+            devices: DeviceTokens::new(trusted),
+            api: ApiTokenMemory::new(trusted),
+        }
+    }
+
+    fn forget(&self, owner: &str) {
+        self.devices.forget(owner);
+        self.api.forget(owner);
+    }
+
+    fn set_trusted(&self, trusted: bool) {
+        self.devices.set_trusted(trusted);
+        self.api.set_trusted(trusted);
+    }
 }
 
 fn tokens_channel() -> String {

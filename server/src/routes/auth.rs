@@ -160,6 +160,7 @@ async fn change_password(
     };
     password_change::change_password(&state.store, &state.passwords, &me, &keep, change).await?;
     state.notices.sessions_ended(&me.account.id).await;
+    state.notices.api_tokens_changed(&me.user.id).await;
     Ok(HttpResponse::NoContent().finish())
 }
 

@@ -75,5 +75,6 @@ async fn revoke(
     token_id: web::Path<TokenId>,
 ) -> Result<HttpResponse, ApiError> {
     api_tokens::revoke(&state.store, &caller.account.id, &caller.user.id, &token_id).await?;
+    state.notices.api_tokens_changed(&caller.user.id).await;
     Ok(HttpResponse::NoContent().finish())
 }

@@ -128,11 +128,46 @@ async fn sessions_end_at_once_on_every_replica() {
     assert_eq!(on_b.get("/api/me").await.status(), StatusCode::OK);
 }
 
+/// A replica believes an API token it checked recently without reading it again; one
+/// revoked, or all of them ended by a password change, on another replica is refused at once.
+#[tokio::test]
+async fn api_tokens_end_at_once_on_every_replica() {
+    let Some(redis_url) = redis::url() else {
+        return;
+    };
+    let Some(backend) = Backend::postgres() else {
+        return;
+    };
+    let a = spawn_app_with(backend, |config| config.redis_url = Some(redis_url)).await;
+    let b = a.another().await;
+    let (first, _) = two_sessions(&a).await;
+    let res = first.post("/api/tokens", &json!({ "name": "revoked" })).await;
+    let created: Value = res.json().await.unwrap();
+    let (revoked_id, revoked) = (created["id"].as_str().unwrap(), created["token"].as_str().unwrap());
+    let by_password = make_token(&first).await;
+    for token in [revoked, &by_password] {
+        // Twice each, so B answers the second from its memory.
+        assert_eq!(me_with_token(&b, token).await, StatusCode::OK);
+        assert_eq!(me_with_token(&b, token).await, StatusCode::OK);
+    }
+    let res = first.delete(&format!("/api/tokens/{revoked_id}")).await;
+    assert_eq!(res.status(), StatusCode::NO_CONTENT);
+    assert_eq!(me_with_token(&b, revoked).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(me_with_token(&b, &by_password).await, StatusCode::OK, "only the revoked one");
+
+    let res = change(&first, PASSWORD, "purple walrus umbrella", None).await;
+    assert_eq!(res.status(), StatusCode::NO_CONTENT);
+    assert_eq!(me_with_token(&b, &by_password).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(me_with_token(&a, &by_password).await, StatusCode::UNAUTHORIZED);
+}
+
 both_backends! {
     async fn changing_the_password_ends_other_sessions_and_tokens_but_not_this_one(backend) {
         let app = spawn_app(backend).await;
         let (first, second) = two_sessions(&app).await;
         let token = make_token(&first).await;
+        // Used, so this replica remembers it.
+        assert_eq!(me_with_token(&app, &token).await, StatusCode::OK);
 
         let res = change(&first, PASSWORD, "purple walrus umbrella", None).await;
         assert_eq!(res.status(), StatusCode::NO_CONTENT);
