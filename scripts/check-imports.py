@@ -30,7 +30,7 @@ CRATES = ["shared-protocol", "seal", "server", "device-agent", "loadtests"]
 WING_ORDER = {
     "server": [
         # the ground: time, the error body, tokens, logs, the operator's settings
-        "clock", "error", "credentials", "token_memory", "telemetry", "proxies", "rate_limits", "config",
+        "clock", "error", "credentials", "replica_memory", "telemetry", "proxies", "rate_limits", "config",
         # tables
         "store",
         # the domain

@@ -42,7 +42,7 @@ pub mod state;
 pub mod store;
 pub mod sweeper;
 pub mod telemetry;
-pub mod token_memory;
+pub mod replica_memory;
 
 pub use clock::Clock;
 pub use config::Config;

@@ -91,7 +91,7 @@ impl Notices {
     /// concurrent-run limit, so held-back claims may go now.
     pub async fn run_ended(&self, account_id: &AccountId, job: &Job, ended: RunEnd) {
         if ended.first_end {
-            self.push.job_ended(&job.id, job.state);
+            self.push.job_ended(&job.id, account_id, job.state);
             self.job_changed(&job.id).await;
         }
         if !job.decisions.is_empty() {
@@ -167,6 +167,12 @@ impl Notices {
     /// replica forgets the user's tokens, so the next request with one reads it again.
     pub async fn api_tokens_changed(&self, user_id: &UserId) {
         self.hub.forget_api_tokens(user_id).await;
+    }
+
+    /// A browser of the account subscribed to push notifications, or changed which it wants:
+    /// no replica may go on believing the account wants no ended jobs told.
+    pub async fn push_subscribed(&self, account_id: &AccountId) {
+        self.hub.forget_quiet_account(account_id).await;
     }
 
     /// Sessions of the account ended (signed out elsewhere, one ended, a password change):

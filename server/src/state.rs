@@ -55,7 +55,7 @@ impl AppState {
         Blobs::new(&config.data_dir).remove_stale_temporaries();
         let hub = Hub::connect(config.redis_url.as_deref()).await?;
         let metrics = Metrics::new();
-        let push = Push::new(&config, metrics.clone())?;
+        let push = Push::new(&config, metrics.clone(), hub.quiet_accounts().clone())?;
         let presence = Presence::new(config.redis_url.is_none());
         let notices = Notices::new(
             store.clone(),

@@ -3,7 +3,7 @@
 //!
 //! A token is stored as its SHA-256 (compared in constant time) and shown once. Its last use
 //! is written at most once per [`LAST_USED_EVERY_SECS`] per token, and a token checked
-//! recently is believed from the replica's memory ([`ApiTokenMemory`], which forgets a
+//! recently is believed from the replica's memory ([`ApiTokens`], which forgets a
 //! user's tokens when one is revoked or the password changes), so a script's requests do
 //! not each cost a read or a write. Tokens are independent of browser sessions: signing out ends the
 //! session, not the tokens; a password change revokes them all unless its person keeps them
@@ -22,7 +22,7 @@ use crate::clock::{secs, to_time, Millis};
 use crate::credentials;
 use crate::error::ApiError;
 use crate::store::{on_read, on_tx, stored_id, Store, Tx};
-use crate::token_memory::{Remembered, TokenMemory};
+use crate::replica_memory::{Remembered, ReplicaMemory};
 
 /// A token's last use is written at most this often.
 pub const LAST_USED_EVERY_SECS: u64 = 60;
@@ -165,7 +165,7 @@ pub(crate) async fn revoke_all_in(
     Ok(revoked)
 }
 
-/// An API token this replica checked, as [`TokenMemory`] keeps it: whom it signs in, until
+/// An API token this replica checked, as [`ReplicaMemory`] keeps it: whom it signs in, until
 /// when, and when its use was last written.
 #[derive(Clone)]
 pub struct KnownApiToken {
@@ -184,7 +184,7 @@ impl Remembered for KnownApiToken {
 }
 
 /// The API tokens a replica checked recently.
-pub type ApiTokenMemory = TokenMemory<KnownApiToken>;
+pub type ApiTokens = ReplicaMemory<KnownApiToken>;
 
 /// The caller behind an API token, if it exists and has not expired; notes its use. A token
 /// checked recently is answered from `memory`.
@@ -193,7 +193,7 @@ pub type ApiTokenMemory = TokenMemory<KnownApiToken>;
 /// A database error.
 pub async fn authenticate(
     store: &Store,
-    memory: &ApiTokenMemory,
+    memory: &ApiTokens,
     token: &str,
 ) -> Result<Option<Resolved>, ApiError> {
     let token_hash = credentials::hash_token(token);

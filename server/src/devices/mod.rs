@@ -28,7 +28,7 @@ use crate::error::ApiError;
 use crate::store::job_rows;
 use crate::store::ledger::{self, LedgerKind};
 use crate::store::{on_read, on_reads, on_tx, stored_id, ReadSource, Store, Tx};
-use crate::token_memory::{Remembered, TokenMemory};
+use crate::replica_memory::{Remembered, ReplicaMemory};
 
 /// A paired device that proved who it is (its token resolved, not revoked). Every domain
 /// function a device calls takes one, so none can act for a device it has not authenticated.
@@ -46,7 +46,7 @@ impl Remembered for DeviceIdentity {
 }
 
 /// The device tokens a replica checked recently.
-pub type DeviceTokens = TokenMemory<DeviceIdentity>;
+pub type DeviceTokens = ReplicaMemory<DeviceIdentity>;
 
 /// A checked new name for a device: trimmed, 1 to 100 characters, no control characters.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,6 +15,7 @@ use tether_protocol::{AccountId, DecisionId, DeviceId, JobId};
 
 use crate::clock::Millis;
 use crate::error::ApiError;
+use crate::relay::QuietAccounts;
 use crate::store::{on_read, stored_id, Store};
 
 /// Longest computer name in a message, in characters.
@@ -65,10 +66,14 @@ pub struct Outgoing {
 ///
 /// # Errors
 /// A database error.
-pub async fn compose(store: &Store, notice: &Notice) -> Result<Option<Outgoing>, ApiError> {
+pub async fn compose(
+    store: &Store,
+    quiet: &QuietAccounts,
+    notice: &Notice,
+) -> Result<Option<Outgoing>, ApiError> {
     match notice {
         Notice::DecisionAsked(id) => decision(store, id).await,
-        Notice::JobEnded(id) => job_ended(store, id).await,
+        Notice::JobEnded(id) => job_ended(store, quiet, id).await,
         Notice::DeviceOffline(id) => device_offline(store, id).await,
     }
 }
@@ -117,7 +122,11 @@ async fn decision(store: &Store, id: &DecisionId) -> Result<Option<Outgoing>, Ap
     }))
 }
 
-async fn job_ended(store: &Store, id: &JobId) -> Result<Option<Outgoing>, ApiError> {
+async fn job_ended(
+    store: &Store,
+    quiet: &QuietAccounts,
+    id: &JobId,
+) -> Result<Option<Outgoing>, ApiError> {
     type Row = (
         String,
         String,
@@ -125,22 +134,30 @@ async fn job_ended(store: &Store, id: &JobId) -> Result<Option<Outgoing>, ApiErr
         Option<String>,
         String,
         Option<String>,
+        bool,
     );
+    let generation = quiet.generation();
     let row = on_read!(store, |pool| {
         sqlx::query_as::<_, Row>(
-        // Most accounts have no browser that wants ends told: then there is nothing to
-        // compose and no subscription to read.
-        "SELECT j.account_id, j.title, j.state, j.end_cause, v.name, j.outcome_json FROM jobs j \
-         JOIN devices v ON v.id = j.device_id WHERE j.id = $1 AND EXISTS (SELECT 1 \
-         FROM push_subscriptions s WHERE s.account_id = j.account_id AND s.wants_job_ended = 1)"
+        "SELECT j.account_id, j.title, j.state, j.end_cause, v.name, j.outcome_json, EXISTS \
+         (SELECT 1 FROM push_subscriptions s WHERE s.account_id = j.account_id \
+         AND s.wants_job_ended = 1) AS wanted FROM jobs j \
+         JOIN devices v ON v.id = j.device_id WHERE j.id = $1"
     )
     .bind(id.as_str())
     .fetch_optional(pool)
     .await
     })?;
-    let Some((account_id, title, state, end_cause, computer, outcome)) = row else {
+    let Some((account_id, title, state, end_cause, computer, outcome, wanted)) = row else {
         return Ok(None);
     };
+    if !wanted {
+        // Most accounts have no browser that wants ends told: their next ends are not
+        // queued until one subscribes.
+        let account: AccountId = stored_id(account_id.clone())?;
+        quiet.remember(account_id, account, generation);
+        return Ok(None);
+    }
     let Some(state) = JobState::parse(&state).filter(|state| worth_telling(*state)) else {
         return Ok(None);
     };

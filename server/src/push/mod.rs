@@ -3,7 +3,8 @@
 //! After a change commits, the code that made it puts a [`Notice`] (ids only) on this
 //! replica's bounded queue ([`Push::decision_asked`], [`Push::job_ended`], the sweeper's
 //! [`Push::tell_outages`]); that never waits and never fails. [`Push::run`] takes notices
-//! one by one, composes the message from the database (`messages`), reads the account's
+//! one by one, composes the message from the database (`messages`; an account found with no browser that
+//! wants ended jobs is remembered as quiet, and its ends are not even queued), reads the account's
 //! subscriptions that want its kind (`subscriptions`) and hands each send to a task, at most
 //! [`SENDS_AT_ONCE`] at a time (`sender`: `encrypt`ed per RFC 8291, signed with the
 //! server's `vapid` key). A slow or silent push service therefore holds up only other
@@ -21,12 +22,13 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 use tether_protocol::jobs::JobState;
-use tether_protocol::{DecisionId, DeviceId, JobId};
+use tether_protocol::{AccountId, DecisionId, DeviceId, JobId};
 
 use crate::clock::{secs, Millis};
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::relay::QuietAccounts;
 use crate::store::Store;
 
 pub mod encrypt;
@@ -59,6 +61,8 @@ struct Inner {
     queue: Queue<Notice>,
     sender: Sender,
     metrics: Metrics,
+    /// Accounts found with no browser that wants to hear of ended jobs (the hub's).
+    quiet: QuietAccounts,
 }
 
 impl Push {
@@ -67,7 +71,7 @@ impl Push {
     /// # Errors
     /// A configured VAPID key that does not parse, a key file that cannot be read or
     /// written, or no TLS roots for the client.
-    pub fn new(config: &Config, metrics: Metrics) -> anyhow::Result<Push> {
+    pub fn new(config: &Config, metrics: Metrics, quiet: QuietAccounts) -> anyhow::Result<Push> {
         let vapid = vapid::VapidKey::load(config.vapid_private_key.as_deref(), &config.data_dir)?;
         if config.vapid_private_key.is_none() && config.redis_url.is_some() {
             tracing::warn!(
@@ -87,6 +91,7 @@ impl Push {
                 queue: Queue::new(QUEUE_CAPACITY),
                 sender,
                 metrics,
+                quiet,
             }),
         })
     }
@@ -101,9 +106,10 @@ impl Push {
         self.put(Notice::DecisionAsked(decision_id.clone()));
     }
 
-    /// A job ended `state` (call after the end committed). Cancels are not told.
-    pub fn job_ended(&self, job_id: &JobId, state: JobState) {
-        if state != JobState::Cancelled {
+    /// A job of `account_id` ended `state` (call after the end committed). Cancels are not
+    /// told, nor ends of an account known to have no browser that wants them.
+    pub fn job_ended(&self, job_id: &JobId, account_id: &AccountId, state: JobState) {
+        if state != JobState::Cancelled && self.inner.quiet.get(account_id.as_str()).is_none() {
             self.put(Notice::JobEnded(job_id.clone()));
         }
     }
@@ -111,7 +117,7 @@ impl Push {
     /// Runs the sweeper ended because their leases ran out.
     pub fn runs_interrupted(&self, job_ids: &[JobId]) {
         for job_id in job_ids {
-            self.job_ended(job_id, JobState::Interrupted);
+            self.put(Notice::JobEnded(job_id.clone()));
         }
     }
 
@@ -152,7 +158,7 @@ impl Push {
         let permits = Arc::new(Semaphore::new(SENDS_AT_ONCE));
         loop {
             let notice = self.inner.queue.take().await;
-            let outgoing = match messages::compose(&store, &notice).await {
+            let outgoing = match messages::compose(&store, &self.inner.quiet, &notice).await {
                 Ok(Some(outgoing)) => Arc::new(outgoing),
                 Ok(None) => continue,
                 Err(error) => {

@@ -16,7 +16,8 @@
 //!   the waiting replica; the answer, posted to any replica, takes the key with `GETDEL` and
 //!   is published to the waiting replica's channel. Every replica also subscribes to
 //!   `tether:tokens`, where a replica that ended a token names its owner (a device, or the
-//!   user whose API tokens changed), so all of them forget it (see `token_memory`).
+//!   user whose API tokens changed), or names an account a browser just asked to hear of
+//!   ended jobs, so all of them forget it (see `replica_memory`).
 //!
 //! An owner's request about a held evidence file (`evidence.request`) is relayed the same
 //! way under its single-use upload id: the ticket also binds the account, job, evidence id
@@ -55,8 +56,9 @@ use tether_protocol::{AccountId, Code, DecisionId, DeviceId, JobId, UserId};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::credentials;
-use crate::accounts::api_tokens::ApiTokenMemory;
+use crate::accounts::api_tokens::ApiTokens;
 use crate::devices::DeviceTokens;
+use crate::replica_memory::ReplicaMemory;
 use crate::error::ApiError;
 use crate::store::job_rows;
 use crate::store::Store;
@@ -89,8 +91,8 @@ struct Inner {
     /// across an await.
     local: Mutex<Local>,
     bus: Bus,
-    /// The tokens this replica checked recently.
-    tokens: Tokens,
+    /// The tokens this replica checked recently, and the accounts it found quiet.
+    tokens: Memories,
 }
 
 #[derive(Default)]
@@ -458,7 +460,7 @@ impl Hub {
 
     fn with_bus(bus: Bus) -> Hub {
         // With Redis the memory is trusted once the subscriber hears the other replicas.
-        let tokens = Tokens::new(matches!(bus, Bus::InProcess));
+        let tokens = Memories::new(matches!(bus, Bus::InProcess));
         Hub {
             inner: Arc::new(Inner {
                 replica: credentials::random_token(""),
@@ -475,7 +477,7 @@ impl Hub {
     }
 
     /// The API tokens this replica checked recently.
-    pub fn api_tokens(&self) -> &ApiTokenMemory {
+    pub fn api_tokens(&self) -> &ApiTokens {
         &self.inner.tokens.api
     }
 
@@ -489,6 +491,17 @@ impl Hub {
     /// changed); on this one before it returns.
     pub async fn forget_api_tokens(&self, user_id: &UserId) {
         self.forget_tokens_of(user_id.as_str()).await;
+    }
+
+    /// The accounts this replica found with no browser that wants to hear of ended jobs.
+    pub fn quiet_accounts(&self) -> &QuietAccounts {
+        &self.inner.tokens.quiet
+    }
+
+    /// A browser of `account_id` may now want to hear of ended jobs: every replica forgets
+    /// that the account was quiet; this one before it returns.
+    pub async fn forget_quiet_account(&self, account_id: &AccountId) {
+        self.forget_tokens_of(account_id.as_str()).await;
     }
 
     async fn forget_tokens_of(&self, owner: &str) {
@@ -1454,29 +1467,36 @@ fn pipe_channel(name: &str) -> String {
     format!("{KEY_PREFIX}pipe:{name}")
 }
 
-/// Both memories of checked tokens; owners (device and user ids) never collide, so a forget
-/// is applied to both.
-struct Tokens {
+/// The accounts a replica found with no browser that wants to hear of ended jobs.
+pub type QuietAccounts = ReplicaMemory<AccountId>;
+
+/// This replica's memories that `tether:tokens` clears; owners (device, user and account
+/// ids) never collide, so a forget is applied to all of them.
+struct Memories {
     devices: DeviceTokens,
-    api: ApiTokenMemory,
+    api: ApiTokens,
+    quiet: QuietAccounts,
 }
 
-impl Tokens {
-    fn new(trusted: bool) -> Tokens {
-        Tokens {
+impl Memories {
+    fn new(trusted: bool) -> Memories {
+        Memories {
             devices: DeviceTokens::new(trusted),
-            api: ApiTokenMemory::new(trusted),
+            api: ApiTokens::new(trusted),
+            quiet: QuietAccounts::new(trusted),
         }
     }
 
     fn forget(&self, owner: &str) {
         self.devices.forget(owner);
         self.api.forget(owner);
+        self.quiet.forget(owner);
     }
 
     fn set_trusted(&self, trusted: bool) {
         self.devices.set_trusted(trusted);
         self.api.set_trusted(trusted);
+        self.quiet.set_trusted(trusted);
     }
 }
 

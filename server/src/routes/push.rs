@@ -115,6 +115,7 @@ async fn subscribe(
 ) -> Result<HttpResponse, ApiError> {
     let new = NewSubscription::check(params.into_inner(), state.config.push_allow_loopback)?;
     let (id, subscribing) = subscriptions::subscribe(&state.store, &caller.account.id, new).await?;
+    state.notices.push_subscribed(&caller.account.id).await;
     let mut answer = match subscribing {
         Subscribing::Made => HttpResponse::Created(),
         Subscribing::Updated => HttpResponse::Ok(),
@@ -148,6 +149,7 @@ async fn update(
 ) -> Result<HttpResponse, ApiError> {
     let change = KindsUpdate::from(params.into_inner());
     let subscription = subscriptions::update(&state.store, &caller.account.id, &id, change).await?;
+    state.notices.push_subscribed(&caller.account.id).await;
     Ok(HttpResponse::Ok().json(subscription))
 }
 

@@ -297,6 +297,56 @@ async fn asked(device: &DeviceClient, job_id: &str, lease: &str) -> String {
     body["decisionId"].as_str().unwrap().to_owned()
 }
 
+/// A run of `laptop` ends and no browser hears of it (so the replica learns the account is
+/// quiet).
+async fn ended_unheard(owner: &WebClient, laptop: &DeviceClient, double: &PushDouble) {
+    let (job_id, lease) = running(owner, laptop).await;
+    let res = laptop.complete(&job_id, &lease, &succeeded()).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(double.next_within(Duration::from_millis(500)).await.is_none());
+}
+
+/// A run of `laptop` ends and `browser` is told.
+async fn ended_heard(owner: &WebClient, laptop: &DeviceClient, double: &PushDouble, browser: &Browser) {
+    let (job_id, lease) = running(owner, laptop).await;
+    let res = laptop.complete(&job_id, &lease, &succeeded()).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let push = double.next().await;
+    let told = browser.decrypt(&push.body);
+    assert_eq!((told["kind"].as_str(), told["url"].as_str()), (Some("job_ended"), Some(format!("/jobs/{job_id}").as_str())));
+}
+
+/// An account one replica found quiet is told of ends once a browser subscribes through
+/// another replica.
+#[tokio::test]
+async fn a_browser_subscribing_on_another_replica_is_heard_at_the_next_end() {
+    let Some(redis_url) = crate::redis::url() else {
+        return;
+    };
+    let Some(backend) = Backend::postgres() else {
+        return;
+    };
+    let a = spawn_app_with(backend, |config| {
+        config.push_allow_loopback = true;
+        config.redis_url = Some(redis_url);
+    })
+    .await;
+    let b = a.another().await;
+    let double = PushDouble::start().await;
+    let ann = a.user("ann@example.com").await;
+    let laptop = a.device(&ann, "install-1").await;
+    ended_unheard(&ann, &laptop, &double).await;
+
+    let on_b = WebClient {
+        base: b.base.clone(),
+        http: ann.http.clone(),
+        csrf: ann.csrf.clone(),
+    };
+    let browser = Browser::new();
+    subscribe(&on_b, &browser.subscription(&double.endpoint("phone"))).await;
+    ended_heard(&ann, &laptop, &double, &browser).await;
+}
+
 fn succeeded() -> Value {
     json!({ "outcome": "succeeded", "summary": "All green." })
 }
@@ -440,6 +490,33 @@ both_backends! {
         ended.sort();
         assert_eq!(ended, ["/push/loud", "/push/quiet"]);
         assert!(double.next_within(Duration::from_millis(500)).await.is_none());
+    }
+
+    async fn an_account_found_quiet_hears_of_ends_as_soon_as_a_browser_wants_them(backend) {
+        let app = loopback_app(backend).await;
+        let double = PushDouble::start().await;
+        let ann = app.user("ann@example.com").await;
+        let browser = Browser::new();
+        let mut body = browser.subscription(&double.endpoint("phone"));
+        body["kinds"] = json!({ "job_ended": false });
+        let id = subscribe(&ann, &body).await;
+        let laptop = app.device(&ann, "install-1").await;
+        ended_unheard(&ann, &laptop, &double).await;
+
+        // Turning ends on is heard at the next end, though this replica had found the
+        // account quiet.
+        let kinds = json!({ "kinds": { "job_ended": true } });
+        let res = ann.patch(&format!("/api/push/subscriptions/{id}"), &kinds).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        ended_heard(&ann, &laptop, &double, &browser).await;
+
+        // So is a new browser's subscription.
+        let res = ann.patch(&format!("/api/push/subscriptions/{id}"), &json!({ "kinds": { "job_ended": false } })).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        ended_unheard(&ann, &laptop, &double).await;
+        let tablet = Browser::new();
+        subscribe(&ann, &tablet.subscription(&double.endpoint("tablet"))).await;
+        ended_heard(&ann, &laptop, &double, &tablet).await;
     }
 
     async fn deny_answers_from_the_notification_and_allow_only_when_the_owner_lets_it(backend) {

@@ -1,22 +1,26 @@
-//! A replica's memory of the bearer tokens it checked recently — device tokens and API
-//! tokens — so a heartbeat, claim or script's call does not read the database to learn who
-//! is calling.
+//! A replica's memory of what it read recently and another request may end: the bearer
+//! tokens it checked (device tokens and API tokens), so a heartbeat, claim or script's call
+//! does not read the database to learn who is calling; and the accounts it found with no
+//! browser that wants to hear of ended jobs, so an ended job reads nothing for them.
 //!
-//! Only tokens that checked out are kept (by their hash, never the token), each under its
-//! owner: the device for a device token, the user for an API token. Whatever ends or changes
-//! a token — revocation, removal, pairing the computer again, a password change — forgets
-//! its owner here before the change is answered, and through the hub on every other replica
-//! (Redis pub/sub). A replica whose Redis subscriber is down stops trusting its memory until
-//! it is back, and clears it then, since it may have missed a message. Entries also age out
-//! after [`TOKEN_MEMORY`], a last bound.
+//! Entries are kept by key (a token's hash, never the token; an account's id), each under its
+//! owner: the device for a device token, the user for an API token, the account itself.
+//! Whatever makes an entry untrue — revoking a token, removing or pairing a computer again, a
+//! password change, a browser subscribing — forgets its owner here before the change is
+//! answered, and through the hub on every other replica (Redis pub/sub). A replica whose
+//! Redis subscriber is down stops trusting its memory until it is back, and clears it then,
+//! since it may have missed a message. Entries also age out after [`TOKEN_MEMORY`], a last
+//! bound.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// How long a checked token is believed without asking the database again. Whatever ends a
-/// token forgets it at once, so this is only a last bound; at a minute, a fleet heartbeating
+use tether_protocol::AccountId;
+
+/// How long an entry is believed without asking the database again. Whatever ends it
+/// forgets it at once, so this is only a last bound; at a minute, a fleet heartbeating
 /// every 30 s read every device's row every other heartbeat.
 pub const TOKEN_MEMORY: Duration = Duration::from_secs(300);
 
@@ -24,18 +28,25 @@ pub const TOKEN_MEMORY: Duration = Duration::from_secs(300);
 /// memory). Room for a fleet of 100,000 devices and more, at a few hundred bytes each.
 const MAX_ENTRIES: usize = 250_000;
 
-/// What a token resolves to, and whose it is: forgetting an owner forgets all its tokens.
+/// What a key resolves to, and whose it is: forgetting an owner forgets all its entries.
 pub trait Remembered: Clone {
     fn owner(&self) -> &str;
 }
 
-pub struct TokenMemory<T> {
+/// An account remembered for itself (its key is its id).
+impl Remembered for AccountId {
+    fn owner(&self) -> &str {
+        self.as_str()
+    }
+}
+
+pub struct ReplicaMemory<T> {
     inner: Arc<Inner<T>>,
 }
 
-impl<T> Clone for TokenMemory<T> {
+impl<T> Clone for ReplicaMemory<T> {
     fn clone(&self) -> Self {
-        TokenMemory {
+        ReplicaMemory {
             inner: Arc::clone(&self.inner),
         }
     }
@@ -48,7 +59,7 @@ struct Inner<T> {
 }
 
 struct Entries<T> {
-    by_hash: HashMap<String, Entry<T>>,
+    by_key: HashMap<String, Entry<T>>,
     /// Counts forgets: a check that read the database before one must not be remembered
     /// after it.
     generation: u64,
@@ -59,13 +70,13 @@ struct Entry<T> {
     checked_at: Instant,
 }
 
-impl<T: Remembered> TokenMemory<T> {
+impl<T: Remembered> ReplicaMemory<T> {
     /// An empty memory; `trusted` is false for a replica that must first hear from Redis.
-    pub fn new(trusted: bool) -> TokenMemory<T> {
-        TokenMemory {
+    pub fn new(trusted: bool) -> ReplicaMemory<T> {
+        ReplicaMemory {
             inner: Arc::new(Inner {
                 entries: Mutex::new(Entries {
-                    by_hash: HashMap::new(),
+                    by_key: HashMap::new(),
                     generation: 0,
                 }),
                 trusted: AtomicBool::new(trusted),
@@ -73,42 +84,42 @@ impl<T: Remembered> TokenMemory<T> {
         }
     }
 
-    /// What the token hashing to `token_hash` resolved to, if checked recently.
-    pub fn get(&self, token_hash: &str) -> Option<T> {
+    /// What `key` (a token's hash, an account's id) resolved to, if read recently.
+    pub fn get(&self, key: &str) -> Option<T> {
         if !self.inner.trusted.load(Ordering::Acquire) {
             return None;
         }
         let entries = self.entries();
-        let entry = entries.by_hash.get(token_hash)?;
+        let entry = entries.by_key.get(key)?;
         (entry.checked_at.elapsed() < TOKEN_MEMORY).then(|| entry.known.clone())
     }
 
-    /// Taken before reading a token's row, for [`TokenMemory::remember`].
+    /// Taken before reading the database, for [`ReplicaMemory::remember`].
     pub fn generation(&self) -> u64 {
         self.entries().generation
     }
 
-    /// Keeps a token that checked out against the database, unless something was forgotten
-    /// since `generation` (the row read may predate that change).
-    pub fn remember(&self, token_hash: String, known: T, generation: u64) {
+    /// Keeps what the database answered for `key`, unless something was forgotten since
+    /// `generation` (the row read may predate that change).
+    pub fn remember(&self, key: String, known: T, generation: u64) {
         let mut entries = self.entries();
         if entries.generation != generation {
             return;
         }
-        if entries.by_hash.len() >= MAX_ENTRIES {
-            entries.by_hash.clear();
+        if entries.by_key.len() >= MAX_ENTRIES {
+            entries.by_key.clear();
         }
         let checked_at = Instant::now();
         entries
-            .by_hash
-            .insert(token_hash, Entry { known, checked_at });
+            .by_key
+            .insert(key, Entry { known, checked_at });
     }
 
     /// Forgets every token of `owner`.
     pub fn forget(&self, owner: &str) {
         let mut entries = self.entries();
         entries.generation += 1;
-        entries.by_hash.retain(|_, entry| entry.known.owner() != owner);
+        entries.by_key.retain(|_, entry| entry.known.owner() != owner);
     }
 
     /// Trusts the memory again from empty (the Redis subscriber is back), or stops trusting it
@@ -117,7 +128,7 @@ impl<T: Remembered> TokenMemory<T> {
         let mut entries = self.entries();
         entries.generation += 1;
         if trusted {
-            entries.by_hash.clear();
+            entries.by_key.clear();
         }
         self.inner.trusted.store(trusted, Ordering::Release);
     }
@@ -149,7 +160,7 @@ mod tests {
 
     #[test]
     fn remembers_until_the_owner_is_forgotten() {
-        let tokens = TokenMemory::new(true);
+        let tokens = ReplicaMemory::new(true);
         let generation = tokens.generation();
         tokens.remember("hash-a".into(), known("d1"), generation);
         tokens.remember("hash-b".into(), known("d2"), generation);
@@ -163,7 +174,7 @@ mod tests {
 
     #[test]
     fn an_untrusted_memory_answers_nothing_and_starts_over_when_trusted() {
-        let tokens = TokenMemory::new(false);
+        let tokens = ReplicaMemory::new(false);
         let generation = tokens.generation();
         tokens.remember("hash-a".into(), known("d1"), generation);
         assert!(tokens.get("hash-a").is_none());
@@ -176,7 +187,7 @@ mod tests {
 
     #[test]
     fn a_check_read_before_a_forget_is_not_remembered() {
-        let tokens = TokenMemory::new(true);
+        let tokens = ReplicaMemory::new(true);
         let generation = tokens.generation();
         tokens.forget("d1");
         tokens.remember("hash-a".into(), known("d1"), generation);
