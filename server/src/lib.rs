@@ -36,13 +36,13 @@ pub mod proxies;
 pub mod push;
 pub mod rate_limits;
 pub mod relay;
+pub mod replica_memory;
 pub mod routes;
 pub mod spaces;
 pub mod state;
 pub mod store;
 pub mod sweeper;
 pub mod telemetry;
-pub mod replica_memory;
 
 pub use clock::Clock;
 pub use config::Config;

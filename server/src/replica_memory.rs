@@ -110,16 +110,16 @@ impl<T: Remembered> ReplicaMemory<T> {
             entries.by_key.clear();
         }
         let checked_at = Instant::now();
-        entries
-            .by_key
-            .insert(key, Entry { known, checked_at });
+        entries.by_key.insert(key, Entry { known, checked_at });
     }
 
-    /// Forgets every token of `owner`.
+    /// Forgets every entry of `owner`.
     pub fn forget(&self, owner: &str) {
         let mut entries = self.entries();
         entries.generation += 1;
-        entries.by_key.retain(|_, entry| entry.known.owner() != owner);
+        entries
+            .by_key
+            .retain(|_, entry| entry.known.owner() != owner);
     }
 
     /// Trusts the memory again from empty (the Redis subscriber is back), or stops trusting it

@@ -21,8 +21,8 @@ use crate::accounts::{parse_name, CallerRow, Resolved, CALLER_COLUMNS};
 use crate::clock::{secs, to_time, Millis};
 use crate::credentials;
 use crate::error::ApiError;
-use crate::store::{on_read, on_tx, stored_id, Store, Tx};
 use crate::replica_memory::{Remembered, ReplicaMemory};
+use crate::store::{on_read, on_tx, stored_id, Store, Tx};
 
 /// A token's last use is written at most this often.
 pub const LAST_USED_EVERY_SECS: u64 = 60;
@@ -240,8 +240,7 @@ async fn read_token(
         .bind(now)
         .fetch_optional(pool)
         .await)?;
-    let Some(row) =
-        row.filter(|row| credentials::hashes_match(&row.caller.token_hash, token_hash))
+    let Some(row) = row.filter(|row| credentials::hashes_match(&row.caller.token_hash, token_hash))
     else {
         return Ok(None);
     };

@@ -25,10 +25,10 @@ use crate::clock::{secs, to_time, Millis};
 use crate::config::Config;
 use crate::credentials;
 use crate::error::ApiError;
+use crate::replica_memory::{Remembered, ReplicaMemory};
 use crate::store::job_rows;
 use crate::store::ledger::{self, LedgerKind};
 use crate::store::{on_read, on_reads, on_tx, stored_id, ReadSource, Store, Tx};
-use crate::replica_memory::{Remembered, ReplicaMemory};
 
 /// A paired device that proved who it is (its token resolved, not revoked). Every domain
 /// function a device calls takes one, so none can act for a device it has not authenticated.

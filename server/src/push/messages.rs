@@ -139,14 +139,14 @@ async fn job_ended(
     let generation = quiet.generation();
     let row = on_read!(store, |pool| {
         sqlx::query_as::<_, Row>(
-        "SELECT j.account_id, j.title, j.state, j.end_cause, v.name, j.outcome_json, EXISTS \
+            "SELECT j.account_id, j.title, j.state, j.end_cause, v.name, j.outcome_json, EXISTS \
          (SELECT 1 FROM push_subscriptions s WHERE s.account_id = j.account_id \
          AND s.wants_job_ended = 1) AS wanted FROM jobs j \
-         JOIN devices v ON v.id = j.device_id WHERE j.id = $1"
-    )
-    .bind(id.as_str())
-    .fetch_optional(pool)
-    .await
+         JOIN devices v ON v.id = j.device_id WHERE j.id = $1",
+        )
+        .bind(id.as_str())
+        .fetch_optional(pool)
+        .await
     })?;
     let Some((account_id, title, state, end_cause, computer, outcome, wanted)) = row else {
         return Ok(None);

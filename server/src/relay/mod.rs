@@ -55,11 +55,11 @@ use tether_protocol::jobs::{Evidence, JobEvent};
 use tether_protocol::{AccountId, Code, DecisionId, DeviceId, JobId, UserId};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use crate::credentials;
 use crate::accounts::api_tokens::ApiTokens;
+use crate::credentials;
 use crate::devices::DeviceTokens;
-use crate::replica_memory::ReplicaMemory;
 use crate::error::ApiError;
+use crate::replica_memory::ReplicaMemory;
 use crate::store::job_rows;
 use crate::store::Store;
 

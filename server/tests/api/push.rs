@@ -303,17 +303,28 @@ async fn ended_unheard(owner: &WebClient, laptop: &DeviceClient, double: &PushDo
     let (job_id, lease) = running(owner, laptop).await;
     let res = laptop.complete(&job_id, &lease, &succeeded()).await;
     assert_eq!(res.status(), StatusCode::OK);
-    assert!(double.next_within(Duration::from_millis(500)).await.is_none());
+    assert!(double
+        .next_within(Duration::from_millis(500))
+        .await
+        .is_none());
 }
 
 /// A run of `laptop` ends and `browser` is told.
-async fn ended_heard(owner: &WebClient, laptop: &DeviceClient, double: &PushDouble, browser: &Browser) {
+async fn ended_heard(
+    owner: &WebClient,
+    laptop: &DeviceClient,
+    double: &PushDouble,
+    browser: &Browser,
+) {
     let (job_id, lease) = running(owner, laptop).await;
     let res = laptop.complete(&job_id, &lease, &succeeded()).await;
     assert_eq!(res.status(), StatusCode::OK);
     let push = double.next().await;
     let told = browser.decrypt(&push.body);
-    assert_eq!((told["kind"].as_str(), told["url"].as_str()), (Some("job_ended"), Some(format!("/jobs/{job_id}").as_str())));
+    assert_eq!(
+        (told["kind"].as_str(), told["url"].as_str()),
+        (Some("job_ended"), Some(format!("/jobs/{job_id}").as_str()))
+    );
 }
 
 /// An account one replica found quiet is told of ends once a browser subscribes through

@@ -141,9 +141,14 @@ async fn api_tokens_end_at_once_on_every_replica() {
     let a = spawn_app_with(backend, |config| config.redis_url = Some(redis_url)).await;
     let b = a.another().await;
     let (first, _) = two_sessions(&a).await;
-    let res = first.post("/api/tokens", &json!({ "name": "revoked" })).await;
+    let res = first
+        .post("/api/tokens", &json!({ "name": "revoked" }))
+        .await;
     let created: Value = res.json().await.unwrap();
-    let (revoked_id, revoked) = (created["id"].as_str().unwrap(), created["token"].as_str().unwrap());
+    let (revoked_id, revoked) = (
+        created["id"].as_str().unwrap(),
+        created["token"].as_str().unwrap(),
+    );
     let by_password = make_token(&first).await;
     for token in [revoked, &by_password] {
         // Twice each, so B answers the second from its memory.
@@ -153,12 +158,22 @@ async fn api_tokens_end_at_once_on_every_replica() {
     let res = first.delete(&format!("/api/tokens/{revoked_id}")).await;
     assert_eq!(res.status(), StatusCode::NO_CONTENT);
     assert_eq!(me_with_token(&b, revoked).await, StatusCode::UNAUTHORIZED);
-    assert_eq!(me_with_token(&b, &by_password).await, StatusCode::OK, "only the revoked one");
+    assert_eq!(
+        me_with_token(&b, &by_password).await,
+        StatusCode::OK,
+        "only the revoked one"
+    );
 
     let res = change(&first, PASSWORD, "purple walrus umbrella", None).await;
     assert_eq!(res.status(), StatusCode::NO_CONTENT);
-    assert_eq!(me_with_token(&b, &by_password).await, StatusCode::UNAUTHORIZED);
-    assert_eq!(me_with_token(&a, &by_password).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        me_with_token(&b, &by_password).await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        me_with_token(&a, &by_password).await,
+        StatusCode::UNAUTHORIZED
+    );
 }
 
 both_backends! {
