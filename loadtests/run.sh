@@ -7,6 +7,7 @@
 #                                    COST_RATES="200" picks its rates (default "200 1000")
 #   ONLY=replicas loadtests/run.sh   the cost rows at 200 jobs/s and the same on two replicas
 #                                    with Redis: the capacity model's check
+#   ONLY=stream loadtests/run.sh     only the streaming-output rows
 #
 # Scenarios, each figure beside a ceiling measured in the same run:
 # - the ceilings: a bare actix-web JSON endpoint (`tether-ceiling`) under the same wrk load as
@@ -84,6 +85,7 @@ QUICK=${QUICK:-0}
 ONLY=${ONLY:-}
 if [ "$ONLY" = cost ] && [ -z "${1:-}" ]; then OUT=loadtests/results-cost.md; fi
 if [ "$ONLY" = replicas ] && [ -z "${1:-}" ]; then OUT=loadtests/results-replicas.md; fi
+if [ "$ONLY" = stream ] && [ -z "${1:-}" ]; then OUT=loadtests/results-stream.md; fi
 
 cargo build --release -p tether-server -p tether-loadtest --bins
 SERVER=target/release/tether-server
@@ -392,6 +394,64 @@ cost_results() {
 if [ "$QUICK" = 1 ]; then SECS=10; WRK_SECS=10; GROWTH="100 1000"; LIFECYCLE_SECS=10
 else SECS=20; WRK_SECS=20; GROWTH="100 1000 10000"; LIFECYCLE_SECS=30; fi
 : > "$OUT.cost"; : > "$OUT.profile"; : > "$OUT.replicas"
+
+# stream_row ARGS…: one tether-stream row, or a row saying why the run failed.
+stream_row() {
+  local out label=run previous=""
+  for arg in "$@"; do [ "$previous" = --label ] && label=$arg; previous=$arg; done
+  if ! out=$("$STREAM" "$@" 2>&1); then
+    echo "| $label | failed: $(grep -m1 '^Error' <<<"$out" | tr '|' '/') |" | tee -a "$OUT.stream"
+    return 0
+  fi
+  grep '^| ' <<<"$out" | tail -1 | tee -a "$OUT.stream"
+}
+
+# stream_section: the streaming rows (PostgreSQL 1,000 jobs and 500 watchers; SQLite 200 and 100).
+stream_section() {
+  echo "== streaming output: jobs sending lines while browsers watch (PostgreSQL, one replica; SQLite)"
+  # tether-stream: every job claimed by its own device sends 20 lines/s in the agent's batches
+  # (one per 250 ms); watchers follow job pages on their event streams. On its own database, and
+  # with the heartbeat at its default pace so heartbeats stay a small part of the load.
+  if [ "$QUICK" = 1 ]; then STREAM_PG=(200 100); STREAM_LITE=(100 50); STREAM_SECS=15
+  else STREAM_PG=(1000 500); STREAM_LITE=(200 100); STREAM_SECS=60; fi
+  : > "$OUT.stream"
+  run_pg "$PGBIN/createdb" -h 127.0.0.1 -p "$PGPORT" -U tether stream
+  start_server stream-pg TETHER_DATABASE_URL="postgres://tether@127.0.0.1:$PGPORT/stream" TETHER_HEARTBEAT_SECS=30
+  stream_row --server "$URL" --jobs "${STREAM_PG[0]}" --watchers "${STREAM_PG[1]}" --lines-per-sec 20 \
+    --duration "$STREAM_SECS" --server-pid "$PID" --database-pid "$(head -1 "$PGDATA/postmaster.pid")" \
+    --label "PostgreSQL ${STREAM_PG[0]} jobs × 20 lines/s, ${STREAM_PG[1]} watchers"
+  kill -9 "$PID"
+  start_server stream-sqlite TETHER_HEARTBEAT_SECS=30
+  stream_row --server "$URL" --jobs "${STREAM_LITE[0]}" --watchers "${STREAM_LITE[1]}" --lines-per-sec 20 \
+    --duration "$STREAM_SECS" --server-pid "$PID" \
+    --label "SQLite ${STREAM_LITE[0]} jobs × 20 lines/s, ${STREAM_LITE[1]} watchers"
+  kill -9 "$PID"
+}
+
+# stream_results: the streaming rows' section of the report.
+stream_results() {
+  if [ -s "$OUT.stream" ]; then
+    echo
+    echo "## Streaming output (tether-stream, ${STREAM_SECS} s of sending)"
+    echo
+    "$STREAM" --print-header
+    cat "$OUT.stream"
+  fi
+}
+
+if [ "$ONLY" = stream ]; then
+  start_postgres
+  stream_section
+  {
+    echo "# Load test results: streaming output"
+    echo
+    echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -sr); run on $(date -u +%Y-%m-%d)."
+    stream_results
+  } > "$OUT"
+  rm -f "$OUT.stream"
+  cat "$OUT"
+  exit 0
+fi
 if [ "$ONLY" = cost ] || [ "$ONLY" = replicas ]; then
   start_postgres
   if [ "$ONLY" = replicas ]; then COST_RATES=200; fi
@@ -468,34 +528,7 @@ start_server revoke
 row --server "$URL" --devices 300 --devices-per-account 10 --rate 20 --duration "$SECS" --job-ms 2000 --revoke 30 --server-pid "$PID" --label "SQLite revoke 30 of 300"
 kill -9 "$PID"
 
-echo "== streaming output: jobs sending lines while browsers watch (PostgreSQL, one replica; SQLite)"
-# tether-stream: every job claimed by its own device sends 20 lines/s in the agent's batches
-# (one per 250 ms); watchers follow job pages on their event streams. On its own database, and
-# with the heartbeat at its default pace so heartbeats stay a small part of the load.
-# stream_row ARGS…: one tether-stream row, or a row saying why the run failed.
-stream_row() {
-  local out label=run previous=""
-  for arg in "$@"; do [ "$previous" = --label ] && label=$arg; previous=$arg; done
-  if ! out=$("$STREAM" "$@" 2>&1); then
-    echo "| $label | failed: $(grep -m1 '^Error' <<<"$out" | tr '|' '/') |" | tee -a "$OUT.stream"
-    return 0
-  fi
-  grep '^| ' <<<"$out" | tail -1 | tee -a "$OUT.stream"
-}
-if [ "$QUICK" = 1 ]; then STREAM_PG=(200 100); STREAM_LITE=(100 50); STREAM_SECS=15
-else STREAM_PG=(1000 500); STREAM_LITE=(200 100); STREAM_SECS=60; fi
-: > "$OUT.stream"
-run_pg "$PGBIN/createdb" -h 127.0.0.1 -p "$PGPORT" -U tether stream
-start_server stream-pg TETHER_DATABASE_URL="postgres://tether@127.0.0.1:$PGPORT/stream" TETHER_HEARTBEAT_SECS=30
-stream_row --server "$URL" --jobs "${STREAM_PG[0]}" --watchers "${STREAM_PG[1]}" --lines-per-sec 20 \
-  --duration "$STREAM_SECS" --server-pid "$PID" --database-pid "$(head -1 "$PGDATA/postmaster.pid")" \
-  --label "PostgreSQL ${STREAM_PG[0]} jobs × 20 lines/s, ${STREAM_PG[1]} watchers"
-kill -9 "$PID"
-start_server stream-sqlite TETHER_HEARTBEAT_SECS=30
-stream_row --server "$URL" --jobs "${STREAM_LITE[0]}" --watchers "${STREAM_LITE[1]}" --lines-per-sec 20 \
-  --duration "$STREAM_SECS" --server-pid "$PID" \
-  --label "SQLite ${STREAM_LITE[0]} jobs × 20 lines/s, ${STREAM_LITE[1]} watchers"
-kill -9 "$PID"
+stream_section
 
 echo "== an idle fleet on one replica (PostgreSQL) and its connect storm"
 # tether-idle pairs the fleet, then every device connects at once with the agent's backoff and
@@ -547,13 +580,7 @@ row --server "$URL_A" --server "$URL_B" --devices 300 --devices-per-account 10 -
   if [ -s "$OUT.notes" ]; then echo; cat "$OUT.notes"; fi
   cost_results
   replicas_results
-  if [ -s "$OUT.stream" ]; then
-    echo
-    echo "## Streaming output (tether-stream, ${STREAM_SECS} s of sending)"
-    echo
-    "$STREAM" --print-header
-    cat "$OUT.stream"
-  fi
+  stream_results
   if [ -s "$OUT.idle" ]; then
     echo
     echo "## An idle fleet on one replica (tether-idle, PostgreSQL)"

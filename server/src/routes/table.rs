@@ -60,9 +60,23 @@ enum Sink {
     },
 }
 
+/// A resource to make at mount time, when its scope is known: its path, the method it is
+/// guarded by (pages, assets and probes), and what was added to it, in order.
 struct Mount {
     path: &'static str,
-    resource: Option<Resource>,
+    method: Option<Method>,
+    edits: Vec<Box<dyn FnOnce(Resource) -> Resource>>,
+}
+
+impl Mount {
+    /// The resource at `relative`, the rest of its path past its scope's prefix.
+    fn into_resource(self, relative: &str) -> Resource {
+        let mut resource = web::resource(relative);
+        if let Some(method) = self.method {
+            resource = resource.guard(guard::Method(method));
+        }
+        self.edits.into_iter().fold(resource, |resource, edit| edit(resource))
+    }
 }
 
 /// The document's part the table writes: paths and schemas.
@@ -103,11 +117,28 @@ impl Table {
     }
 
     /// Declares every route of `wings` and registers them on `cfg`, in the order declared.
+    ///
+    /// Routes are mounted in scopes by the static start of their paths (see [`scopes`]), so
+    /// a request is matched against its scope's few routes, not every route's pattern.
     pub fn mount(cfg: &mut web::ServiceConfig, wings: &[Wing]) {
-        if let Sink::Mount(mounts) = declare_all(Sink::Mount(Vec::new()), wings) {
-            for resource in mounts.into_iter().filter_map(|mount| mount.resource) {
-                cfg.service(resource);
+        let Sink::Mount(mounts) = declare_all(Sink::Mount(Vec::new()), wings) else {
+            return;
+        };
+        for (prefix, mounts) in scopes(mounts) {
+            let whole = mounts.len() == 1 && mounts[0].path == prefix;
+            if prefix.is_empty() || whole {
+                for mount in mounts {
+                    let path = mount.path;
+                    cfg.service(mount.into_resource(path));
+                }
+                continue;
             }
+            let mut scope = web::scope(prefix);
+            for mount in mounts {
+                let relative = &mount.path[prefix.len()..];
+                scope = scope.service(mount.into_resource(relative));
+            }
+            cfg.service(scope);
         }
     }
 
@@ -196,6 +227,49 @@ fn declare_all(sink: Sink, wings: &[Wing]) -> Sink {
     table.sink
 }
 
+/// The static start of a path, at most two segments (`/api/devices` of
+/// `/api/devices/{id}`, `/jobs` of `/jobs/{id}`); empty when its first segment is a
+/// parameter.
+fn static_start(path: &str) -> &str {
+    let mut end = 0;
+    for segment in path.split('/').skip(1).take(2) {
+        if segment.contains('{') {
+            break;
+        }
+        end += 1 + segment.len();
+    }
+    &path[..end]
+}
+
+/// Whether `prefix` leads `path` on a segment boundary (the empty prefix leads every path).
+fn leads(prefix: &str, path: &str) -> bool {
+    path == prefix || (path.starts_with(prefix) && path[prefix.len()..].starts_with('/'))
+}
+
+/// The mounts grouped by prefix, in the order each prefix first appears, each mount in
+/// declaration order. A mount's prefix is the shortest static start of any route that leads
+/// its path, so no two prefixes lead one another and one URL can match routes of one group
+/// only: the order that decides between routes (`/jobs/new` before `/jobs/{id}`) is kept
+/// inside the group.
+fn scopes(mounts: Vec<Mount>) -> Vec<(&'static str, Vec<Mount>)> {
+    let starts: Vec<&'static str> = mounts.iter().map(|mount| static_start(mount.path)).collect();
+    let mut groups: Vec<(&'static str, Vec<Mount>)> = Vec::new();
+    for mount in mounts {
+        let own = static_start(mount.path);
+        let prefix = starts
+            .iter()
+            .copied()
+            .filter(|start| leads(start, own))
+            .min_by_key(|start| start.len())
+            .unwrap_or(own);
+        match groups.iter_mut().find(|(known, _)| *known == prefix) {
+            Some((_, group)) => group.push(mount),
+            None => groups.push((prefix, vec![mount])),
+        }
+    }
+    groups
+}
+
 /// Makes the resource a route of `path` joins: its path's (an `/api/` path, made by the
 /// first route of it), or one of its own. It is always the last mount of `path`.
 fn add_resource(mounts: &mut Vec<Mount>, verb: Verb, path: &'static str) {
@@ -203,21 +277,19 @@ fn add_resource(mounts: &mut Vec<Mount>, verb: Verb, path: &'static str) {
     if shared && mounts.iter().any(|mount| mount.path == path) {
         return;
     }
-    let resource = if shared {
-        web::resource(path)
-    } else {
-        web::resource(path).guard(guard::Method(verb.method()))
-    };
     mounts.push(Mount {
         path,
-        resource: Some(resource),
+        method: (!shared).then(|| verb.method()),
+        edits: Vec::new(),
     });
 }
 
 /// Adds `route` to the resource [`add_resource`] made for `path`.
 fn add_route(mounts: &mut [Mount], path: &'static str, route: Route) {
     if let Some(mount) = mounts.iter_mut().rev().find(|mount| mount.path == path) {
-        mount.resource = mount.resource.take().map(|resource| resource.route(route));
+        mount
+            .edits
+            .push(Box::new(move |resource: Resource| resource.route(route)));
     }
 }
 
@@ -245,10 +317,9 @@ impl Op<'_> {
                 .rev()
                 .find(|mount| mount.path == self.path)
             {
-                mount.resource = mount
-                    .resource
-                    .take()
-                    .map(|resource| resource.app_data(data));
+                mount
+                    .edits
+                    .push(Box::new(move |resource: Resource| resource.app_data(data)));
             }
         }
         self
@@ -633,4 +704,62 @@ fn string_schema() -> RefOr<Schema> {
     RefOr::T(Schema::Object(
         ObjectBuilder::new().schema_type(Type::String).build(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grouped(paths: &[&'static str]) -> Vec<(&'static str, Vec<&'static str>)> {
+        let mounts = paths
+            .iter()
+            .map(|path| Mount {
+                path,
+                method: None,
+                edits: Vec::new(),
+            })
+            .collect();
+        scopes(mounts)
+            .into_iter()
+            .map(|(prefix, mounts)| (prefix, mounts.iter().map(|mount| mount.path).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn a_path_starts_with_at_most_two_static_segments() {
+        assert_eq!(static_start("/api/devices/{id}/rename"), "/api/devices");
+        assert_eq!(static_start("/api/devices"), "/api/devices");
+        assert_eq!(static_start("/jobs/{id}"), "/jobs");
+        assert_eq!(static_start("/"), "/");
+        assert_eq!(static_start("/{file}"), "");
+        assert!(leads("/jobs", "/jobs/new") && leads("/jobs", "/jobs"));
+        assert!(!leads("/jobs", "/jobsx") && !leads("/", "/jobs"));
+    }
+
+    #[test]
+    fn routes_that_can_match_one_url_share_a_scope_in_their_order() {
+        let paths = [
+            "/api/devices/self/heartbeat",
+            "/jobs/new",
+            "/api/devices/{id}",
+            "/jobs/{id}",
+            "/",
+            "/api/devices",
+            "/jobs",
+        ];
+        assert_eq!(
+            grouped(&paths),
+            [
+                (
+                    "/api/devices",
+                    vec!["/api/devices/self/heartbeat", "/api/devices/{id}", "/api/devices"]
+                ),
+                ("/jobs", vec!["/jobs/new", "/jobs/{id}", "/jobs"]),
+                ("/", vec!["/"]),
+            ]
+        );
+        // A path that starts with a parameter could match any URL: nothing is scoped.
+        let groups = grouped(&["/api/jobs", "/{file}", "/jobs/{id}"]);
+        assert_eq!(groups, [("", vec!["/api/jobs", "/{file}", "/jobs/{id}"])]);
+    }
 }
