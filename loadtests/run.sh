@@ -144,17 +144,25 @@ start_server() {
   echo "server $name did not start:"; cat "$WORK/$name.log"; exit 1
 }
 
-# row ARGS…: one table row; a revocation run's "revocation (…): …" line goes under the table.
-# A run that fails (say, a fleet that cannot connect) gets a row saying why, and the rest go on.
-row() {
-  local out label=run previous=""
+# program_row PROGRAM DEST ARGS…: the last table row PROGRAM prints, appended to DEST; its
+# whole output is left in RUN_OUTPUT. A run that fails (say, a fleet that cannot connect) gets
+# a row saying why, and the rest go on.
+program_row() {
+  local program=$1 dest=$2 label=run previous=""
+  shift 2
   for arg in "$@"; do [ "$previous" = --label ] && label=$arg; previous=$arg; done
-  if ! out=$("$LOAD" "$@" 2>&1); then
-    echo "| $label | failed: $(grep -m1 '^Error' <<<"$out" | tr '|' '/') |" | tee -a "$OUT.rows"
+  if ! RUN_OUTPUT=$("$program" "$@" 2>&1); then
+    echo "| $label | failed: $(grep -m1 '^Error' <<<"$RUN_OUTPUT" | tr '|' '/') |" | tee -a "$dest"
     return 0
   fi
-  grep '^| ' <<<"$out" | tail -1 | tee -a "$OUT.rows"
-  grep '^revocation' <<<"$out" | tee -a "$OUT.notes" || true
+  grep '^| ' <<<"$RUN_OUTPUT" | tail -1 | tee -a "$dest"
+}
+
+# row ARGS…: one tether-loadtest row; a revocation run's "revocation (…): …" line goes under
+# the table.
+row() {
+  program_row "$LOAD" "$OUT.rows" "$@"
+  grep '^revocation' <<<"$RUN_OUTPUT" | tee -a "$OUT.notes" || true
 }
 
 # cpu_secs PID: user + system CPU seconds the process has used so far.
@@ -395,15 +403,9 @@ if [ "$QUICK" = 1 ]; then SECS=10; WRK_SECS=10; GROWTH="100 1000"; LIFECYCLE_SEC
 else SECS=20; WRK_SECS=20; GROWTH="100 1000 10000"; LIFECYCLE_SECS=30; fi
 : > "$OUT.cost"; : > "$OUT.profile"; : > "$OUT.replicas"
 
-# stream_row ARGS…: one tether-stream row, or a row saying why the run failed.
+# stream_row ARGS…: one tether-stream row.
 stream_row() {
-  local out label=run previous=""
-  for arg in "$@"; do [ "$previous" = --label ] && label=$arg; previous=$arg; done
-  if ! out=$("$STREAM" "$@" 2>&1); then
-    echo "| $label | failed: $(grep -m1 '^Error' <<<"$out" | tr '|' '/') |" | tee -a "$OUT.stream"
-    return 0
-  fi
-  grep '^| ' <<<"$out" | tail -1 | tee -a "$OUT.stream"
+  program_row "$STREAM" "$OUT.stream" "$@"
 }
 
 # stream_section: the streaming rows (PostgreSQL 1,000 jobs and 500 watchers; SQLite 200 and 100).

@@ -75,7 +75,9 @@ impl Mount {
         if let Some(method) = self.method {
             resource = resource.guard(guard::Method(method));
         }
-        self.edits.into_iter().fold(resource, |resource, edit| edit(resource))
+        self.edits
+            .into_iter()
+            .fold(resource, |resource, edit| edit(resource))
     }
 }
 
@@ -252,7 +254,10 @@ fn leads(prefix: &str, path: &str) -> bool {
 /// only: the order that decides between routes (`/jobs/new` before `/jobs/{id}`) is kept
 /// inside the group.
 fn scopes(mounts: Vec<Mount>) -> Vec<(&'static str, Vec<Mount>)> {
-    let starts: Vec<&'static str> = mounts.iter().map(|mount| static_start(mount.path)).collect();
+    let starts: Vec<&'static str> = mounts
+        .iter()
+        .map(|mount| static_start(mount.path))
+        .collect();
     let mut groups: Vec<(&'static str, Vec<Mount>)> = Vec::new();
     for mount in mounts {
         let own = static_start(mount.path);
@@ -752,7 +757,11 @@ mod tests {
             [
                 (
                     "/api/devices",
-                    vec!["/api/devices/self/heartbeat", "/api/devices/{id}", "/api/devices"]
+                    vec![
+                        "/api/devices/self/heartbeat",
+                        "/api/devices/{id}",
+                        "/api/devices"
+                    ]
                 ),
                 ("/jobs", vec!["/jobs/new", "/jobs/{id}", "/jobs"]),
                 ("/", vec!["/"]),

@@ -16,10 +16,9 @@ use tether_server::sweeper;
 
 use crate::both_backends;
 use crate::helpers::{
-    assert_error, next_frame, query_i64, spawn_app, spawn_app_with, Backend, DeviceClient,
+    assert_error, next_frame, query_i64, spawn_app, spawn_app_with, two_replicas, DeviceClient,
     SseStream, TestApp, WebClient,
 };
-use crate::redis;
 
 const SOON: Duration = Duration::from_secs(2);
 const HASH: &str = "9f86d081884c7d659a2feb8e8bfa6ac5c9f4b8b2c4c53e1f1e0c6e8d2b1a3f40";
@@ -836,14 +835,9 @@ both_backends! {
 /// other, through Redis.
 #[tokio::test]
 async fn the_decisions_stream_works_across_replicas() {
-    let Some(redis_url) = redis::url() else {
+    let Some((a, b)) = two_replicas(|_| {}).await else {
         return;
     };
-    let Some(backend) = Backend::postgres() else {
-        return;
-    };
-    let a = spawn_app_with(backend, |config| config.redis_url = Some(redis_url)).await;
-    let b = a.another().await;
     let ann = a.user("ann@example.com").await;
     let device = a.device(&ann, "install-1").await;
     let (job_id, lease) = running(&ann, &device).await;

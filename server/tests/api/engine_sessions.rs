@@ -13,10 +13,9 @@ use tokio::task::JoinHandle;
 
 use crate::both_backends;
 use crate::helpers::{
-    assert_error, job_body, next_frame, spawn_app, spawn_app_with, Backend, DeviceClient, Events,
-    TestApp, WebClient,
+    assert_error, job_body, next_frame, spawn_app, spawn_app_with, two_replicas, DeviceClient,
+    Events, TestApp, WebClient,
 };
-use crate::redis;
 
 const SOON: Duration = Duration::from_secs(5);
 
@@ -298,14 +297,9 @@ both_backends! {
 /// With Redis and two replicas, the owner waits on A while the device answers on B.
 #[tokio::test]
 async fn an_answer_on_another_replica_reaches_the_waiting_request() {
-    let Some(redis_url) = redis::url() else {
+    let Some((a, b)) = two_replicas(|_| {}).await else {
         return;
     };
-    let Some(backend) = Backend::postgres() else {
-        return;
-    };
-    let a = spawn_app_with(backend, |config| config.redis_url = Some(redis_url)).await;
-    let b = a.another().await;
     let mut ann = owner(a).await;
     let device_b = DeviceClient {
         base: b.base.clone(),

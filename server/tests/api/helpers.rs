@@ -92,6 +92,20 @@ pub async fn spawn_app(backend: Backend) -> TestApp {
 }
 
 /// Like [`spawn_app`], letting the test change the configuration first.
+/// Two replicas on one PostgreSQL and one Redis, `tweak` applied to both; `None` (the test
+/// then passes as skipped) when either service is missing and not required.
+pub async fn two_replicas(tweak: impl FnOnce(&mut Config)) -> Option<(TestApp, TestApp)> {
+    let redis_url = crate::redis::url()?;
+    let backend = Backend::postgres()?;
+    let a = spawn_app_with(backend, |config| {
+        config.redis_url = Some(redis_url);
+        tweak(config);
+    })
+    .await;
+    let b = a.another().await;
+    Some((a, b))
+}
+
 pub async fn spawn_app_with(backend: Backend, tweak: impl FnOnce(&mut Config)) -> TestApp {
     let data_dir = tempfile::tempdir().unwrap();
     let mut config = Config::new(data_dir.path().to_path_buf());

@@ -13,10 +13,9 @@ use serde_json::{json, Value};
 
 use crate::both_backends;
 use crate::helpers::{
-    assert_error, exec_sql, job_body, spawn_app, spawn_app_with, Backend, DeviceClient, SseStream,
-    TestApp, WebClient,
+    assert_error, exec_sql, job_body, spawn_app, two_replicas, DeviceClient, SseStream, TestApp,
+    WebClient,
 };
-use crate::redis;
 use crate::spaces::{join, made_space, PRIVATE};
 
 const SOON: Duration = Duration::from_secs(5);
@@ -432,14 +431,9 @@ fn seen_text(lines: &[Value], index: usize) -> String {
 /// A page on replica B follows a job whose computer reports to replica A.
 #[tokio::test]
 async fn two_replicas_on_postgres_and_redis_stream_as_one() {
-    let Some(redis_url) = redis::url() else {
+    let Some((a, b)) = two_replicas(|_| {}).await else {
         return;
     };
-    let Some(backend) = Backend::postgres() else {
-        return;
-    };
-    let a = spawn_app_with(backend, |config| config.redis_url = Some(redis_url)).await;
-    let b = a.another().await;
     let mut ann = a.user("ann@example.com").await;
     let (device, job_id, lease) = running_job(&a, &ann).await;
     ann.base = b.base.clone();

@@ -27,8 +27,8 @@ use tokio::sync::{mpsc, watch, Mutex};
 
 use crate::both_backends;
 use crate::helpers::{
-    assert_error, query_i64, spawn_app_with, wait_for_row, Backend, DeviceClient, TestApp,
-    WebClient,
+    assert_error, query_i64, spawn_app_with, two_replicas, wait_for_row, Backend, DeviceClient,
+    TestApp, WebClient,
 };
 
 /// How long a test waits for something the server does in the background.
@@ -331,18 +331,9 @@ async fn ended_heard(
 /// another replica.
 #[tokio::test]
 async fn a_browser_subscribing_on_another_replica_is_heard_at_the_next_end() {
-    let Some(redis_url) = crate::redis::url() else {
+    let Some((a, b)) = two_replicas(|config| config.push_allow_loopback = true).await else {
         return;
     };
-    let Some(backend) = Backend::postgres() else {
-        return;
-    };
-    let a = spawn_app_with(backend, |config| {
-        config.push_allow_loopback = true;
-        config.redis_url = Some(redis_url);
-    })
-    .await;
-    let b = a.another().await;
     let double = PushDouble::start().await;
     let ann = a.user("ann@example.com").await;
     let laptop = a.device(&ann, "install-1").await;

@@ -9,10 +9,7 @@ use serde_json::{json, Value};
 use tether_protocol::auth::Session;
 
 use crate::both_backends;
-use crate::helpers::{
-    assert_error, query_i64, spawn_app, spawn_app_with, Backend, TestApp, WebClient,
-};
-use crate::redis;
+use crate::helpers::{assert_error, query_i64, spawn_app, two_replicas, TestApp, WebClient};
 
 const PASSWORD: &str = "correct horse battery";
 const FIREFOX_LINUX: &str =
@@ -96,14 +93,9 @@ async fn change(
 /// session holds open on another replica are told through Redis.
 #[tokio::test]
 async fn sessions_end_at_once_on_every_replica() {
-    let Some(redis_url) = redis::url() else {
+    let Some((a, b)) = two_replicas(|_| {}).await else {
         return;
     };
-    let Some(backend) = Backend::postgres() else {
-        return;
-    };
-    let a = spawn_app_with(backend, |config| config.redis_url = Some(redis_url)).await;
-    let b = a.another().await;
     let (first, mut second) = two_sessions(&a).await;
     second.base = b.base.clone();
     assert_eq!(second.get("/api/me").await.status(), StatusCode::OK);
@@ -132,14 +124,9 @@ async fn sessions_end_at_once_on_every_replica() {
 /// revoked, or all of them ended by a password change, on another replica is refused at once.
 #[tokio::test]
 async fn api_tokens_end_at_once_on_every_replica() {
-    let Some(redis_url) = redis::url() else {
+    let Some((a, b)) = two_replicas(|_| {}).await else {
         return;
     };
-    let Some(backend) = Backend::postgres() else {
-        return;
-    };
-    let a = spawn_app_with(backend, |config| config.redis_url = Some(redis_url)).await;
-    let b = a.another().await;
     let (first, _) = two_sessions(&a).await;
     let res = first
         .post("/api/tokens", &json!({ "name": "revoked" }))

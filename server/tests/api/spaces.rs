@@ -13,10 +13,8 @@ use sha2::{Digest, Sha256};
 
 use crate::both_backends;
 use crate::helpers::{
-    assert_error, job_body, spawn_app, spawn_app_with, Backend, DeviceClient, SseStream, TestApp,
-    WebClient,
+    assert_error, job_body, spawn_app, two_replicas, DeviceClient, SseStream, TestApp, WebClient,
 };
-use crate::redis;
 
 const SOON: Duration = Duration::from_secs(5);
 const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89\0\0\0\rIDATx\x9cc\xf8\x0f\x00\x01\x01\x01\x00\x18\xdd\x8d\xb4\0\0\0\0IEND\xaeB`\x82";
@@ -501,14 +499,9 @@ impl SpaceStream {
 
 #[tokio::test]
 async fn a_removal_takes_effect_at_once_on_every_replica() {
-    let Some(redis_url) = redis::url() else {
+    let Some((a, b)) = two_replicas(|_| {}).await else {
         return;
     };
-    let Some(backend) = Backend::postgres() else {
-        return;
-    };
-    let a = spawn_app_with(backend, |config| config.redis_url = Some(redis_url)).await;
-    let b = a.another().await;
     let ann = a.user("ann@example.com").await;
     let mut bob = a.user("bob@example.com").await;
     let space_id = made_space(&ann, "Platform").await;
