@@ -29,6 +29,9 @@ pub struct Config {
     pub online_secs: u64,
     /// The heartbeat pace the server asks agents for.
     pub heartbeat_secs: u64,
+    /// The pace asked of a device that holds no run and keeps its event stream open here:
+    /// its pings on the stream keep it online meanwhile (see `leases::heartbeat`).
+    pub idle_heartbeat_secs: u64,
     /// How often the sweeper looks for expired leases.
     pub sweep_secs: u64,
     /// How often heartbeats' contact times are written in one batch (see `presence`).
@@ -101,6 +104,7 @@ impl Config {
             lease_secs: 120,
             online_secs: 90,
             heartbeat_secs: 30,
+            idle_heartbeat_secs: 300,
             sweep_secs: 15,
             presence_flush_ms: 1_000,
             pairing_expires_secs: tether_protocol::pairing::PAIRING_EXPIRES_SECS,
@@ -177,6 +181,13 @@ struct Cli {
     online_secs: u64,
     #[arg(long, env = "TETHER_HEARTBEAT_SECS", default_value_t = 30, hide = true)]
     heartbeat_secs: u64,
+    #[arg(
+        long,
+        env = "TETHER_IDLE_HEARTBEAT_SECS",
+        default_value_t = 300,
+        hide = true
+    )]
+    idle_heartbeat_secs: u64,
     #[arg(long, env = "TETHER_SWEEP_SECS", default_value_t = 15, hide = true)]
     sweep_secs: u64,
     /// Milliseconds between batched writes of heartbeats' contact times.
@@ -303,6 +314,10 @@ impl Cli {
         config.lease_secs = self.lease_secs.max(1);
         config.online_secs = self.online_secs.max(1);
         config.heartbeat_secs = self.heartbeat_secs.max(1);
+        // Never quicker than a busy device's pace; the agent waits at most 300 s.
+        config.idle_heartbeat_secs = self
+            .idle_heartbeat_secs
+            .clamp(config.heartbeat_secs, 300.max(config.heartbeat_secs));
         config.sweep_secs = self.sweep_secs.max(1);
         config.presence_flush_ms = self.presence_flush_ms.clamp(10, 60_000);
         config.relay_timeout_secs = self.relay_timeout_secs.max(1);

@@ -5,7 +5,8 @@
 //!
 //! - the **heartbeat** task, alone on its own tokio task so busy runs cannot starve it,
 //!   reports capabilities and held leases every `heartbeatSecs` (and at once when the local
-//!   configuration changed: a recipe, folder or engine added), applies `lost` (reattaching
+//!   configuration changed: a recipe, folder or engine added; and when a run starts after
+//!   the server asked for an idle computer's slower pace), applies `lost` (reattaching
 //!   runs whose lease ran out while this computer was cut off, stopping the others) and
 //!   `cancelRequested`, and wakes the claim loop;
 //! - the **event stream** ([`crate::remote::events`]) wakes the claim loop at once on `wake`
@@ -491,10 +492,15 @@ async fn heartbeat_loop(shared: Arc<Shared>, mut install_watch: Option<InstallWa
                 period
             }
         };
-        if shared.changed_within(&stamp, delay).await {
-            tracing::info!(
+        // A server may ask an idle computer for a slower pace than a lease can wait; a run
+        // claimed meanwhile is reported at once, and the answer sets the busy pace.
+        let idle_paced = params.running.is_empty() && delay > DEFAULT_HEARTBEAT;
+        match shared.changed_within(&stamp, delay, idle_paced).await {
+            Cut::Configuration => tracing::info!(
                 "the local configuration changed: sending this computer's capabilities now"
-            );
+            ),
+            Cut::RunStarted => tracing::debug!("a run started: reporting its lease now"),
+            Cut::Waited => {}
         }
     }
 }
@@ -520,6 +526,13 @@ async fn sweep_held_evidence(data_dir: std::path::PathBuf) {
 /// a new one into place, so a write changes its inode), `None` for a missing one.
 type Stamp = Vec<Option<(SystemTime, u64, u64)>>;
 
+/// What ended the heartbeat's wait.
+enum Cut {
+    Waited,
+    Configuration,
+    RunStarted,
+}
+
 impl Shared {
     fn capability_stamp(&self) -> Stamp {
         [
@@ -539,17 +552,21 @@ impl Shared {
     }
 
     /// Waits `delay`, looking every [`CONFIG_CHECK_EVERY`] whether the files capabilities
-    /// come from changed since `stamp`; whether they did (and the wait was cut short).
-    async fn changed_within(&self, stamp: &Stamp, delay: Duration) -> bool {
+    /// come from changed since `stamp` and, when `until_a_run` (the last heartbeat reported
+    /// none), whether a run started; what cut the wait short, if anything.
+    async fn changed_within(&self, stamp: &Stamp, delay: Duration, until_a_run: bool) -> Cut {
         let end = tokio::time::Instant::now() + delay;
         loop {
             let left = end.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
-                return false;
+                return Cut::Waited;
             }
             tokio::time::sleep(left.min(CONFIG_CHECK_EVERY)).await;
             if self.capability_stamp() != *stamp {
-                return true;
+                return Cut::Configuration;
+            }
+            if until_a_run && !lock(&self.runs).is_empty() {
+                return Cut::RunStarted;
             }
         }
     }

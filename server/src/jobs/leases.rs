@@ -239,6 +239,11 @@ impl TryFrom<CompleteParams> for Completion {
 
 /// Records the device's report and extends the leases it still holds; the rest are `lost`.
 ///
+/// A device that holds no run and whose event stream is open on this replica (`streaming`)
+/// is asked to heartbeat at the idle pace: its pings on the stream keep its contact time
+/// meanwhile, so a heartbeat only carries its report and a claim's safety net. The agent
+/// heartbeats at once when it claims a run, and is then asked for the busy pace again.
+///
 /// # Errors
 /// A database error.
 pub async fn heartbeat(
@@ -246,8 +251,14 @@ pub async fn heartbeat(
     presence: &Presence,
     device: &DeviceIdentity,
     beat: Heartbeat,
+    streaming: bool,
     config: &Config,
 ) -> Result<HeartbeatResponse, ApiError> {
+    let pace = if beat.running.is_empty() && streaming {
+        config.idle_heartbeat_secs
+    } else {
+        config.heartbeat_secs
+    };
     let now = store.now();
     let lease_until = now + secs(config.lease_secs);
     let device_id = device.device_id.as_str();
@@ -271,6 +282,7 @@ pub async fn heartbeat(
             Vec::new(),
             Vec::new(),
             queued,
+            pace,
             config,
         ));
     }
@@ -301,7 +313,7 @@ pub async fn heartbeat(
     if write_report {
         presence.wrote_report(device_id, report, now);
     }
-    Ok(heartbeat_answer(now, leases, lost, queued, config))
+    Ok(heartbeat_answer(now, leases, lost, queued, pace, config))
 }
 
 fn heartbeat_answer(
@@ -309,6 +321,7 @@ fn heartbeat_answer(
     leases: Vec<LeaseStatus>,
     lost: Vec<JobId>,
     queued: i64,
+    heartbeat_secs: u64,
     config: &Config,
 ) -> HeartbeatResponse {
     HeartbeatResponse {
@@ -317,7 +330,7 @@ fn heartbeat_answer(
         lost,
         queued: u64::try_from(queued).unwrap_or(0),
         intervals: Intervals {
-            heartbeat_secs: config.heartbeat_secs,
+            heartbeat_secs,
             lease_secs: config.lease_secs,
         },
     }

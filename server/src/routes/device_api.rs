@@ -117,8 +117,16 @@ async fn heartbeat(
         .limits
         .check(Bucket::Heartbeat, device.device_id.as_str())?;
     let beat = Heartbeat::try_from(params.into_inner())?;
-    let answer =
-        leases::heartbeat(&state.store, &state.presence, &device, beat, &state.config).await?;
+    let streaming = state.hub.holds_stream(&device.device_id);
+    let answer = leases::heartbeat(
+        &state.store,
+        &state.presence,
+        &device,
+        beat,
+        streaming,
+        &state.config,
+    )
+    .await?;
     Ok(HttpResponse::Ok().json(answer))
 }
 

@@ -12,6 +12,9 @@
 //! both ways, which also keeps a proxy's read timeout fed. Skipping ours halves an idle
 //! fleet's frames.
 //!
+//! What the device sends keeps its contact time, as a heartbeat does: an idle device with its
+//! stream open is asked to heartbeat only every `idle_heartbeat_secs` (`leases::heartbeat`).
+//!
 //! A device that closes its stream with a normal (1000) or "going away" (1001) close frame,
 //! as the agent does when it stops, is offline at once when no other stream of it is open
 //! here: [`devices::mark_stopped`]. A stream that just breaks is not a stop.
@@ -40,6 +43,7 @@ use tether_protocol::{Code, DeviceId};
 use tokio::time::{Interval, MissedTickBehavior};
 
 use super::table::{Access, Table};
+use crate::clock::{secs, Millis};
 use crate::devices::secrets;
 use crate::devices::{self, DeviceIdentity};
 use crate::error::ApiError;
@@ -91,6 +95,7 @@ async fn events(
         ping,
         last_heard: Instant::now(),
         last_pinged_by_device: None,
+        last_noted: None,
         last_check: None,
     };
     let served = DeviceStream::open(connection, stream, body.into_inner());
@@ -121,6 +126,8 @@ struct Connection {
     last_heard: Instant,
     /// When the device last pinged this stream itself.
     last_pinged_by_device: Option<Instant>,
+    /// When this stream last noted the device's contact time (the store's clock).
+    last_noted: Option<Millis>,
     /// When the revocation was last checked in the database (not yet: `None`).
     last_check: Option<Instant>,
 }
@@ -262,7 +269,7 @@ impl DeviceStream {
     fn receive(&mut self, received: Result<Option<Frame>, ()>) {
         match received {
             Ok(Some(Frame::Ping(bytes))) => {
-                self.connection.last_heard = Instant::now();
+                self.heard();
                 self.connection.last_pinged_by_device = Some(self.connection.last_heard);
                 self.encode(Message::Pong(bytes));
             }
@@ -275,9 +282,29 @@ impl DeviceStream {
             Ok(Some(Frame::Text(bytes))) if std::str::from_utf8(&bytes).is_err() => {
                 self.end(End::Broken)
             }
-            Ok(Some(_)) => self.connection.last_heard = Instant::now(),
+            Ok(Some(_)) => self.heard(),
             Err(()) => self.end(End::Broken),
         }
+    }
+
+    /// The device said something: the stream is alive, and so is the device, which an idle
+    /// one heartbeating at the idle pace relies on. Its contact time is noted (in memory, like
+    /// a heartbeat's; see `presence`) at most once per heartbeat interval, so pings every 15 s
+    /// write no more contact times than heartbeats every 30 s did.
+    fn heard(&mut self) {
+        let connection = &mut self.connection;
+        connection.last_heard = Instant::now();
+        let now = connection.state.store.now();
+        let every = secs(connection.state.config.heartbeat_secs);
+        if connection
+            .last_noted
+            .is_some_and(|noted| now - noted < every)
+        {
+            return;
+        }
+        connection.last_noted = Some(now);
+        let device_id = connection.device_id.as_str();
+        connection.state.presence.saw(device_id, now);
     }
 
     /// Ends a silent stream, rechecks the revocation when due, and pings a device that did

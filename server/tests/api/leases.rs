@@ -2,16 +2,74 @@
 
 use std::time::Duration;
 
+use futures_util::{SinkExt, StreamExt};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tether_protocol::jobs::{JobState, Outcome};
 use tether_server::store::ledger;
 use tether_server::sweeper;
+use tokio_tungstenite::tungstenite::Message;
 
 use crate::both_backends;
-use crate::helpers::{assert_error, spawn_app, spawn_app_with};
+use crate::helpers::{assert_error, spawn_app, spawn_app_with, DeviceClient, WebClient};
+
+/// The pace a heartbeat answer asks for.
+async fn pace(device: &DeviceClient, running: &[(&str, &str)]) -> u64 {
+    let beat: Value = device.heartbeat(running).await.json().await.unwrap();
+    beat["intervals"]["heartbeatSecs"].as_u64().unwrap()
+}
+
+/// Whether the device is listed online within a few seconds (contact times are written in
+/// batches).
+async fn online_soon(owner: &WebClient) -> bool {
+    for _ in 0..50 {
+        if owner.devices().await[0].online {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
 
 both_backends! {
+    async fn an_idle_device_streaming_here_heartbeats_slowly_and_its_pings_keep_it_online(backend) {
+        let app = spawn_app(backend).await;
+        let ann = app.user("ann@example.com").await;
+        let device = app.device(&ann, "install-1").await;
+        assert_eq!(pace(&device, &[]).await, 30, "no stream: the busy pace");
+        let mut events = device.events().await;
+        assert_eq!(pace(&device, &[]).await, 300, "idle, its stream open here");
+
+        // Past the online window on pings alone: each noted by the stream.
+        for _ in 0..3 {
+            app.advance(Duration::from_secs(80));
+            events.send(Message::Ping(b"agent".to_vec().into())).await.unwrap();
+            assert!(matches!(events.next().await, Some(Ok(Message::Pong(_)))));
+            assert!(online_soon(&ann).await, "online on its stream's pings");
+        }
+
+        // Running a job, it is asked for the busy pace (the agent reports a new run at once).
+        let job = ann.create_job(&device.device_id).await;
+        let claimed = device.claim_job().await;
+        let running = [(job.id.as_str(), claimed.lease_token.expose())];
+        assert_eq!(pace(&device, &running).await, 30);
+
+        // Its stream gone, the idle pace is gone too.
+        drop(events);
+        let done = json!({ "outcome": "succeeded", "summary": "ok" });
+        let res = device.complete(job.id.as_str(), claimed.lease_token.expose(), &done).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        let mut pace_now = 0;
+        for _ in 0..50 {
+            pace_now = pace(&device, &[]).await;
+            if pace_now == 30 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(pace_now, 30, "no stream: the busy pace again");
+    }
+
     async fn an_idle_heartbeat_sees_each_job_queued_after_it(backend) {
         let app = spawn_app(backend).await;
         let ann = app.user("ann@example.com").await;
