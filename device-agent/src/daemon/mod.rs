@@ -5,8 +5,8 @@
 //!
 //! - the **heartbeat** task, alone on its own tokio task so busy runs cannot starve it,
 //!   reports capabilities and held leases every `heartbeatSecs` (and at once when the local
-//!   configuration changed: a recipe, folder or engine added; and when a run starts after
-//!   the server asked for an idle computer's slower pace), applies `lost` (reattaching
+//!   configuration changed: a recipe, folder or engine added; and when a run starts or the
+//!   event stream is lost after the server asked for an idle computer's slower pace), applies `lost` (reattaching
 //!   runs whose lease ran out while this computer was cut off, stopping the others) and
 //!   `cancelRequested`, and wakes the claim loop;
 //! - the **event stream** ([`crate::remote::events`]) wakes the claim loop at once on `wake`
@@ -161,6 +161,9 @@ struct Shared {
     uninstalled: AtomicBool,
     /// The console sessions' turns.
     console_sessions: Arc<tokio::sync::Semaphore>,
+    /// Set when the event stream is lost; the heartbeat then stops waiting at an idle pace
+    /// the open stream was granted.
+    stream_lost: AtomicBool,
 }
 
 struct RunEntry {
@@ -213,6 +216,7 @@ pub async fn run(ctx: Ctx, shutdown: impl Future) -> Result<DaemonEnd> {
         revoked: revoked_sender,
         uninstalled: AtomicBool::new(false),
         console_sessions: ConsoleContext::turns(),
+        stream_lost: AtomicBool::new(false),
     });
     let heartbeat = tokio::spawn(heartbeat_loop(shared.clone(), ctx.install_watch));
     let sweeper = tokio::spawn(sweep_held_evidence(
@@ -463,6 +467,7 @@ async fn heartbeat_loop(shared: Arc<Shared>, mut install_watch: Option<InstallWa
         }
         // Taken before the files are read, so a change made while they are is not missed.
         let stamp = shared.capability_stamp();
+        shared.stream_lost.store(false, Ordering::SeqCst);
         let params = HeartbeatParams {
             capabilities: shared.capabilities(),
             running: shared.held_leases(),
@@ -492,14 +497,17 @@ async fn heartbeat_loop(shared: Arc<Shared>, mut install_watch: Option<InstallWa
                 period
             }
         };
-        // A server may ask an idle computer for a slower pace than a lease can wait; a run
-        // claimed meanwhile is reported at once, and the answer sets the busy pace.
+        // A server may ask an idle computer whose event stream is open for a slower pace
+        // than a lease can wait: a run claimed meanwhile, or the stream lost, is reported at
+        // once, and the answer sets the pace again.
         let idle_paced = params.running.is_empty() && delay > DEFAULT_HEARTBEAT;
         match shared.changed_within(&stamp, delay, idle_paced).await {
             Cut::Configuration => tracing::info!(
                 "the local configuration changed: sending this computer's capabilities now"
             ),
-            Cut::RunStarted => tracing::debug!("a run started: reporting its lease now"),
+            Cut::NoLongerIdle => tracing::info!(
+                "no longer idle (a run started or the event stream was lost): heartbeating now"
+            ),
             Cut::Waited => {}
         }
     }
@@ -530,7 +538,8 @@ type Stamp = Vec<Option<(SystemTime, u64, u64)>>;
 enum Cut {
     Waited,
     Configuration,
-    RunStarted,
+    /// A run started, or the event stream was lost, during an idle pace.
+    NoLongerIdle,
 }
 
 impl Shared {
@@ -552,9 +561,9 @@ impl Shared {
     }
 
     /// Waits `delay`, looking every [`CONFIG_CHECK_EVERY`] whether the files capabilities
-    /// come from changed since `stamp` and, when `until_a_run` (the last heartbeat reported
-    /// none), whether a run started; what cut the wait short, if anything.
-    async fn changed_within(&self, stamp: &Stamp, delay: Duration, until_a_run: bool) -> Cut {
+    /// come from changed since `stamp` and, when `idle_paced`, whether a run started or the
+    /// event stream was lost; what cut the wait short, if anything.
+    async fn changed_within(&self, stamp: &Stamp, delay: Duration, idle_paced: bool) -> Cut {
         let end = tokio::time::Instant::now() + delay;
         loop {
             let left = end.saturating_duration_since(tokio::time::Instant::now());
@@ -565,8 +574,10 @@ impl Shared {
             if self.capability_stamp() != *stamp {
                 return Cut::Configuration;
             }
-            if until_a_run && !lock(&self.runs).is_empty() {
-                return Cut::RunStarted;
+            if idle_paced
+                && (!lock(&self.runs).is_empty() || self.stream_lost.load(Ordering::SeqCst))
+            {
+                return Cut::NoLongerIdle;
             }
         }
     }
@@ -709,6 +720,10 @@ struct StreamSink(Arc<Shared>);
 impl EventSink for StreamSink {
     fn wake(&self) {
         self.0.claim_wake.notify_one();
+    }
+
+    fn lost(&self) {
+        self.0.stream_lost.store(true, Ordering::SeqCst);
     }
 
     fn cancel(&self, job_id: &JobId) {

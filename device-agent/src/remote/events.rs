@@ -44,6 +44,8 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 pub trait EventSink: Send + Sync + 'static {
     /// Work may be queued (a `wake` frame, or a fresh connection): claim now.
     fn wake(&self);
+    /// The stream that was connected is lost (it reconnects on its own).
+    fn lost(&self) {}
     /// The owner asked to stop this run.
     fn cancel(&self, job_id: &JobId);
     /// The device was revoked: the same path as a 401 `revoked`.
@@ -175,6 +177,7 @@ pub async fn run(client: DeviceClient, sink: Arc<dyn EventSink>, mut stop: watch
                 if connected_before {
                     tracing::warn!("event stream lost ({reason}); reconnecting");
                     connected_before = false;
+                    sink.lost();
                 }
                 tokio::select! {
                     () = tokio::time::sleep(wait) => {}

@@ -186,6 +186,63 @@ async fn push_starts_a_job_on_an_idle_agent_at_once() {
     );
 }
 
+/// An idle agent whose event stream is open is asked for the idle pace (300 s here, a
+/// hundred leases); a run it then claims is reported at once and kept at the busy pace, so a
+/// run that prints nothing for longer than its lease still finishes, once. A stream lost
+/// while idle ends the slow pace too, so jobs are claimed by heartbeat again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_claimed_at_the_idle_pace_keeps_its_lease() {
+    let server = spawn_server_with(None, |config| {
+        config.lease_secs = 3;
+        config.heartbeat_secs = 1;
+        config.idle_heartbeat_secs = 300;
+        // The stream's traffic keeps the device online between idle heartbeats.
+        config.events_ping_secs = 1;
+        config.online_secs = 5;
+    })
+    .await;
+    let proxy = Proxy::start(&server.base).await;
+    let rig = Rig::new(&server.base, &proxy.base, &[8]).await;
+    let daemon = rig.start_daemon().await;
+    // The heartbeats after the stream opened are answered with the idle pace.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    rig.web
+        .wait_for_device(&rig.device_id, |device| device.online)
+        .await;
+
+    let job = rig
+        .web
+        .create_job(&rig.device_id, "counted-8", "count")
+        .await;
+    daemon
+        .wait_for_log("no longer idle", Duration::from_secs(10))
+        .await;
+    let job = rig
+        .web
+        .wait_until_ended(job.id.as_str(), Duration::from_secs(40))
+        .await;
+    assert_eq!(
+        (job.state, job.attempt),
+        (JobState::Succeeded, 1),
+        "{job:#?}\n{}",
+        daemon.stderr()
+    );
+    assert_eq!(rig.side_effects(), ["start 0", "end 0"]);
+
+    // Idle again, at the slow pace; then the stream is cut (and refused).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    proxy.drop_events();
+    daemon
+        .wait_for_log("event stream lost", Duration::from_secs(10))
+        .await;
+    let job = rig.web.create_job(&rig.device_id, "echo", "hi").await;
+    let job = rig
+        .web
+        .wait_until_ended(job.id.as_str(), Duration::from_secs(15))
+        .await;
+    assert_eq!(job.state, JobState::Succeeded, "{}", daemon.stderr());
+}
+
 /// How many jobs a latency test assigns: `TETHER_PICKUP_JOBS` (for a longer measurement),
 /// else `default`.
 fn jobs_to_measure(default: usize) -> usize {

@@ -254,7 +254,7 @@ pub async fn heartbeat(
     streaming: bool,
     config: &Config,
 ) -> Result<HeartbeatResponse, ApiError> {
-    let pace = if beat.running.is_empty() && streaming {
+    let pace = if beat.running.is_empty() && streaming && pings_keep_online(config) {
         config.idle_heartbeat_secs
     } else {
         config.heartbeat_secs
@@ -314,6 +314,13 @@ pub async fn heartbeat(
         presence.wrote_report(device_id, report, now);
     }
     Ok(heartbeat_answer(now, leases, lost, queued, pace, config))
+}
+
+/// Whether a stream's traffic alone keeps its device online: the device pings it, or the
+/// server does every `events_ping_secs` and hears the pong, and that contact is noted at most
+/// once per heartbeat interval; both must fit twice in the online window.
+fn pings_keep_online(config: &Config) -> bool {
+    config.online_secs >= 2 * config.events_ping_secs.max(config.heartbeat_secs)
 }
 
 fn heartbeat_answer(
