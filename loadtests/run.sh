@@ -8,6 +8,7 @@
 #   ONLY=replicas loadtests/run.sh   the cost rows at 200 jobs/s and the same on two replicas
 #                                    with Redis: the capacity model's check
 #   ONLY=stream loadtests/run.sh     only the streaming-output rows
+#   ONLY=idle loadtests/run.sh       only the idle fleet and its connect storm
 #
 # Scenarios, each figure beside a ceiling measured in the same run:
 # - the ceilings: a bare actix-web JSON endpoint (`tether-ceiling`) under the same wrk load as
@@ -86,6 +87,7 @@ ONLY=${ONLY:-}
 if [ "$ONLY" = cost ] && [ -z "${1:-}" ]; then OUT=loadtests/results-cost.md; fi
 if [ "$ONLY" = replicas ] && [ -z "${1:-}" ]; then OUT=loadtests/results-replicas.md; fi
 if [ "$ONLY" = stream ] && [ -z "${1:-}" ]; then OUT=loadtests/results-stream.md; fi
+if [ "$ONLY" = idle ] && [ -z "${1:-}" ]; then OUT=loadtests/results-idle.md; fi
 
 cargo build --release -p tether-server -p tether-loadtest --bins
 SERVER=target/release/tether-server
@@ -441,6 +443,52 @@ stream_results() {
   fi
 }
 
+# idle_section: an idle fleet of IDLE_DEVICES on one replica and its connect storm.
+idle_section() {
+  echo "== an idle fleet on one replica (PostgreSQL) and its connect storm"
+  # tether-idle pairs the fleet, then every device connects at once with the agent's backoff and
+  # jitter, then a steady window. A fleet past what this machine's open-files limit lets one
+  # server hold runs at the largest size that fits (--fit) and is extrapolated per device.
+  IDLE_DEVICES=${IDLE_DEVICES:-100000}; [ "$QUICK" = 1 ] && IDLE_DEVICES=2000
+  : > "$OUT.idle"
+  run_pg "$PGBIN/createdb" -h 127.0.0.1 -p "$PGPORT" -U tether idle
+  start_server idle TETHER_DATABASE_URL="postgres://tether@127.0.0.1:$PGPORT/idle" TETHER_HEARTBEAT_SECS=30
+  # The window outlasts the idle pace (300 s), so each device's next heartbeat falls in it.
+  IDLE_WINDOW_SECS=${IDLE_WINDOW_SECS:-330}; [ "$QUICK" = 1 ] && IDLE_WINDOW_SECS=30
+  if ! target/release/tether-idle --server "$URL" --server-pid "$PID" --devices "$IDLE_DEVICES" --fit \
+      --window-secs "$IDLE_WINDOW_SECS" \
+      --label "PostgreSQL, $IDLE_DEVICES asked" >"$OUT.idle" 2>"$WORK/idle-run.log"; then
+    echo "tether-idle failed: $(grep -m1 '^Error' "$WORK/idle-run.log")" >> "$OUT.idle"
+  fi
+  # What it ran (--fit) and where the storm stood when it last said.
+  { grep -h 'Running' "$WORK/idle-run.log"; grep 'storm:' "$WORK/idle-run.log" | tail -1; } >> "$OUT.idle" || true
+  cat "$OUT.idle"
+  kill -9 "$PID"
+}
+
+# idle_results: the idle fleet's section of the report.
+idle_results() {
+  if [ -s "$OUT.idle" ]; then
+    echo
+    echo "## An idle fleet on one replica (tether-idle, PostgreSQL)"
+    echo
+    cat "$OUT.idle"
+  fi
+}
+
+if [ "$ONLY" = idle ]; then
+  start_postgres
+  idle_section
+  {
+    echo "# Load test results: an idle fleet"
+    echo
+    echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -sr); run on $(date -u +%Y-%m-%d)."
+    idle_results
+  } > "$OUT"
+  rm -f "$OUT.idle"
+  cat "$OUT"
+  exit 0
+fi
 if [ "$ONLY" = stream ]; then
   start_postgres
   stream_section
@@ -532,22 +580,7 @@ kill -9 "$PID"
 
 stream_section
 
-echo "== an idle fleet on one replica (PostgreSQL) and its connect storm"
-# tether-idle pairs the fleet, then every device connects at once with the agent's backoff and
-# jitter, then a steady window. A fleet past what this machine's open-files limit lets one
-# server hold runs at the largest size that fits (--fit) and is extrapolated per device.
-IDLE_DEVICES=${IDLE_DEVICES:-100000}; [ "$QUICK" = 1 ] && IDLE_DEVICES=2000
-: > "$OUT.idle"
-run_pg "$PGBIN/createdb" -h 127.0.0.1 -p "$PGPORT" -U tether idle
-start_server idle TETHER_DATABASE_URL="postgres://tether@127.0.0.1:$PGPORT/idle" TETHER_HEARTBEAT_SECS=30
-if ! target/release/tether-idle --server "$URL" --server-pid "$PID" --devices "$IDLE_DEVICES" --fit \
-    --label "PostgreSQL, $IDLE_DEVICES asked" >"$OUT.idle" 2>"$WORK/idle-run.log"; then
-  echo "tether-idle failed: $(grep -m1 '^Error' "$WORK/idle-run.log")" >> "$OUT.idle"
-fi
-# What it ran (--fit) and where the storm stood when it last said.
-{ grep -h 'Running' "$WORK/idle-run.log"; grep 'storm:' "$WORK/idle-run.log" | tail -1; } >> "$OUT.idle" || true
-cat "$OUT.idle"
-kill -9 "$PID"
+idle_section
 
 echo "== two replicas, PostgreSQL + Redis"
 [ -n "${REDISPID:-}" ] || start_redis
@@ -583,12 +616,7 @@ row --server "$URL_A" --server "$URL_B" --devices 300 --devices-per-account 10 -
   cost_results
   replicas_results
   stream_results
-  if [ -s "$OUT.idle" ]; then
-    echo
-    echo "## An idle fleet on one replica (tether-idle, PostgreSQL)"
-    echo
-    cat "$OUT.idle"
-  fi
+  idle_results
 } > "$OUT"
 rm -f "$OUT.rows" "$OUT.notes" "$OUT.wrk" "$OUT.idle"
 rm -f "$OUT.cost" "$OUT.profile" "$OUT.replicas"

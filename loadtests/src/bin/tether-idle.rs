@@ -376,6 +376,8 @@ fn tally_outcomes(summary: &mut Summary, outcomes: &[Outcome], (start_ms, end_ms
         .map(|(_, micros)| *micros as f64 / 1000.0)
         .collect();
     summary.heartbeats_per_sec = latencies.len() as f64 / summary.window_secs.max(0.001);
-    summary.heartbeat_p99 = summary::quantile(&mut latencies, 0.99);
-    summary.heartbeat_p50 = summary::quantile(&mut latencies, 0.50);
+    if !latencies.is_empty() {
+        summary.heartbeat_p99 = Some(summary::quantile(&mut latencies, 0.99));
+        summary.heartbeat_p50 = Some(summary::quantile(&mut latencies, 0.50));
+    }
 }

@@ -20,8 +20,9 @@ pub struct Summary {
     /// Failed attempts and dropped streams, by reason (storm and window).
     pub failures: BTreeMap<String, u64>,
     /// Heartbeat latencies in the steady window, ms.
-    pub heartbeat_p50: f64,
-    pub heartbeat_p99: f64,
+    /// None when no heartbeat fell in the window (an idle fleet's pace may be longer).
+    pub heartbeat_p50: Option<f64>,
+    pub heartbeat_p99: Option<f64>,
     pub heartbeats_per_sec: f64,
     /// The busiest second's heartbeats: the agent keeps its interval without jitter, so a
     /// fleet that came back together keeps heartbeating together.
@@ -46,7 +47,7 @@ impl Summary {
 
     pub fn table_row(&self) -> String {
         format!(
-            "| {} | {} | {} | {:.0} ({:.0}) | {:.1} | {} | {} | {:.1} / {:.1} | {:.0} / {} | {:.0} / {:.0} / {:.0} | {:.1} | {:.1} | {:.2} | {:.0} / {:.0} | {} |",
+            "| {} | {} | {} | {:.0} ({:.0}) | {:.1} | {} | {} | {} / {} | {:.0} / {} | {:.0} / {:.0} / {:.0} | {:.1} | {:.1} | {} | {:.0} / {:.0} | {} |",
             self.label,
             self.devices,
             self.workers,
@@ -55,8 +56,8 @@ impl Summary {
             self.storm_secs,
             self.gave_up,
             self.failures.values().sum::<u64>(),
-            self.heartbeat_p50,
-            self.heartbeat_p99,
+            or_dash(self.heartbeat_p50, 1),
+            or_dash(self.heartbeat_p99, 1),
             self.heartbeats_per_sec,
             self.heartbeats_peak,
             self.rss_fresh as f64 / MIB,
@@ -64,7 +65,7 @@ impl Summary {
             self.rss_steady as f64 / MIB,
             self.rss_per_device_kib(),
             self.server_cpu_percent(),
-            self.server_ms_per_heartbeat(),
+            or_dash(self.server_ms_per_heartbeat(), 2),
             100.0 * self.generator_storm_cpu_secs / self.storm_secs.max(0.001),
             100.0 * self.generator_window_cpu_secs / self.window_secs.max(0.001),
             self.load_average
@@ -82,10 +83,10 @@ impl Summary {
     }
 
     /// The server's CPU in the idle window per heartbeat answered: everything an idle fleet
-    /// costs (pings, claims, contact-time writes), counted per heartbeat.
-    pub fn server_ms_per_heartbeat(&self) -> f64 {
+    /// costs (pings, claims, contact-time writes), counted per heartbeat; none without one.
+    pub fn server_ms_per_heartbeat(&self) -> Option<f64> {
         let heartbeats = self.heartbeats_per_sec * self.window_secs;
-        1000.0 * self.server_cpu_secs / heartbeats.max(1.0)
+        (heartbeats >= 1.0).then(|| 1000.0 * self.server_cpu_secs / heartbeats)
     }
 
     /// The failures by reason, one line.
@@ -119,7 +120,7 @@ impl Summary {
         format!(
             "idle fleet ({}): extrapolated from {} to {} devices, not measured: RSS ≈ {:.0} MiB \
              (fresh {:.0} MiB + {:.1} KiB per device), idle CPU ≈ {:.0} % of a core \
-             ({:.2} ms per heartbeat × {:.0} heartbeats/s), storm ≈ {:.0} s at the {:.0} \
+             ({:.1} % here × {:.1}; {:.0} heartbeats/s), storm ≈ {:.0} s at the {:.0} \
              devices/s measured here",
             self.label,
             self.devices,
@@ -128,12 +129,18 @@ impl Summary {
             self.rss_fresh as f64 / MIB,
             self.rss_per_device_kib(),
             self.server_cpu_percent() * scale,
-            self.server_ms_per_heartbeat(),
+            self.server_cpu_percent(),
+            scale,
             self.heartbeats_per_sec * scale,
             target as f64 / pace,
             pace,
         )
     }
+}
+
+/// `value` with `decimals`, or `-` for none.
+fn or_dash(value: Option<f64>, decimals: usize) -> String {
+    value.map_or_else(|| "-".to_owned(), |value| format!("{value:.decimals$}"))
 }
 
 /// The `q` quantile of `samples` (sorted in place), in their unit.
