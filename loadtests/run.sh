@@ -476,32 +476,24 @@ idle_results() {
   fi
 }
 
-if [ "$ONLY" = idle ]; then
+# machine_line: the machine the report was measured on.
+machine_line() {
+  echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -sr); run on $(date -u +%Y-%m-%d)."
+}
+
+# only_report TITLE NAME: runs NAME_section alone on a private PostgreSQL, writes OUT from
+# NAME_results and ends the script.
+only_report() {
   start_postgres
-  idle_section
-  {
-    echo "# Load test results: an idle fleet"
-    echo
-    echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -sr); run on $(date -u +%Y-%m-%d)."
-    idle_results
-  } > "$OUT"
-  rm -f "$OUT.idle"
+  "$2_section"
+  { echo "# Load test results: $1"; echo; machine_line; "$2_results"; } > "$OUT"
+  rm -f "$OUT.$2"
   cat "$OUT"
   exit 0
-fi
-if [ "$ONLY" = stream ]; then
-  start_postgres
-  stream_section
-  {
-    echo "# Load test results: streaming output"
-    echo
-    echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -sr); run on $(date -u +%Y-%m-%d)."
-    stream_results
-  } > "$OUT"
-  rm -f "$OUT.stream"
-  cat "$OUT"
-  exit 0
-fi
+}
+
+if [ "$ONLY" = idle ]; then only_report "an idle fleet" idle; fi
+if [ "$ONLY" = stream ]; then only_report "streaming output" stream; fi
 if [ "$ONLY" = cost ] || [ "$ONLY" = replicas ]; then
   start_postgres
   if [ "$ONLY" = replicas ]; then COST_RATES=200; fi
@@ -510,7 +502,7 @@ if [ "$ONLY" = cost ] || [ "$ONLY" = replicas ]; then
   {
     echo "# Load test results: cost per job"
     echo
-    echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -sr); run on $(date -u +%Y-%m-%d)."
+    machine_line
     cost_results
     replicas_results
   } > "$OUT"
@@ -598,7 +590,7 @@ row --server "$URL_A" --server "$URL_B" --devices 300 --devices-per-account 10 -
 {
   echo "# Load test results"
   echo
-  echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -sr); run on $(date -u +%Y-%m-%d)."
+  machine_line
   echo
   echo "Ceilings measured in this run: pgbench single-row UPDATE on the same PostgreSQL: $TPS_1 tps with 1 client, $TPS_8 tps with 8."
   echo

@@ -6,8 +6,8 @@
 //! - the **heartbeat** task, alone on its own tokio task so busy runs cannot starve it,
 //!   reports capabilities and held leases every `heartbeatSecs` (and at once when the local
 //!   configuration changed: a recipe, folder or engine added; and when a run starts or the
-//!   event stream is lost after the server asked for an idle computer's slower pace), applies `lost` (reattaching
-//!   runs whose lease ran out while this computer was cut off, stopping the others) and
+//!   event stream is lost after the server asked for an idle computer's slower pace),
+//!   applies `lost` (reattaching runs whose lease ran out while this computer was cut off, stopping the others) and
 //!   `cancelRequested`, and wakes the claim loop;
 //! - the **event stream** ([`crate::remote::events`]) wakes the claim loop at once on `wake`
 //!   and on every (re)connect, cancels runs, and hands file requests, secrets and evidence

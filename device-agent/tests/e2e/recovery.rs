@@ -206,9 +206,6 @@ async fn a_run_claimed_at_the_idle_pace_keeps_its_lease() {
     let daemon = rig.start_daemon().await;
     // The heartbeats after the stream opened are answered with the idle pace.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    rig.web
-        .wait_for_device(&rig.device_id, |device| device.online)
-        .await;
 
     let job = rig
         .web

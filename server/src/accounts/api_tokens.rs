@@ -3,9 +3,9 @@
 //!
 //! A token is stored as its SHA-256 (compared in constant time) and shown once. Its last use
 //! is written at most once per [`LAST_USED_EVERY_SECS`] per token, and a token checked
-//! recently is believed from the replica's memory ([`ApiTokens`], which forgets a
-//! user's tokens when one is revoked or the password changes), so a script's requests do
-//! not each cost a read or a write. Tokens are independent of browser sessions: signing out ends the
+//! recently is believed from the replica's memory ([`ApiTokens`], which forgets a user's
+//! tokens when one is revoked or the password changes), so a script's requests do not each
+//! cost a read or a write. Tokens are independent of browser sessions: signing out ends the
 //! session, not the tokens; a password change revokes them all unless its person keeps them
 //! ([`revoke_all_in`]).
 

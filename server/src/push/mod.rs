@@ -3,9 +3,9 @@
 //! After a change commits, the code that made it puts a [`Notice`] (ids only) on this
 //! replica's bounded queue ([`Push::decision_asked`], [`Push::job_ended`], the sweeper's
 //! [`Push::tell_outages`]); that never waits and never fails. [`Push::run`] takes notices
-//! one by one, composes the message from the database (`messages`; an account found with no browser that
-//! wants ended jobs is remembered as quiet, and its ends are not even queued), reads the account's
-//! subscriptions that want its kind (`subscriptions`) and hands each send to a task, at most
+//! one by one, composes the message from the database (`messages`; an account found with no
+//! browser that wants ended jobs is remembered as quiet, and its ends are not even queued),
+//! reads the account's subscriptions that want its kind (`subscriptions`) and hands each send to a task, at most
 //! [`SENDS_AT_ONCE`] at a time (`sender`: `encrypt`ed per RFC 8291, signed with the
 //! server's `vapid` key). A slow or silent push service therefore holds up only other
 //! notifications, within timeouts; when the queue is full the oldest notice is dropped and

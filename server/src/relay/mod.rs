@@ -92,7 +92,7 @@ struct Inner {
     local: Mutex<Local>,
     bus: Bus,
     /// The tokens this replica checked recently, and the accounts it found quiet.
-    tokens: Memories,
+    memories: Memories,
 }
 
 #[derive(Default)]
@@ -460,58 +460,58 @@ impl Hub {
 
     fn with_bus(bus: Bus) -> Hub {
         // With Redis the memory is trusted once the subscriber hears the other replicas.
-        let tokens = Memories::new(matches!(bus, Bus::InProcess));
+        let memories = Memories::new(matches!(bus, Bus::InProcess));
         Hub {
             inner: Arc::new(Inner {
                 replica: credentials::random_token(""),
                 local: Mutex::new(Local::default()),
                 bus,
-                tokens,
+                memories,
             }),
         }
     }
 
     /// The device tokens this replica checked recently.
     pub fn device_tokens(&self) -> &DeviceTokens {
-        &self.inner.tokens.devices
+        &self.inner.memories.devices
     }
 
     /// The API tokens this replica checked recently.
     pub fn api_tokens(&self) -> &ApiTokens {
-        &self.inner.tokens.api
+        &self.inner.memories.api
     }
 
     /// Forgets `device_id`'s token on every replica (it was revoked, removed or paired
     /// again); on this one before it returns.
     pub async fn forget_device_token(&self, device_id: &DeviceId) {
-        self.forget_tokens_of(device_id.as_str()).await;
+        self.forget_everywhere(device_id.as_str()).await;
     }
 
     /// Forgets `user_id`'s API tokens on every replica (one was revoked, or the password
     /// changed); on this one before it returns.
     pub async fn forget_api_tokens(&self, user_id: &UserId) {
-        self.forget_tokens_of(user_id.as_str()).await;
+        self.forget_everywhere(user_id.as_str()).await;
     }
 
     /// The accounts this replica found with no browser that wants to hear of ended jobs.
     pub fn quiet_accounts(&self) -> &QuietAccounts {
-        &self.inner.tokens.quiet
+        &self.inner.memories.quiet
     }
 
     /// A browser of `account_id` may now want to hear of ended jobs: every replica forgets
     /// that the account was quiet; this one before it returns.
     pub async fn forget_quiet_account(&self, account_id: &AccountId) {
-        self.forget_tokens_of(account_id.as_str()).await;
+        self.forget_everywhere(account_id.as_str()).await;
     }
 
-    async fn forget_tokens_of(&self, owner: &str) {
-        self.inner.tokens.forget(owner);
+    async fn forget_everywhere(&self, owner: &str) {
+        self.inner.memories.forget(owner);
         if let Bus::Redis(bus) = &self.inner.bus {
             let published = bus
                 .query::<i64>(redis::cmd("PUBLISH").arg(tokens_channel()).arg(owner))
                 .await;
             if let Err(error) = published {
-                tracing::warn!(owner, %error, "token change not published");
+                tracing::warn!(owner, %error, "a forget was not published");
             }
         }
     }
@@ -1291,7 +1291,7 @@ impl Hub {
                 tracing::warn!(%error, "Redis subscriber lost; reconnecting");
             }
             // Token changes published meanwhile would be missed.
-            self.inner.tokens.set_trusted(false);
+            self.inner.memories.set_trusted(false);
             tokio::time::sleep(RECONNECT_PAUSE).await;
         }
     }
@@ -1311,7 +1311,7 @@ impl Hub {
             channels.extend(local.pipes.keys().map(|name| pipe_channel(name)));
         }
         sink.subscribe(&channels).await?;
-        self.inner.tokens.set_trusted(true);
+        self.inner.memories.set_trusted(true);
         tracing::info!(n_channels = channels.len(), "Redis subscriber ready");
         loop {
             tokio::select! {
@@ -1356,9 +1356,9 @@ impl Hub {
             self.deliver_to_pipe(pipe, payload);
         } else if name == "tokens" {
             match std::str::from_utf8(payload) {
-                Ok(owner) => self.inner.tokens.forget(owner),
+                Ok(owner) => self.inner.memories.forget(owner),
                 // Cannot tell whose token ended: forget them all.
-                Err(_) => self.inner.tokens.set_trusted(true),
+                Err(_) => self.inner.memories.set_trusted(true),
             }
         } else if name.starts_with("replica:") {
             match serde_json::from_slice::<RelayEnvelope>(payload) {

@@ -127,6 +127,8 @@ impl Table {
             return;
         };
         for (prefix, mounts) in scopes(mounts) {
+            // No static start (a path opening with a parameter), or a lone exact path such
+            // as `/`, whose scope would take every URL under it: mounted as they are.
             let whole = mounts.len() == 1 && mounts[0].path == prefix;
             if prefix.is_empty() || whole {
                 for mount in mounts {
